@@ -57,7 +57,9 @@ def render():
     fd = compile_descriptor()
     names = [m.name for m in fd.message_type]
     lines = [f"{n} = _cls({n!r})" for n in names]
-    lines += [f"{e.name} = DESCRIPTOR.enum_types_by_name[{e.name!r}]" for e in fd.enum_type]
+    for e in fd.enum_type:  # top-level enums and their values, as protoc's modules have them
+        lines.append(f"{e.name} = DESCRIPTOR.enum_types_by_name[{e.name!r}]")
+        lines += [f"{v.name} = {v.number}" for v in e.value]
     return TEMPLATE.format(blob=fd.SerializeToString(deterministic=True), names="\n".join(lines))
 
 

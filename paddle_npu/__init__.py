@@ -1,0 +1,13 @@
+"""paddle_npu: PaddlePaddle exports -> ONNX -> NPU primitives, without importing Paddle."""
+from .errors import PaddleFormatError
+
+__version__ = "0.1.0"
+
+
+def load(model, params=None):
+    """Read a Paddle export (legacy .pdmodel, PIR .json or old model directory) into a Program."""
+    from .frontend import load as _load
+    return _load(model, params)
+
+
+__all__ = ["PaddleFormatError", "load", "__version__"]

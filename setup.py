@@ -1,0 +1,30 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="paddle_npu",
+    version="0.1.0",
+    description="PaddlePaddle model -> ONNX -> NPU primitive operators, without importing Paddle",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["paddle_npu", "paddle_npu.*"]),
+    package_data={"paddle_npu": ["frontend/*.json"]},
+    install_requires=[
+        "numpy>=1.22",
+        "protobuf>=4.21",
+        "onnx>=1.14",
+        "onnx-ir>=0.1.10",
+        "ml_dtypes>=0.2",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7",
+            "hypothesis>=6",
+            "onnxruntime>=1.17",
+            "paddlepaddle==3.3.1",
+            "grpcio-tools>=1.60",
+            "scikit-learn>=1.3",
+        ],
+    },
+    entry_points={"console_scripts": ["paddle-npu=paddle_npu.cli:main"]},
+)
