@@ -29,7 +29,20 @@ _KINDS = {
 
 
 def _text(b):
-    return b.decode("utf-8", errors="surrogateescape")
+    """Attribute strings: Paddle does not promise UTF-8, so keep odd bytes, don't fail."""
+    return b if isinstance(b, str) else b.decode("utf-8", errors="surrogateescape")
+
+
+def _name(value, path, where, what):
+    """A string field; protobuf hands back bytes when the file holds invalid UTF-8."""
+    if isinstance(value, str):
+        return value
+    raise PaddleFormatError(path, f"{what} is not valid UTF-8 ({value[:40]!r})", where=where,
+                            hint="the file is corrupt")
+
+
+def _names(values, path, where, what):
+    return [_name(v, path, where, what) for v in values]
 
 
 def _scalar(s):
@@ -61,8 +74,8 @@ _ATTR_VALUES = {
     _A.BLOCKS: lambda a: [_BlockIndex(i) for i in a.blocks_idx],
     _A.LONGS: lambda a: list(a.longs),
     _A.FLOAT64S: lambda a: list(a.float64s),
-    _A.VAR: lambda a: a.var_name,
-    _A.VARS: lambda a: list(a.vars_name),
+    _A.VAR: lambda a: _text(a.var_name),
+    _A.VARS: lambda a: [_text(v) for v in a.vars_name],
     _A.FLOAT64: lambda a: float(a.float64),
     _A.SCALAR: lambda a: _scalar(a.scalar),
     _A.SCALARS: lambda a: [_scalar(s) for s in a.scalars],
@@ -95,7 +108,7 @@ def _var(vd, path, where):
     if kind is None:
         raise PaddleFormatError(path, f"var {vd.name!r} has unknown type code {vt.type}", where=where,
                                 hint="the file is corrupt or from an unsupported Paddle version")
-    var = Var(vd.name, persistable=vd.persistable, kind=kind, stop_gradient=vd.stop_gradient)
+    var = Var(_name(vd.name, path, where, "a var name"), persistable=vd.persistable, kind=kind, stop_gradient=vd.stop_gradient)
     tensor = None
     if vt.HasField("lod_tensor"):
         tensor, var.lod_level = vt.lod_tensor.tensor, vt.lod_tensor.lod_level
@@ -117,10 +130,13 @@ def _op(od, path, where):
     if not od.type:
         raise PaddleFormatError(path, "op without a type", where=where,
                                 hint="the file is corrupt")
-    op = Op(od.type)
-    op.inputs = {v.parameter: list(v.arguments) for v in od.inputs}
-    op.outputs = {v.parameter: list(v.arguments) for v in od.outputs}
+    op = Op(_name(od.type, path, where, "an op type"))
+    for slots, target in ((od.inputs, op.inputs), (od.outputs, op.outputs)):
+        for v in slots:
+            slot = _name(v.parameter, path, where, "a slot name")
+            target[slot] = _names(v.arguments, path, where, f"an argument of slot {slot!r}")
     for a in od.attrs:
+        _name(a.name, path, where, "an attribute name")
         conv = _ATTR_VALUES.get(a.type)
         if conv is None:
             raise PaddleFormatError(
@@ -158,7 +174,9 @@ def read_legacy_program(data, path):
     program = Program(format="legacy", blocks=[], model_path=str(path))
     if desc.HasField("version"):
         program.version = int(desc.version.version)
-    program.op_version_map = {p.op_name: int(p.op_version.version) for p in desc.op_version_map.pair}
+    program.op_version_map = {
+        _name(p.op_name, path, "op_version_map", "an op name"): int(p.op_version.version)
+        for p in desc.op_version_map.pair}
     for i, bd in enumerate(desc.blocks):
         if bd.idx != i:
             raise PaddleFormatError(path, f"block #{i} says its index is {bd.idx}",

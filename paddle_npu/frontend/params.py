@@ -155,14 +155,18 @@ def _map(path):
         raise PaddleFormatError(path, f"cannot read the params file ({exc.strerror})") from None
 
 
-def read_records(path):
-    """Every record of a combined params file, in file order."""
-    buf = _map(path)
+def parse_records(buf, path):
+    """Every record in a buffer holding a combined params file, in file order."""
     cur = _Cursor(buf, path)
     records = []
     while cur.pos < len(buf):
         records.append(read_record(cur))
     return records
+
+
+def read_records(path):
+    """Every record of a combined params file, in file order."""
+    return parse_records(_map(path), path)
 
 
 def read_combined(path, names, expected=None):
@@ -171,7 +175,11 @@ def read_combined(path, names, expected=None):
     `expected` maps a name to (dtype name, shape) from the program, used to catch
     a params file that belongs to another program.
     """
-    records = read_records(path)
+    return name_records(read_records(path), names, path, expected)
+
+
+def name_records(records, names, path, expected=None):
+    """{name: array} for records in Paddle's write order `names`."""
     if len(records) != len(names):
         raise PaddleFormatError(
             path, f"holds {len(records)} tensors but the program has {len(names)} parameters",
