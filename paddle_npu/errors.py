@@ -23,3 +23,23 @@ class PaddleFormatError(Exception):
         if hint:
             msg += f" ({hint})"
         super().__init__(msg)
+
+
+class ConversionError(Exception):
+    """A model we read but cannot convert as asked (the CLI exits with status 2)."""
+
+
+class UnsupportedOpsError(ConversionError):
+    """Every op of a model that cannot be converted, reported at once."""
+
+    def __init__(self, problems, model=None):
+        # problems: {(op type, reason): count}
+        self.problems = dict(problems)
+        total = sum(self.problems.values())
+        kinds = len({t for t, _ in self.problems})
+        lines = [f"{model + ': ' if model else ''}{total} op(s) of {kinds} type(s) cannot be converted:"]
+        for (op_type, reason), count in sorted(self.problems.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {count:>5} x {op_type}: {reason}")
+        lines.append("add a mapper with @paddle_op (see README, 'Adding an op'), or export the model "
+                     "without these ops")
+        super().__init__("\n".join(lines))

@@ -1,0 +1,326 @@
+"""Stage 1: Program -> ONNX model, through the @paddle_op mapper registry."""
+import numpy as np
+import onnx_ir as ir
+
+from .errors import ConversionError, UnsupportedOpsError
+from .mappers.registry import get_mapper
+
+MIN_OPSET, MAX_OPSET = 7, 21
+
+# Program structure, not computation: inputs, outputs and parameters are handled here.
+STRUCTURAL_OPS = {"feed", "fetch", "data", "parameter", "shadow_output"}
+
+# The newest IR version each opset may be stored with (onnx's own VERSION_TABLE).
+_IR_VERSION = {7: 3, 8: 3, 9: 4, 10: 5, 11: 6, 12: 7, 13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8,
+               19: 9, 20: 9, 21: 10}
+
+_DTYPES = {name: ir.DataType.from_numpy(np.dtype(name)) for name in (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128")}
+_DTYPES["bfloat16"] = ir.DataType.BFLOAT16
+
+
+def onnx_dtype(name):
+    """ir.DataType of a numpy-style dtype name ('float32', 'bfloat16', ...)."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ConversionError(f"dtype {name!r} has no ONNX equivalent") from None
+
+
+class _OpBuilder:
+    """`ctx.op.Conv(x, w, strides=[1, 1])` appends a node to the graph being built.
+
+    Keyword arguments are ONNX attributes (None values are left out); `_outputs=n`
+    returns n values, `_domain` sets the domain.
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def __getattr__(self, op_type):
+        def emit(*inputs, _outputs=1, _domain="", **attrs):
+            return self._ctx.emit(op_type, inputs, attrs, _outputs, _domain)
+        return emit
+
+
+class ExportContext:
+    """What a mapper sees: the op's inputs as ONNX values, a node builder, constants."""
+
+    def __init__(self, program, opset):
+        self.program = program
+        self.opset = opset
+        self.op = _OpBuilder(self)
+        self.initializers = {}         # name -> Value, all in the main graph
+        self._scopes = [{}]            # paddle var name -> Value, innermost last
+        self._graphs = [[]]            # nodes of the graph being built, innermost last
+        self._current = None           # (paddle op, its index) being mapped
+        self._node_count = {}
+        self._value_names = set(program.params) | set(program.inputs)
+        self._op_index = {}
+        for block in program.blocks:
+            for i, op in enumerate(block.ops):
+                self._op_index[id(op)] = i if block.idx == 0 else f"{block.idx}.{i}"
+
+    # --- values of Paddle variables -------------------------------------------------------
+    def lookup(self, name):
+        for scope in reversed(self._scopes):
+            if name in scope:
+                return scope[name]
+        if name in self.program.params:
+            return self._param_value(name)
+        raise ConversionError(f"variable {name!r} is used before any op produces it"
+                              + self._where())
+
+    def _param_value(self, name):
+        value = self.initializers.get(name)
+        if value is None:
+            value = self.const(self.program.params[name], name=name)
+        return value
+
+    def input(self, op, slot, i=0):
+        """The ONNX value of the i-th variable in an input slot."""
+        names = op.input(slot)
+        if i >= len(names):
+            raise ConversionError(f"op {op.type!r} has no input {slot}[{i}]" + self._where())
+        return self.lookup(names[i])
+
+    def inputs(self, op, slot):
+        return [self.lookup(n) for n in op.input(slot)]
+
+    def has_input(self, op, slot):
+        return bool(op.input(slot))
+
+    def has_output(self, op, slot):
+        return bool(op.output(slot))
+
+    def set_output(self, op, slot, value, i=0):
+        """Bind the i-th variable of an output slot to `value`."""
+        names = op.output(slot)
+        if i >= len(names):
+            return  # Paddle leaves unused optional outputs out
+        name = names[i]
+        if value.name is None:   # values keep the name of the first Paddle var they become
+            value.name = self._unique_value_name(name)
+        self._scopes[-1][name] = value
+
+    def bind(self, name, value):
+        """Bind a Paddle variable name to a value (sub-graph inputs, loop-carried values)."""
+        self._scopes[-1][name] = value
+
+    def var(self, name):
+        """The Program's Var (dtype, shape) for a variable name, or None."""
+        block = self._current[0].block if self._current else self.program.global_block
+        return block.find_var(name) if block else self.program.var(name)
+
+    def shape(self, op, slot, i=0):
+        """The static shape Paddle recorded for an input (-1 = unknown), or None."""
+        var = self.var(op.input(slot)[i])
+        return None if var is None or var.shape is None else list(var.shape)
+
+    def rank(self, op, slot, i=0):
+        shape = self.shape(op, slot, i)
+        if shape is None:
+            raise ConversionError(f"rank of {op.type}.{slot} is unknown" + self._where())
+        return len(shape)
+
+    def dtype(self, op, slot, i=0):
+        var = self.var(op.input(slot)[i])
+        return None if var is None else var.dtype
+
+    def out_dtype(self, op, slot, i=0):
+        var = self.var(op.output(slot)[i])
+        return None if var is None else var.dtype
+
+    def constant_input(self, op, slot, i=0):
+        """The NumPy value of an input if it is a parameter or a constant, else None."""
+        names = op.input(slot)
+        if i >= len(names):
+            return None
+        value = self.lookup(names[i])
+        if value.const_value is not None:
+            return value.const_value.numpy()
+        return None
+
+    # --- building --------------------------------------------------------------------------
+    def const(self, array, name=None, dtype=None):
+        """A constant, stored as an initializer of the main graph (sub-graphs may use it)."""
+        array = np.asarray(array, dtype=dtype) if dtype is not None or not isinstance(
+            array, np.ndarray) else array
+        if name is None:
+            name = self._unique_value_name(self._prefix() + "const")
+        elif name in self.initializers:
+            return self.initializers[name]
+        tensor = ir.tensor(array, name=name)
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape),
+                         const_value=tensor)
+        self.initializers[name] = value
+        return value
+
+    def emit(self, op_type, inputs, attrs, num_outputs=1, domain=""):
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        inputs = [self._as_value(x) for x in inputs]
+        node = ir.Node(domain, op_type, inputs, ir.convenience.convert_attributes(attrs),
+                       num_outputs=num_outputs, name=self._node_name(op_type))
+        if self._current is not None:
+            node.metadata_props["paddle_op"] = self._current[0].type
+        self._graphs[-1].append(node)
+        return node.outputs[0] if num_outputs == 1 else tuple(node.outputs)
+
+    def name_anonymous_values(self, graph):
+        """Values no Paddle var named are named after their node, for readable graphs."""
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for k, out in enumerate(node.outputs):
+                if out.name is None:
+                    base = node.name if len(node.outputs) == 1 else f"{node.name}:{k}"
+                    out.name = self._unique_value_name(base)
+
+    def _as_value(self, x):
+        if x is None or isinstance(x, ir.Value):
+            return x
+        return self.const(np.asarray(x))
+
+    def _prefix(self):
+        if self._current is None:
+            return ""
+        op, idx = self._current
+        return f"{op.type}_{idx}/"
+
+    def _node_name(self, op_type):
+        base = self._prefix() + op_type
+        n = self._node_count.get(base, 0)
+        self._node_count[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def _unique_value_name(self, base):
+        name, n = base, 0
+        while name in self._value_names:
+            n += 1
+            name = f"{base}_{n}"
+        self._value_names.add(name)
+        return name
+
+    def _where(self):
+        if self._current is None:
+            return ""
+        op, idx = self._current
+        return f" (op #{idx} {op.type})"
+
+    # --- sub-graphs --------------------------------------------------------------------------
+    def subgraph(self, block, inputs, outputs, name):
+        """Convert a Paddle block into an ONNX graph (If branches, Loop bodies).
+
+        inputs:  [(paddle var name or None, ir.Value)] graph inputs, bound in the block's scope
+        outputs: [paddle var name or ir.Value] graph outputs, looked up after conversion
+        Values of enclosing graphs are used directly, as ONNX allows.
+        """
+        self._scopes.append({})
+        self._graphs.append([])
+        saved = self._current
+        try:
+            for var_name, value in inputs:
+                if var_name is not None:
+                    self.bind(var_name, value)
+            self.convert_ops(block.ops)
+            outs = []
+            for out in outputs:
+                value = out if isinstance(out, ir.Value) else self.lookup(out)
+                if value.producer() is None or value.producer() not in self._graphs[-1]:
+                    value = self.op.Identity(value)  # a graph output must be produced inside it
+                outs.append(value)
+            nodes = self._graphs[-1]
+        finally:
+            self._current = saved
+            self._graphs.pop()
+            self._scopes.pop()
+        return ir.Graph([v for _, v in inputs], outs, nodes=nodes, name=name)
+
+    def convert_ops(self, ops):
+        for op in ops:
+            if op.type in STRUCTURAL_OPS:
+                continue
+            mapper = get_mapper(op.type)
+            handler = mapper.handler(self.opset)
+            self._current = (op, self._op_index[id(op)])
+            handler(self, op)
+        self._current = None
+
+
+def _required_opset(program):
+    """The lowest opset covering every op, and {(type, reason): count} of what can't convert."""
+    problems, needed, needed_by = {}, MIN_OPSET, None
+    for op in program.all_ops():
+        if op.type in STRUCTURAL_OPS:
+            continue
+        mapper = get_mapper(op.type)
+        reason = "no mapper registered" if mapper is None else mapper.check(op)
+        if reason is None:
+            opset = mapper.required_opset(op)
+            if opset > MAX_OPSET:
+                reason = f"needs opset {opset}, above the newest supported ({MAX_OPSET})"
+            elif opset > needed:
+                needed, needed_by = opset, op.type
+        if reason is not None:
+            problems[(op.type, reason)] = problems.get((op.type, reason), 0) + 1
+    return needed, needed_by, problems
+
+
+def choose_opset(program, opset_version=None, auto_upgrade_opset=True):
+    """The opset to export with: the lowest that covers the model, or the user's."""
+    needed, needed_by, problems = _required_opset(program)
+    if problems:
+        raise UnsupportedOpsError(problems, program.model_path)
+    if opset_version is None:
+        return needed
+    if not MIN_OPSET <= opset_version <= MAX_OPSET:
+        raise ConversionError(f"opset {opset_version} is outside {MIN_OPSET}..{MAX_OPSET}")
+    if opset_version < needed:
+        if not auto_upgrade_opset:
+            raise ConversionError(f"op {needed_by!r} needs opset >= {needed}, {opset_version} was "
+                                  "asked; allow the upgrade (auto_upgrade_opset / "
+                                  "--enable_auto_update_opset) or ask for a newer opset")
+        return needed
+    return opset_version
+
+
+def _graph_input(program, name):
+    var = program.var(name)
+    if var is None or var.dtype is None:
+        raise ConversionError(f"model input {name!r} has no dtype in the program")
+    dims = [d if d >= 0 else f"{name}_dim{i}" for i, d in enumerate(var.shape or ())]
+    return ir.Value(name=name, type=ir.TensorType(onnx_dtype(var.dtype)), shape=ir.Shape(dims))
+
+
+def program_to_onnx(program, opset, progress=None):
+    """Map every op of the Program to ONNX nodes; returns an ir.Model (not yet optimized)."""
+    ctx = ExportContext(program, opset)
+    graph_inputs = []
+    for name in program.inputs:
+        value = _graph_input(program, name)
+        ctx.bind(name, value)
+        graph_inputs.append(value)
+    ops = program.global_block.ops
+    if progress is not None:
+        ops = progress(ops)
+    ctx.convert_ops(ops)
+
+    outputs = []
+    for name in program.outputs:
+        value = ctx.lookup(name)
+        if value.name != name or value in outputs or value in graph_inputs or value.const_value is not None:
+            value = ctx.op.Identity(value)   # the output must carry the Paddle name
+            value.name = name
+        outputs.append(value)
+    var_types = {name: program.var(name) for name in program.outputs}
+    for value in outputs:
+        var = var_types.get(value.name)
+        if var is not None and var.dtype is not None and value.type is None:
+            value.type = ir.TensorType(onnx_dtype(var.dtype))
+
+    graph = ir.Graph(graph_inputs, outputs, nodes=ctx._graphs[0],
+                     initializers=list(ctx.initializers.values()),
+                     opset_imports={"": opset}, name="paddle_npu")
+    ctx.name_anonymous_values(graph)
+    from . import __version__
+    return ir.Model(graph, ir_version=_IR_VERSION[opset], producer_name="paddle_npu",
+                    producer_version=__version__)

@@ -1,0 +1,231 @@
+"""Activations and other one-input elementwise functions."""
+import numpy as np
+
+from .common import clip
+from .registry import paddle_op
+
+_UNARY = {
+    "relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
+    "sqrt": "Sqrt", "abs": "Abs", "floor": "Floor", "ceil": "Ceil", "reciprocal": "Reciprocal",
+    "sin": "Sin", "cos": "Cos", "erf": "Erf", "softsign": "Softsign", "sign": "Sign",
+    "logical_not": "Not", "round": "Round",
+}
+_NEEDS_OPSET = {"Sign": 9, "Erf": 9, "Round": 11}
+
+
+@paddle_op(*_UNARY)
+class Unary:
+    @classmethod
+    def required_opset(cls, op):
+        return _NEEDS_OPSET.get(_UNARY[op.type], 7)
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", getattr(ctx.op, _UNARY[op.type])(ctx.input(op, "X")))
+
+
+def _c(ctx, op, value, slot="X"):
+    return ctx.const(np.asarray(value, np.dtype(ctx.dtype(op, slot))))
+
+
+@paddle_op("relu6")
+class Relu6:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        ctx.set_output(op, "Out", clip(ctx, x, 0.0, op.attr("threshold", 6.0), ctx.dtype(op, "X")))
+
+
+@paddle_op("leaky_relu")
+class LeakyRelu:
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", ctx.op.LeakyRelu(ctx.input(op, "X"),
+                                                   alpha=float(op.attr("alpha", 0.02))))
+
+
+@paddle_op("hard_sigmoid")
+class HardSigmoid:
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", ctx.op.HardSigmoid(
+            ctx.input(op, "X"), alpha=float(op.attr("slope", 0.2)),
+            beta=float(op.attr("offset", 0.5))))
+
+
+@paddle_op("hard_swish")
+class HardSwish:
+    """x * clip(x + offset, 0, threshold) / scale (Paddle's defaults 3, 6, 6 = ONNX HardSwish)."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        thr = op.attr("threshold", 6.0)
+        scale = op.attr("scale", 6.0)
+        offset = op.attr("offset", 3.0)
+        if ctx.opset >= 14 and (thr, scale, offset) == (6.0, 6.0, 3.0):
+            return ctx.set_output(op, "Out", ctx.op.HardSwish(x))
+        dt = ctx.dtype(op, "X")
+        gate = clip(ctx, ctx.op.Add(x, _c(ctx, op, offset)), 0.0, thr, dt)
+        ctx.set_output(op, "Out", ctx.op.Div(ctx.op.Mul(x, gate), _c(ctx, op, scale)))
+
+
+@paddle_op("swish", "silu")
+class Swish:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        beta = op.attr("beta", 1.0)
+        arg = x if beta == 1.0 else ctx.op.Mul(x, _c(ctx, op, beta))
+        ctx.set_output(op, "Out", ctx.op.Mul(x, ctx.op.Sigmoid(arg)))
+
+
+@paddle_op("hard_shrink")
+class HardShrink:
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        t = _c(ctx, op, op.attr("threshold", 0.5))
+        keep = ctx.op.Or(ctx.op.Greater(x, t), ctx.op.Less(x, ctx.op.Neg(t)))
+        ctx.set_output(op, "Out", ctx.op.Where(keep, x, _c(ctx, op, 0.0)))
+
+
+@paddle_op("gelu")
+class Gelu:
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if op.attr("approximate", False):
+            if ctx.opset >= 20:
+                return ctx.set_output(op, "Out", ctx.op.Gelu(x, approximate="tanh"))
+            # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            inner = ctx.op.Mul(_c(ctx, op, np.sqrt(2 / np.pi)),
+                               ctx.op.Add(x, ctx.op.Mul(_c(ctx, op, 0.044715),
+                                                        ctx.op.Mul(x, ctx.op.Mul(x, x)))))
+            y = ctx.op.Mul(ctx.op.Mul(_c(ctx, op, 0.5), x),
+                           ctx.op.Add(_c(ctx, op, 1.0), ctx.op.Tanh(inner)))
+            return ctx.set_output(op, "Out", y)
+        if ctx.opset >= 20:
+            return ctx.set_output(op, "Out", ctx.op.Gelu(x))
+        # 0.5 x (1 + erf(x / sqrt(2)))
+        erf = ctx.op.Erf(ctx.op.Div(x, _c(ctx, op, np.sqrt(2.0))))
+        y = ctx.op.Mul(ctx.op.Mul(x, ctx.op.Add(erf, _c(ctx, op, 1.0))), _c(ctx, op, 0.5))
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("elu")
+class Elu:
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", ctx.op.Elu(ctx.input(op, "X"), alpha=float(op.attr("alpha", 1.0))))
+
+
+@paddle_op("softplus")
+class Softplus:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        beta, threshold = op.attr("beta", 1.0), op.attr("threshold", 20.0)
+        if beta == 1.0 and threshold >= 20.0:
+            return ctx.set_output(op, "Out", ctx.op.Softplus(x))
+        bx = ctx.op.Mul(x, _c(ctx, op, beta))
+        soft = ctx.op.Div(ctx.op.Softplus(bx), _c(ctx, op, beta))
+        ctx.set_output(op, "Out", ctx.op.Where(ctx.op.Greater(bx, _c(ctx, op, threshold)), x, soft)
+                       if ctx.opset >= 9 else soft)
+
+
+@paddle_op("pow")
+class Pow:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if ctx.has_input(op, "FactorTensor"):
+            y = ctx.input(op, "FactorTensor")
+        else:
+            y = _c(ctx, op, op.attr("factor", 1.0))
+        ctx.set_output(op, "Out", ctx.op.Pow(x, y))
+
+
+@paddle_op("square")
+class Square:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        ctx.set_output(op, "Out", ctx.op.Mul(x, x))
+
+
+@paddle_op("rsqrt")
+class Rsqrt:
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", ctx.op.Reciprocal(ctx.op.Sqrt(ctx.input(op, "X"))))
+
+
+@paddle_op("clip")
+class Clip:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dt = ctx.dtype(op, "X")
+        lo = ctx.input(op, "Min") if ctx.has_input(op, "Min") else op.attr("min", None)
+        hi = ctx.input(op, "Max") if ctx.has_input(op, "Max") else op.attr("max", None)
+        if ctx.opset < 11 and not (isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
+            from ..errors import ConversionError
+            raise ConversionError("clip with tensor bounds needs opset 11")
+        if ctx.opset >= 11:
+            lo = lo if not isinstance(lo, (int, float)) else _c(ctx, op, lo)
+            hi = hi if not isinstance(hi, (int, float)) else _c(ctx, op, hi)
+            return ctx.set_output(op, "Out", ctx.op.Clip(x, lo, hi))
+        ctx.set_output(op, "Out", clip(ctx, x, lo, hi, dt))
+
+
+@paddle_op("prelu")
+class PRelu:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, alpha = ctx.input(op, "X"), ctx.input(op, "Alpha")
+        mode = op.attr("mode", "all")
+        rank = ctx.rank(op, "X")
+        const = alpha.const_value.numpy() if alpha.const_value is not None else None
+        if const is not None:
+            if mode == "channel":   # [C] or [1, C, 1, 1] -> [C, 1, ..., 1] broadcasting over NC...
+                alpha = ctx.const(const.reshape((-1,) + (1,) * (rank - 2)))
+            elif mode == "element":
+                alpha = ctx.const(const.reshape(ctx.shape(op, "X")[1:]))
+            else:
+                alpha = ctx.const(const.reshape(1))
+        ctx.set_output(op, "Out", ctx.op.PRelu(x, alpha))
+
+
+@paddle_op("softmax")
+class Softmax:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        axis = op.attr("axis", -1)
+        axis = axis + rank if axis < 0 else axis
+        if ctx.opset >= 13 or axis == rank - 1:
+            return ctx.set_output(op, "Out", ctx.op.Softmax(x, axis=axis))
+        # Before 13, Softmax flattens from `axis` on: move the axis last, then back.
+        perm = list(range(rank))
+        perm[axis], perm[-1] = perm[-1], perm[axis]
+        y = ctx.op.Transpose(ctx.op.Softmax(ctx.op.Transpose(x, perm=perm), axis=rank - 1), perm=perm)
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("log_softmax")
+class LogSoftmax:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        axis = op.attr("axis", -1)
+        axis = axis + rank if axis < 0 else axis
+        if ctx.opset >= 13 or axis == rank - 1:
+            return ctx.set_output(op, "Out", ctx.op.LogSoftmax(x, axis=axis))
+        perm = list(range(rank))
+        perm[axis], perm[-1] = perm[-1], perm[axis]
+        y = ctx.op.Transpose(ctx.op.LogSoftmax(ctx.op.Transpose(x, perm=perm), axis=rank - 1),
+                             perm=perm)
+        ctx.set_output(op, "Out", y)

@@ -1,0 +1,161 @@
+"""Elementwise arithmetic, matrix products, scale."""
+import numpy as np
+
+from ..errors import ConversionError
+from .common import broadcast_y, cast
+from .registry import paddle_op
+
+_BINARY = {
+    "elementwise_add": "Add", "elementwise_sub": "Sub", "elementwise_mul": "Mul",
+    "elementwise_div": "Div", "elementwise_pow": "Pow", "elementwise_max": "Max",
+    "elementwise_min": "Min",
+}
+
+
+@paddle_op(*_BINARY)
+class Elementwise:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
+        if op.type == "elementwise_pow" and ctx.dtype(op, "Y") != ctx.dtype(op, "X"):
+            y = cast(ctx, y, ctx.dtype(op, "X"))
+        if op.type in ("elementwise_max", "elementwise_min") and ctx.opset < 8:
+            raise ConversionError("Max/Min with broadcasting needs opset 8")
+        ctx.set_output(op, "Out", getattr(ctx.op, _BINARY[op.type])(x, y))
+
+
+@paddle_op("elementwise_floordiv")
+class FloorDiv:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
+        q = ctx.op.Div(x, y)
+        if ctx.dtype(op, "X").startswith("float"):
+            q = ctx.op.Floor(q)
+        ctx.set_output(op, "Out", q)
+
+
+@paddle_op("elementwise_mod")
+class Mod:
+    @classmethod
+    def version_10(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
+        fmod = int(ctx.dtype(op, "X").startswith("float"))
+        if fmod:
+            # Paddle's mod takes the sign of the divisor (Python %): x - floor(x / y) * y
+            out = ctx.op.Sub(x, ctx.op.Mul(ctx.op.Floor(ctx.op.Div(x, y)), y))
+        else:
+            out = ctx.op.Mod(x, y, fmod=0)
+        ctx.set_output(op, "Out", out)
+
+
+@paddle_op("matmul_v2")
+class MatMulV2:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        x = _maybe_transpose(ctx, x, ctx.rank(op, "X"), op.attr("trans_x", False))
+        y = _maybe_transpose(ctx, y, ctx.rank(op, "Y"), op.attr("trans_y", False))
+        ctx.set_output(op, "Out", ctx.op.MatMul(x, y))
+
+
+@paddle_op("matmul")
+class MatMulV1:
+    """The old matmul: transpose_X/transpose_Y and a scale factor alpha."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        x = _maybe_transpose(ctx, x, ctx.rank(op, "X"), op.attr("transpose_X", False))
+        y = _maybe_transpose(ctx, y, ctx.rank(op, "Y"), op.attr("transpose_Y", False))
+        out = ctx.op.MatMul(x, y)
+        alpha = op.attr("alpha", 1.0)
+        if alpha != 1.0:
+            out = ctx.op.Mul(out, ctx.const(np.asarray(alpha, np.dtype(ctx.dtype(op, "X")))))
+        ctx.set_output(op, "Out", out)
+
+
+def _maybe_transpose(ctx, v, rank, flag):
+    if not flag:
+        return v
+    if rank == 1:
+        return v
+    const = v.const_value.numpy() if v.const_value is not None else None
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    if const is not None:   # a weight: transpose it now rather than at run time
+        return ctx.const(np.ascontiguousarray(np.transpose(const, perm)))
+    return ctx.op.Transpose(v, perm=perm)
+
+
+@paddle_op("mul")
+class Mul:
+    """Old fc: flatten X to 2-D at x_num_col_dims, Y at y_num_col_dims, MatMul."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, y = ctx.input(op, "X"), ctx.input(op, "Y")
+        xs, ys = ctx.shape(op, "X"), ctx.shape(op, "Y")
+        xn, yn = op.attr("x_num_col_dims", 1), op.attr("y_num_col_dims", 1)
+        if len(xs) != xn + 1:
+            x = ctx.op.Flatten(x, axis=xn)
+        if len(ys) != 2:
+            y = ctx.op.Flatten(y, axis=yn)
+        out = ctx.op.MatMul(x, y)
+        if len(xs) != xn + 1:
+            from .common import reshape
+            # back to X's leading dims + Y's trailing dims
+            lead = ctx.op.Slice(ctx.op.Shape(ctx.input(op, "X")), ctx.const(np.array([0])),
+                                ctx.const(np.array([xn]))) if ctx.opset >= 10 else None
+            if lead is None:
+                raise ConversionError("mul with x_num_col_dims needs opset 10")
+            tail = ctx.const(np.asarray([int(np.prod(ys[yn:]))], np.int64))
+            out = reshape(ctx, out, ctx.op.Concat(lead, tail, axis=0))
+        ctx.set_output(op, "Out", out)
+
+
+@paddle_op("scale")
+class Scale:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dtype = np.dtype(ctx.dtype(op, "X"))
+        if ctx.has_input(op, "ScaleTensor"):
+            scale = ctx.input(op, "ScaleTensor")
+            if ctx.dtype(op, "ScaleTensor") != dtype.name:
+                scale = cast(ctx, scale, dtype.name)
+        else:
+            scale = float(op.attr("scale", 1.0))
+        bias = float(op.attr("bias", 0.0))
+        after = op.attr("bias_after_scale", True)
+        if dtype.kind != "f":   # integer scale: compute in float, cast back like Paddle
+            out = cast(ctx, x, "float32")
+            out = _scale_bias(ctx, out, scale, bias, after, np.dtype("float32"))
+            ctx.set_output(op, "Out", cast(ctx, out, dtype.name))
+            return
+        ctx.set_output(op, "Out", _scale_bias(ctx, x, scale, bias, after, dtype))
+
+
+def _scale_bias(ctx, x, scale, bias, bias_after_scale, dtype):
+    s = scale if not isinstance(scale, float) else (None if scale == 1.0 else ctx.const(np.asarray(scale, dtype)))
+    b = None if bias == 0.0 else ctx.const(np.asarray(bias, dtype))
+    if b is not None and not bias_after_scale:
+        x = ctx.op.Add(x, b)
+        b = None
+    if s is not None:
+        x = ctx.op.Mul(x, s)
+    if b is not None:
+        x = ctx.op.Add(x, b)
+    if s is None and b is None:
+        x = ctx.op.Identity(x)
+    return x
+
+
+@paddle_op("sum", "add_n")
+class Sum:
+    @classmethod
+    def version_8(cls, ctx, op):
+        xs = ctx.inputs(op, "X")
+        ctx.set_output(op, "Out", xs[0] if len(xs) == 1 else ctx.op.Sum(*xs))

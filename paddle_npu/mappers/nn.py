@@ -1,0 +1,165 @@
+"""Convolution, normalisation, pooling, dropout."""
+import numpy as np
+
+from ..errors import ConversionError
+from .common import conv_padding, ints, paddle_pads_2d, reduce
+from .registry import paddle_op
+
+
+def _nchw_only(op, key="data_format"):
+    fmt = op.attr(key, "NCHW")
+    if fmt not in ("NCHW", "AnyLayout", "NCDHW", "NCL"):
+        return f"{key}={fmt!r} is not supported (export the model channels-first)"
+    return None
+
+
+@paddle_op("conv2d", "depthwise_conv2d", "conv3d")
+class Conv:
+    @classmethod
+    def check(cls, op):
+        return _nchw_only(op)
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
+        n = 3 if op.type == "conv3d" else 2
+        y = ctx.op.Conv(x, w, strides=ints(op.attr("strides", [1] * n)),
+                        dilations=ints(op.attr("dilations", [1] * n)),
+                        group=int(op.attr("groups", 1) or 1), **conv_padding(op, n))
+        if ctx.has_input(op, "Bias"):   # fused conv2d+bias from optimized programs
+            b = ctx.input(op, "Bias")
+            y = ctx.op.Add(y, _channel_bias(ctx, b, n))
+        ctx.set_output(op, "Output", y)
+
+
+def _channel_bias(ctx, b, n_spatial):
+    const = b.const_value.numpy() if b.const_value is not None else None
+    if const is not None:
+        return ctx.const(const.reshape((-1,) + (1,) * n_spatial))
+    from .common import unsqueeze
+    return unsqueeze(ctx, b, list(range(1, 1 + n_spatial)))
+
+
+@paddle_op("batch_norm", "sync_batch_norm")
+class BatchNorm:
+    @classmethod
+    def check(cls, op):
+        return _nchw_only(op, "data_layout") or _nchw_only(op)
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        args = [ctx.input(op, s) for s in ("X", "Scale", "Bias", "Mean", "Variance")]
+        y = ctx.op.BatchNormalization(*args, epsilon=float(op.attr("epsilon", 1e-5)))
+        ctx.set_output(op, "Y", y)
+
+
+@paddle_op("pool2d")
+class Pool2d:
+    @classmethod
+    def check(cls, op):
+        return _nchw_only(op)
+
+    @classmethod
+    def required_opset(cls, op):
+        if op.attr("ceil_mode", False) and not op.attr("global_pooling", False):
+            return 10   # ceil_mode attribute
+        return 7
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        kind = op.attr("pooling_type", "max")
+        ksize = ints(op.attr("ksize", [1, 1]))
+        shape = ctx.shape(op, "X")
+        spatial = shape[2:] if shape else [-1, -1]
+        adaptive = op.attr("adaptive", False)
+        is_global = op.attr("global_pooling", False) or (
+            adaptive and ksize == [1, 1]) or (
+            not adaptive and ksize == spatial and all(d > 0 for d in spatial)
+            and _zero_pads(op) and op.attr("padding_algorithm", "EXPLICIT") != "SAME")
+        if is_global:
+            y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
+            return ctx.set_output(op, "Out", y)
+        if adaptive:
+            if any(d <= 0 for d in spatial) or any(s % k for s, k in zip(spatial, ksize)):
+                raise ConversionError(
+                    f"adaptive pool2d to {ksize} needs input sizes divisible by it, got {spatial}")
+            stride = [s // k for s, k in zip(spatial, ksize)]
+            attrs = {"kernel_shape": stride, "strides": stride, "pads": [0, 0, 0, 0]}
+        else:
+            attrs = {"kernel_shape": ksize, "strides": ints(op.attr("strides", [1, 1])),
+                     **conv_padding(op)}
+            if "pads" in attrs:
+                attrs["pads"] = paddle_pads_2d(op.attr("paddings", [0, 0])) \
+                    if op.attr("padding_algorithm", "EXPLICIT") == "EXPLICIT" else attrs["pads"]
+            if op.attr("ceil_mode", False):
+                attrs["ceil_mode"] = 1
+        if kind == "max":
+            y = ctx.op.MaxPool(x, **attrs)
+        else:
+            exclusive = op.attr("exclusive", True)
+            y = ctx.op.AveragePool(x, count_include_pad=0 if exclusive else 1, **attrs)
+        ctx.set_output(op, "Out", y)
+
+
+def _zero_pads(op):
+    return all(p == 0 for p in op.attr("paddings", [0, 0]))
+
+
+@paddle_op("dropout")
+class Dropout:
+    """Inference: identity, or a scale for the old 'downgrade_in_infer' mode."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        mode = op.attr("dropout_implementation", "downgrade_in_infer")
+        p = float(op.attr("dropout_prob", 0.5))
+        if mode == "downgrade_in_infer" and p != 0.0:
+            x = ctx.op.Mul(x, ctx.const(np.asarray(1.0 - p, np.dtype(ctx.dtype(op, "X")))))
+        ctx.set_output(op, "Out", x)
+
+
+@paddle_op("layer_norm")
+class LayerNorm:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        begin = op.attr("begin_norm_axis", 1)
+        eps = float(op.attr("epsilon", 1e-5))
+        shape = ctx.shape(op, "X")
+        axes = list(range(begin, rank))
+        norm_shape = [shape[a] for a in axes]
+        scale = ctx.input(op, "Scale") if ctx.has_input(op, "Scale") else None
+        bias = ctx.input(op, "Bias") if ctx.has_input(op, "Bias") else None
+        if ctx.opset >= 17 and all(d > 0 for d in norm_shape):
+            dtype = np.dtype(ctx.dtype(op, "X"))
+            scale = _as_shape(ctx, scale, norm_shape) if scale is not None else ctx.const(
+                np.ones(norm_shape, dtype))
+            if bias is not None:
+                bias = _as_shape(ctx, bias, norm_shape)
+            y = ctx.op.LayerNormalization(x, scale, bias, axis=begin, epsilon=eps)
+            return ctx.set_output(op, "Y", y)
+        # Before opset 17: the formula, in float32 as Paddle computes it.
+        mean = reduce(ctx, "ReduceMean", x, axes)
+        d = ctx.op.Sub(x, mean)
+        var = reduce(ctx, "ReduceMean", ctx.op.Mul(d, d), axes)
+        eps_c = ctx.const(np.asarray(eps, np.dtype(ctx.dtype(op, "X"))))
+        y = ctx.op.Div(d, ctx.op.Sqrt(ctx.op.Add(var, eps_c)))
+        if scale is not None:
+            y = ctx.op.Mul(y, _as_shape(ctx, scale, norm_shape))
+        if bias is not None:
+            y = ctx.op.Add(y, _as_shape(ctx, bias, norm_shape))
+        ctx.set_output(op, "Y", y)
+
+
+def _as_shape(ctx, v, shape):
+    """Paddle stores layer_norm's scale/bias flattened; ONNX wants the normalized shape."""
+    if len(shape) == 1:
+        return v
+    const = v.const_value.numpy() if v.const_value is not None else None
+    if const is not None:
+        return ctx.const(const.reshape(shape))
+    from .common import reshape
+    return reshape(ctx, v, shape)

@@ -1,0 +1,24 @@
+"""A dependency-free progress bar on stderr, for models large enough to wait for."""
+import sys
+import time
+
+
+def progress_bar(items, label, enabled=None, width=30):
+    """Yield the items, drawing a bar; enabled=None means 'only on a terminal'."""
+    items = list(items)
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled or not items:
+        yield from items
+        return
+    total, start, last = len(items), time.monotonic(), 0.0
+    for i, item in enumerate(items, 1):
+        yield item
+        now = time.monotonic()
+        if now - last > 0.1 or i == total:
+            last = now
+            done = int(width * i / total)
+            sys.stderr.write(f"\r{label} [{'#' * done}{'.' * (width - done)}] {i}/{total} "
+                             f"{now - start:5.1f}s")
+            sys.stderr.flush()
+    sys.stderr.write("\n")
