@@ -311,11 +311,13 @@ def program_to_onnx(program, opset, progress=None):
             value = ctx.op.Identity(value)   # the output must carry the Paddle name
             value.name = name
         outputs.append(value)
-    var_types = {name: program.var(name) for name in program.outputs}
-    for value in outputs:
-        var = var_types.get(value.name)
+    for value in outputs:   # declared from the Program; shape inference may refine them
+        var = program.var(value.name)
         if var is not None and var.dtype is not None and value.type is None:
             value.type = ir.TensorType(onnx_dtype(var.dtype))
+        if var is not None and var.shape is not None and value.shape is None:
+            value.shape = ir.Shape([d if d >= 0 else f"{value.name}_dim{i}"
+                                    for i, d in enumerate(var.shape)])
 
     graph = ir.Graph(graph_inputs, outputs, nodes=ctx._graphs[0],
                      initializers=list(ctx.initializers.values()),

@@ -103,4 +103,16 @@ def optimize(model, fold=True):
     common_passes.RemoveUnusedFunctionsPass()(model)
     common_passes.RemoveUnusedOpsetsPass()(model)
     common_passes.TopologicalSortPass()(model)
+    _drop_partial_value_info(model)
+    if model.ir_version < 4:   # IR 3 wants every initializer listed as a graph input
+        common_passes.AddInitializersToInputsPass()(model)
     return model
+
+
+def _drop_partial_value_info(model):
+    """Intermediate values with a type but no shape would be written as invalid value_info."""
+    io = set(model.graph.inputs) | set(model.graph.outputs)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value not in io and value.shape is None:
+                value.type = None

@@ -48,7 +48,7 @@ def test_inspect_text_on_old_directory():
 
 @pytest.mark.parametrize("args, message", [
     (["/no/such/model.pdmodel"], "does not exist"),
-    ([os.path.join(EXAMPLE, "sample.npz")], "not a valid Paddle program"),
+    ([os.path.join(EXAMPLE, "reference_io.npz")], "not a valid Paddle program"),
     ([os.path.join(OCR, "inference.pdmodel"), "--params",
       os.path.join(EXAMPLE, "legacy", "model.pdiparams")], "belongs to another model"),
 ])

@@ -2,8 +2,8 @@
 
 A small CNN on scikit-learn's bundled 8x8 digits (no download), trained for a
 few seconds on the CPU, exported to examples/digits_cnn/{legacy,pir}/ with
-sample.npz: held-out test images (`x`), labels (`label`) and Paddle's own
-outputs on them (`paddle_out`), for checking conversions against.
+reference_io.npz: the held-out test images (`in_x`), Paddle's own outputs on
+them (`out_0`) and the true labels (`labels`), for checking conversions against.
 
     python tools/train_example.py [--out examples/digits_cnn] [--epochs 30]
 """
@@ -70,7 +70,7 @@ def train(out_dir, epochs):
     out = model(paddle.to_tensor(xte)).numpy()
     acc = float((out.argmax(1) == yte).mean())
     os.makedirs(out_dir, exist_ok=True)
-    np.savez(os.path.join(out_dir, "sample.npz"), x=xte, label=yte, paddle_out=out)
+    np.savez(os.path.join(out_dir, "reference_io.npz"), in_x=xte, out_0=out, labels=yte)
     paddle.save(model.state_dict(), os.path.join(out_dir, "weights.tmp.pdparams"))
     return acc
 

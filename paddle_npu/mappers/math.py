@@ -92,26 +92,28 @@ def _maybe_transpose(ctx, v, rank, flag):
 
 @paddle_op("mul")
 class Mul:
-    """Old fc: flatten X to 2-D at x_num_col_dims, Y at y_num_col_dims, MatMul."""
+    """Old fc: X flattened to 2-D at x_num_col_dims, Y at y_num_col_dims, MatMul, and the
+    result shaped X.shape[:x_num_col_dims] + Y.shape[y_num_col_dims:]."""
 
     @classmethod
     def version_7(cls, ctx, op):
         x, y = ctx.input(op, "X"), ctx.input(op, "Y")
         xs, ys = ctx.shape(op, "X"), ctx.shape(op, "Y")
         xn, yn = op.attr("x_num_col_dims", 1), op.attr("y_num_col_dims", 1)
-        if len(xs) != xn + 1:
+        if len(xs) != 2:
             x = ctx.op.Flatten(x, axis=xn)
         if len(ys) != 2:
-            y = ctx.op.Flatten(y, axis=yn)
+            const = y.const_value.numpy() if y.const_value is not None else None
+            y = ctx.const(const.reshape(int(np.prod(ys[:yn])), -1)) if const is not None \
+                else ctx.op.Flatten(y, axis=yn)
         out = ctx.op.MatMul(x, y)
-        if len(xs) != xn + 1:
+        if xn > 1 or len(ys) - yn > 1:
+            if ctx.opset < 10:
+                raise ConversionError("mul with more than one row or column dim needs opset 10")
             from .common import reshape
-            # back to X's leading dims + Y's trailing dims
             lead = ctx.op.Slice(ctx.op.Shape(ctx.input(op, "X")), ctx.const(np.array([0])),
-                                ctx.const(np.array([xn]))) if ctx.opset >= 10 else None
-            if lead is None:
-                raise ConversionError("mul with x_num_col_dims needs opset 10")
-            tail = ctx.const(np.asarray([int(np.prod(ys[yn:]))], np.int64))
+                                ctx.const(np.array([xn])))
+            tail = ctx.const(np.asarray(ys[yn:], np.int64))
             out = reshape(ctx, out, ctx.op.Concat(lead, tail, axis=0))
         ctx.set_output(op, "Out", out)
 

@@ -1,0 +1,59 @@
+"""Numerical agreement of two sets of outputs, and reference files of recorded I/O.
+
+A reference file is an .npz with the inputs as `in_<input name>` (or `<input name>`)
+and the expected outputs as `out_<i>` (or `<output name>`), the layout of the
+`reference_io.npz` files Paddle's outputs are recorded in.
+"""
+import numpy as np
+
+from .errors import ConversionError
+
+
+def agreement(got, want):
+    """max abs diff, that relative to the reference's scale, and cosine similarity."""
+    got = np.asarray(got, dtype=np.float64).reshape(-1)
+    want = np.asarray(want, dtype=np.float64).reshape(-1)
+    if got.shape != want.shape:
+        return {"max_abs_diff": float("inf"), "rel_diff": float("inf"), "cosine": 0.0,
+                "shape_mismatch": True}
+    diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    denom = float(np.linalg.norm(got) * np.linalg.norm(want))
+    cos = float(np.dot(got, want) / denom) if denom > 0 else float(np.array_equal(got, want))
+    return {"max_abs_diff": diff, "rel_diff": diff / scale if scale > 0 else diff, "cosine": cos}
+
+
+def load_reference(path, input_names, output_names):
+    """(feeds, expected outputs) from a reference .npz; a clear error when keys are missing."""
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as exc:
+        raise ConversionError(f"{path}: cannot read reference file ({exc})") from None
+    feeds = {}
+    for name in input_names:
+        for key in (f"in_{name}", name):
+            if key in data:
+                feeds[name] = data[key]
+                break
+        else:
+            raise ConversionError(f"{path}: no array for input {name!r} (expected key "
+                                  f"'in_{name}' or '{name}'; has {sorted(data.files)})")
+    expected = []
+    for i, name in enumerate(output_names):
+        for key in (f"out_{i}", name):
+            if key in data:
+                expected.append(data[key])
+                break
+        else:
+            expected.append(None)
+    return feeds, expected
+
+
+def run_onnx(model_bytes_or_path, feeds):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return names, sess.run(None, feeds)
