@@ -1,0 +1,76 @@
+"""Every mapper against Paddle: tiny op cases (tests/opcases_*.py) exported by Paddle in both
+formats, converted at several opsets, run in onnxruntime and compared with Paddle's eager
+outputs on the same input."""
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from opcase_harness import CASES, MODEL_FILE, ensure_exports, load_modules
+from paddle_npu import load
+from paddle_npu.api import export
+from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.mappers import supported_ops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(HERE, "opcases_*.py")))
+if os.environ.get("OPCASE_MODULES"):   # while working on one family: OPCASE_MODULES=opcases_nn
+    MODULES = os.environ["OPCASE_MODULES"].split(",")
+load_modules(MODULES)
+
+# Registered op types exercised by the real released models in tests/data instead (Paddle 3
+# no longer emits them), with the test that covers them.
+COVERED_BY_REAL_MODELS = {
+    "mul": "test_real_models.py (luotao1_example_mlp)",
+    "matmul": "test_real_models.py (ch_ppocr_mobile_v2.0_cls)",
+}
+
+PARAMS = [(name, fmt, opset) for name, c in CASES.items() for fmt in c.formats
+          for opset in c.opsets]
+
+
+@pytest.fixture(scope="session")
+def case_exports(zoo_dir):
+    return ensure_exports(zoo_dir, MODULES)
+
+
+def _case_dir(case_exports, name, fmt):
+    d = os.path.join(case_exports[fmt], name)
+    err = os.path.join(d, "error.txt")
+    if os.path.exists(err):
+        pytest.fail(f"Paddle could not export {name} as {fmt}:\n" + open(err).read()[-3000:])
+    return d
+
+
+@pytest.mark.parametrize("name, fmt, opset", PARAMS,
+                         ids=[f"{n}-{f}-opset{o}" for n, f, o in PARAMS])
+def test_op_case(case_exports, name, fmt, opset):
+    c = CASES[name]
+    d = _case_dir(case_exports, name, fmt)
+    model_file = os.path.join(d, MODEL_FILE[fmt])
+    program = load(model_file)
+    present = {op.type for op in program.all_ops()}
+    missing = [t for t in c.ops if t not in present]
+    assert not missing, f"case does not exercise {missing} in {fmt}; its ops: {sorted(present)}"
+    onnx_bytes = export(model_file, opset_version=opset)
+    ref = np.load(os.path.join(d, "reference.npz"))
+    feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+    _, outs = run_onnx(onnx_bytes, feeds)
+    n_ref = len([k for k in ref.files if k.startswith("out_")])
+    assert len(outs) == n_ref
+    for i, got in enumerate(outs):
+        want = ref[f"out_{i}"]
+        assert got.shape == want.shape, f"output {i}: shape {got.shape} vs Paddle {want.shape}"
+        if want.dtype.kind in "biu":
+            np.testing.assert_array_equal(got, want)
+            continue
+        a = agreement(got, want)
+        assert a["rel_diff"] <= c.tolerance, f"output {i}: {a}"
+
+
+@pytest.mark.skipif(bool(os.environ.get("OPCASE_MODULES")), reason="only some case modules loaded")
+def test_every_registered_mapper_has_a_case():
+    exercised = {t for c in CASES.values() for t in c.ops} | set(COVERED_BY_REAL_MODELS)
+    untested = sorted(set(supported_ops()) - exercised)
+    assert not untested, f"mappers without an op case: {untested}"
