@@ -91,13 +91,87 @@ def fold_constants(model):
     return folded
 
 
+def _single_consumer(value, graph):
+    return len(value.uses()) == 1 and value not in graph.outputs
+
+
+def _bias_of(add, x):
+    """The constant other operand of `add` (whose one operand is x), or None."""
+    if add.op_type != "Add" or len(add.inputs) != 2:
+        return None
+    other = add.inputs[1] if add.inputs[0] is x else add.inputs[0]
+    return _const(other)
+
+
+def fuse_bias_into_conv_and_gemm(model):
+    """Conv + Add(per-channel constant) -> Conv with bias; 2-D MatMul(x, W) + Add(b) -> Gemm.
+
+    Paddle keeps the bias of conv2d / linear as a separate elementwise_add; folding it
+    into the producing op is exact and halves those nodes.
+    """
+    graph, fused = model.graph, 0
+    for node in list(graph):
+        if node.op_type not in ("Conv", "MatMul") or node.domain not in ("", "ai.onnx"):
+            continue
+        y = node.outputs[0]
+        if not _single_consumer(y, graph):
+            continue
+        add = next(iter(y.uses())).node
+        bias = _bias_of(add, y)
+        if bias is None or add.graph is not graph:
+            continue
+        if node.op_type == "Conv":
+            w = _const(node.inputs[1])
+            if w is None:
+                continue
+            m = w.shape[0]
+            spatial = w.ndim - 2
+            if bias.size != m or bias.shape not in ((m,), (m,) + (1,) * spatial,
+                                                    (1, m) + (1,) * spatial):
+                continue
+            total = bias.reshape(m)
+            if len(node.inputs) > 2 and node.inputs[2] is not None:
+                old = _const(node.inputs[2])
+                if old is None:
+                    continue
+                total = total + old
+            new = ir.Node("", "Conv", [node.inputs[0], node.inputs[1],
+                                       _initializer(graph, total.astype(w.dtype), add.name)],
+                          node.attributes.values(), name=node.name)
+        else:
+            a, w = node.inputs
+            wc = _const(w)
+            if wc is None or wc.ndim != 2 or a.shape is None or len(a.shape) != 2 \
+                    or bias.ndim > 1 or bias.size != wc.shape[1] or model.opset_imports.get("", 0) < 7:
+                continue
+            new = ir.Node("", "Gemm", [a, w, _initializer(graph, bias.reshape(-1), add.name)],
+                          name=node.name)
+        graph.insert_before(node, new)
+        out = add.outputs[0]
+        new.outputs[0].name = None
+        ir.convenience.replace_all_uses_with(out, new.outputs[0], replace_graph_outputs=True)
+        new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = out.name, out.type, out.shape
+        graph.remove([add, node], safe=True)
+        fused += 1
+    return fused
+
+
+def _initializer(graph, array, name):
+    value = ir.Value(name=f"{name}.bias", type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=f"{name}.bias"))
+    graph.register_initializer(value)
+    return value
+
+
 def optimize(model, fold=True):
-    """Fold constants and remove dead code and Identity chains, in place."""
+    """Fold constants, fuse biases, remove dead code and Identity chains, in place."""
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
     for _ in range(8 if fold else 0):   # each round may reveal new static shapes
         common_passes.ShapeInferencePass(strict_mode=False)(model)
         if not fold_constants(model):
             break
+    if fold:
+        fuse_bias_into_conv_and_gemm(model)
     common_passes.IdentityEliminationPass()(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
