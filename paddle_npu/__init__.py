@@ -1,5 +1,7 @@
 """paddle_npu: PaddlePaddle exports -> ONNX -> NPU primitives, without importing Paddle."""
-from .errors import PaddleFormatError
+from .api import export
+from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError
+from .mappers import OpMapper, paddle_op, supported_ops
 
 __version__ = "0.1.0"
 
@@ -10,4 +12,5 @@ def load(model, params=None):
     return _load(model, params)
 
 
-__all__ = ["PaddleFormatError", "load", "__version__"]
+__all__ = ["ConversionError", "OpMapper", "PaddleFormatError", "UnsupportedOpsError", "export",
+           "load", "paddle_op", "supported_ops", "__version__"]

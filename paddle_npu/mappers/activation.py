@@ -8,7 +8,7 @@ _UNARY = {
     "relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
     "sqrt": "Sqrt", "abs": "Abs", "floor": "Floor", "ceil": "Ceil", "reciprocal": "Reciprocal",
     "sin": "Sin", "cos": "Cos", "erf": "Erf", "softsign": "Softsign", "sign": "Sign",
-    "logical_not": "Not", "round": "Round",
+    "round": "Round",
 }
 _NEEDS_OPSET = {"Sign": 9, "Erf": 9, "Round": 11}
 

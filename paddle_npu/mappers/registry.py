@@ -18,6 +18,7 @@ ENTRY_POINT_GROUP = "paddle_npu.mappers"
 _VERSION = re.compile(r"^version_(\d+)$")
 
 _mappers = {}          # paddle op type -> mapper class
+_builtin_loaded = False
 _entry_points_loaded = False
 
 
@@ -79,6 +80,10 @@ def unregister(op_type):
 
 
 def _load_builtin():
+    global _builtin_loaded
+    if _builtin_loaded:
+        return
+    _builtin_loaded = True   # set first: a failing family must not be re-imported half-way
     from . import builtin  # noqa: F401  (importing registers the built-in mappers)
 
 
