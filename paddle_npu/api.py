@@ -8,10 +8,11 @@ from .errors import ConversionError
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
 
-# paddle2onnx options we accept for compatibility, with the value that means "as usual".
-_P2O_DEFAULTS = {"enable_experimental_op": True, "deploy_backend": "onnxruntime",
-                 "calibration_file": "", "external_file": "", "export_fp16_model": False,
-                 "custom_op_info": None}
+# paddle2onnx.export options we accept for compatibility, with the value meaning "as usual".
+_P2O_NEUTRAL = {"dist_prim_all": (False,), "enable_experimental_op": (True, False),
+                "custom_op_info": (None, {}), "deploy_backend": ("onnxruntime",),
+                "calibration_file": ("",), "external_file": ("",), "export_fp16_model": (False,),
+                "optimize_tool": ("polygraphy", "onnxoptimizer", "None", None)}
 
 
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
@@ -42,50 +43,62 @@ def _initializer_bytes(model):
                if v.const_value is not None)
 
 
-def save_model(model, save_file):
-    """Write atomically: a temp file in the target folder, renamed when complete."""
-    import onnx_ir as ir
-
-    save_file = os.path.abspath(save_file)
-    folder = os.path.dirname(save_file)
+def _write_atomically(path, write):
+    """write(tmp_path) into a temp file beside `path`, renamed over it when complete."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    external = _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD
     fd, tmp = tempfile.mkstemp(prefix=".paddle_npu.", suffix=".onnx", dir=folder)
     os.close(fd)
-    data_name = os.path.basename(save_file) + ".data"
     try:
-        if external:
-            # The data file name is recorded inside the model: write it under its final name.
-            ir.save(model, tmp, external_data=data_name, size_threshold_bytes=1024)
-        else:
-            ir.save(model, tmp)
-        os.replace(tmp, save_file)
+        write(tmp)
+        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return save_file
+    return path
 
 
-def export(model_filename, params_filename=None, save_file=None, opset_version=None,
-           auto_upgrade_opset=True, verbose=False, enable_onnx_checker=True,
-           enable_optimize=True, **paddle2onnx_options):
-    """Convert a Paddle export to ONNX, like `paddle2onnx.export`.
+def save_model(model, save_file):
+    """Write an ir.Model; weights go to `<save_file>.data` when the model is over 2 GB."""
+    import onnx_ir as ir
+
+    if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        # The data file's name is recorded in the model: it is written under its final name.
+        data_name = os.path.basename(save_file) + ".data"
+        return _write_atomically(save_file, lambda tmp: ir.save(
+            model, tmp, external_data=data_name, size_threshold_bytes=1024))
+    data = ir.serde.serialize_model(model).SerializeToString()
+    return _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+
+
+def export(model_filename, params_filename=None, save_file=None, opset_version=7,
+           auto_upgrade_opset=True, dist_prim_all=False, verbose=False, enable_onnx_checker=True,
+           enable_experimental_op=True, enable_optimize=True, custom_op_info=None,
+           deploy_backend="onnxruntime", calibration_file="", external_file="",
+           export_fp16_model=False, optimize_tool="polygraphy"):
+    """Convert a Paddle export to ONNX; the signature of `paddle2onnx.export`.
 
     model_filename:   .pdmodel, PIR .json, __model__, or a model directory
     params_filename:  its params file ('' or None: the one Paddle wrote next to it)
-    save_file:        where to write the .onnx; None returns the serialized bytes
-    opset_version:    None picks the lowest opset covering the model; a number is used as
-                      is, or raised to what the model needs when auto_upgrade_opset is True
+    save_file:        where to write the .onnx (atomically); None: only return it
+    opset_version:    the opset to use; raised to what the model needs when
+                      auto_upgrade_opset (the default 7 thus means "the lowest that works")
+    Returns the serialized model (None when it went to external data, over 2 GB).
+    paddle2onnx options with no meaning here are accepted at their defaults and refused
+    otherwise, so nothing is silently ignored.
     """
     import onnx_ir as ir
 
     from .frontend import load
 
-    for key, value in paddle2onnx_options.items():
-        if key not in _P2O_DEFAULTS:
-            raise TypeError(f"export() got an unexpected keyword argument {key!r}")
-        if value != _P2O_DEFAULTS[key] and value not in ("", None):
+    given = {"dist_prim_all": dist_prim_all, "enable_experimental_op": enable_experimental_op,
+             "custom_op_info": custom_op_info, "deploy_backend": deploy_backend,
+             "calibration_file": calibration_file, "external_file": external_file,
+             "export_fp16_model": export_fp16_model, "optimize_tool": optimize_tool}
+    for key, value in given.items():
+        if value not in _P2O_NEUTRAL[key]:
             raise ConversionError(f"paddle2onnx option {key}={value!r} is not supported by "
                                   "paddle_npu; leave it at its default")
     program = load(model_filename, params_filename or None)
@@ -95,18 +108,25 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=N
         progress = lambda ops: progress_bar(ops, "converting", enabled=verbose or None)  # noqa: E731
     model, opset = convert_program(program, opset_version, auto_upgrade_opset,
                                    optimize=enable_optimize, progress=progress)
-    big = _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD
-    if save_file is None:
-        if big:
+    if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        if save_file is None:
             raise ConversionError("the model is over 2 GB: give save_file so that its weights "
                                   "can go to an external data file")
-        proto = ir.serde.serialize_model(model)
+        save_model(model, save_file)
         if enable_onnx_checker:
-            check_model(proto)
-        return proto.SerializeToString()
-    if enable_onnx_checker and not big:
-        check_model(ir.serde.serialize_model(model))
-    save_model(model, save_file)
-    if verbose:
-        print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
-    return None
+            import onnx
+            try:
+                onnx.checker.check_model(save_file)
+            except onnx.checker.ValidationError as exc:
+                os.remove(save_file)
+                raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
+        return None
+    proto = ir.serde.serialize_model(model)
+    if enable_onnx_checker:
+        check_model(proto)
+    data = proto.SerializeToString()
+    if save_file is not None:
+        _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+        if verbose:
+            print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
+    return data

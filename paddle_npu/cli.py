@@ -44,9 +44,11 @@ def _cmd_convert(args):
     if save_file is None:
         stem = os.path.splitext(os.path.basename(os.path.normpath(model)))[0]
         save_file = stem + ".onnx"
-    export(model, params, save_file, opset_version=args.opset_version,
+    export(model, params, save_file, opset_version=args.opset_version or 7,
            auto_upgrade_opset=args.enable_auto_update_opset,
-           enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose)
+           enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
+           dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
+           deploy_backend=args.deploy_backend)
     print(f"wrote {save_file}")
     if args.reference:
         return _report_agreement(save_file, args.reference, args.tolerance)
@@ -111,14 +113,18 @@ def build_parser():
                    help="recorded inputs/outputs (in_<name>, out_<i>) to check the result against")
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest max-abs-diff relative to the output scale for --reference")
-    p.add_argument("--verbose", action="store_true", help="progress bar and details")
+    p.add_argument("--verbose", action="store_const", const=True, help="progress bar and details")
     g = p.add_argument_group("paddle2onnx compatibility")
     g.add_argument("--model_dir")
     g.add_argument("--model_filename")
     g.add_argument("--params_filename")
-    g.add_argument("--save_file")
+    g.add_argument("--save_file", "-s")
+    g.add_argument("--enable_verbose", dest="verbose", type=_flag, default=False, metavar="BOOL")
+    g.add_argument("--enable_dist_prim_all", type=_flag, default=False, metavar="BOOL",
+                   help="accepted for compatibility; must stay False")
+    g.add_argument("--optimize_tool", default="polygraphy",
+                   help="accepted for compatibility: paddle_npu always folds constants itself")
     g.add_argument("--enable_dev_version", type=_flag, default=True, help=argparse.SUPPRESS)
-    g.add_argument("--enable_optimize", type=_flag, default=True, help=argparse.SUPPRESS)
     g.add_argument("--deploy_backend", default="onnxruntime", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_convert)
     return ap

@@ -1,0 +1,119 @@
+"""The paddle2onnx-compatible API and CLI: signature, outputs, options, failure modes."""
+import inspect
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import EXAMPLE, REAL_MODELS
+import paddle_npu
+from paddle_npu import ConversionError, PaddleFormatError, export
+from paddle_npu.compare import agreement, run_onnx
+
+LEGACY = os.path.join(EXAMPLE, "legacy", "model.pdmodel")
+LEGACY_PARAMS = os.path.join(EXAMPLE, "legacy", "model.pdiparams")
+REF = np.load(os.path.join(EXAMPLE, "reference_io.npz"))
+
+# paddle2onnx 2.1's export(), parameter for parameter (names, order, defaults).
+P2O_SIGNATURE = [
+    ("model_filename", inspect.Parameter.empty), ("params_filename", None), ("save_file", None),
+    ("opset_version", 7), ("auto_upgrade_opset", True), ("dist_prim_all", False),
+    ("verbose", False), ("enable_onnx_checker", True), ("enable_experimental_op", True),
+    ("enable_optimize", True), ("custom_op_info", None), ("deploy_backend", "onnxruntime"),
+    ("calibration_file", ""), ("external_file", ""), ("export_fp16_model", False),
+    ("optimize_tool", "polygraphy")]
+
+
+def test_export_signature_is_paddle2onnx_s():
+    params = list(inspect.signature(export).parameters.values())
+    assert [p.name for p in params] == [n for n, _ in P2O_SIGNATURE]
+    for p, (_, default) in zip(params[2:], P2O_SIGNATURE[2:]):
+        assert p.default == default, p.name
+
+
+def _check(onnx_bytes):
+    _, (out,) = run_onnx(onnx_bytes, {"x": REF["in_x"]})
+    assert agreement(out, REF["out_0"])["rel_diff"] < 1e-5
+
+
+def test_positional_call_returns_bytes_and_writes_file(tmp_path):
+    data = export(LEGACY, LEGACY_PARAMS)
+    _check(data)
+    target = tmp_path / "sub" / "m.onnx"
+    again = export(LEGACY, LEGACY_PARAMS, str(target), 11)
+    assert target.read_bytes() == again
+    assert onnx.load(str(target)).opset_import[0].version == 11
+    assert [p.name for p in tmp_path.joinpath("sub").iterdir()] == ["m.onnx"]
+
+
+def test_params_filename_empty_means_the_one_next_to_the_model():
+    _check(export(LEGACY, ""))
+
+
+def test_options_with_no_meaning_here_are_refused_not_ignored():
+    with pytest.raises(ConversionError, match="export_fp16_model=True is not supported"):
+        export(LEGACY, "", export_fp16_model=True)
+    _check(export(LEGACY, "", deploy_backend="onnxruntime", optimize_tool="onnxoptimizer"))
+
+
+def test_failed_conversion_leaves_no_file(tmp_path):
+    target = tmp_path / "out.onnx"
+    with pytest.raises(ConversionError):
+        export(LEGACY, "", str(target), opset_version=7, auto_upgrade_opset=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_model_file_is_a_format_error(tmp_path):
+    bad = tmp_path / "model.pdmodel"
+    bad.write_bytes(b"\x0a\xff\xff\xff")
+    with pytest.raises(PaddleFormatError, match="model.pdmodel"):
+        export(str(bad), "")
+
+
+def test_big_models_go_to_external_data(tmp_path, monkeypatch):
+    """Above the protobuf limit the weights go to <file>.data (threshold lowered to test it)."""
+    monkeypatch.setattr(paddle_npu.api, "EXTERNAL_DATA_THRESHOLD", 1000)
+    target = tmp_path / "big.onnx"
+    assert export(LEGACY, "", str(target)) is None
+    assert (tmp_path / "big.onnx.data").stat().st_size > 20000
+    assert target.stat().st_size < 20000
+    _check(str(target))
+    with pytest.raises(ConversionError, match="give save_file"):
+        export(LEGACY, "")
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "paddle_npu", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_cli_paddle2onnx_flags(tmp_path):
+    d = os.path.join(REAL_MODELS, "ch_ppocr_mobile_v2.0_cls")
+    res = cli("convert", "--model_dir", d, "--model_filename", "inference.pdmodel",
+              "--params_filename", "inference.pdiparams", "--save_file", tmp_path / "m.onnx",
+              "--opset_version", "11", "--enable_auto_update_opset", "True",
+              "--enable_onnx_checker", "True", "--reference", os.path.join(d, "reference_io.npz"))
+    assert res.returncode == 0, res.stderr
+    assert "agrees with" in res.stdout
+    assert onnx.load(str(tmp_path / "m.onnx")).opset_import[0].version == 11
+
+
+def test_cli_plain_form_and_reference_mismatch_exit_code(tmp_path):
+    res = cli("convert", LEGACY, "-o", tmp_path / "a.onnx",
+              "--reference", os.path.join(EXAMPLE, "reference_io.npz"))
+    assert res.returncode == 0 and "agrees with" in res.stdout, res.stderr
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, in_x=REF["in_x"], out_0=REF["out_0"] + 1.0)
+    res = cli("convert", LEGACY, "-o", tmp_path / "b.onnx", "--reference", wrong)
+    assert res.returncode == 1 and "DISAGREES" in res.stdout
+
+
+def test_cli_refusal_is_exit_2_without_traceback(tmp_path):
+    res = cli("convert", LEGACY, "-o", tmp_path / "c.onnx", "--opset", "7",
+              "--enable_auto_update_opset", "False")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "needs opset >= 9" in res.stderr
+    assert not (tmp_path / "c.onnx").exists()
