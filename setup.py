@@ -13,7 +13,7 @@ setup(
         "numpy>=1.22",
         "protobuf>=4.21",
         "onnx>=1.14",
-        "onnx-ir>=0.1.10",
+        "onnx-ir>=0.1.16,<0.2",   # 0.2+ imports sympy at start-up: +1 s on every command
         "ml_dtypes>=0.2",
     ],
     extras_require={

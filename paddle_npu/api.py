@@ -27,13 +27,18 @@ def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimi
     return model, opset
 
 
-def check_model(proto):
-    """onnx.checker and strict shape inference; a ConversionError names what failed."""
+def check_model(data):
+    """onnx.checker and strict shape inference on serialized model bytes.
+
+    Works on the bytes we write anyway: the Python wrappers would re-serialize (and parse
+    back) the whole model, weights included, which costs more than the checks themselves.
+    """
     import onnx
+    from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 
     try:
-        onnx.checker.check_model(proto)
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+        onnx.checker.check_model(data)
+        c_shape_inference.infer_shapes(data, True, True, False)   # check_type, strict_mode
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
 
@@ -121,10 +126,9 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
         return None
-    proto = ir.serde.serialize_model(model)
+    data = ir.serde.serialize_model(model).SerializeToString()
     if enable_onnx_checker:
-        check_model(proto)
-    data = proto.SerializeToString()
+        check_model(data)
     if save_file is not None:
         _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
         if verbose:
