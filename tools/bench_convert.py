@@ -52,21 +52,28 @@ def node_count(path):
     return count(onnx.load(path, load_external_data=False).graph)
 
 
-def latency(path, feeds, iters):
+def _session(path, feeds):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     names = {i.name for i in sess.get_inputs()}
-    feeds = {k: v for k, v in feeds.items() if k in names}
-    sess.run(None, feeds)
-    times = []
+    return sess, {k: v for k, v in feeds.items() if k in names}
+
+
+def latencies(paths, feeds, iters):
+    """{path: (median seconds, outputs)}, the sessions timed in alternation so that both
+    see the same machine load."""
+    runs = {p: _session(p, feeds) for p in paths}
+    outs = {p: sess.run(None, f) for p, (sess, f) in runs.items()}   # warm-up
+    times = {p: [] for p in paths}
     for _ in range(iters):
-        t = time.perf_counter()
-        outs = sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), outs
+        for p, (sess, f) in runs.items():
+            t = time.perf_counter()
+            sess.run(None, f)
+            times[p].append(time.perf_counter() - t)
+    return {p: (statistics.median(times[p]), outs[p]) for p in paths}
 
 
 def main():
@@ -118,19 +125,23 @@ def main():
             ref = np.load(os.path.join(info["dir"], "reference.npz"))
             feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
             row = {"model": name, "format": fmt, "ours": status["ours"], "p2o": status["p2o"]}
-            for who, path, acc in (("ours", mine, ours_t), ("p2o", theirs, p2o_t)):
-                if not acc:
-                    continue
+            converted = [(who, path, acc) for who, path, acc in
+                         (("ours", mine, ours_t), ("p2o", theirs, p2o_t)) if acc]
+            for who, path, acc in converted:
                 row[f"{who}_s"] = statistics.median(a for a, _ in acc)
                 row[f"{who}_rss_mb"] = statistics.median(b for _, b in acc) / 2**20
                 row[f"{who}_nodes"] = node_count(path)
-                try:
-                    row[f"{who}_lat_ms"], outs = latency(path, feeds, args.iters)
-                    row[f"{who}_lat_ms"] *= 1e3
+            try:
+                lat = latencies([path for _, path, _ in converted], feeds, args.iters)
+            except Exception as exc:  # a model a runtime cannot load is a result too
+                lat = {}
+                row["ours"] += f" (ort: {str(exc).splitlines()[0][:50]})"
+            for who, path, _ in converted:
+                if path in lat:
+                    secs, outs = lat[path]
+                    row[f"{who}_lat_ms"] = secs * 1e3
                     row[f"{who}_rel_diff"] = max(agreement(o, ref[f"out_{i}"])["rel_diff"]
                                                  for i, o in enumerate(outs))
-                except Exception as exc:  # a model one runtime cannot load is a result too
-                    row[who] = f"ort: {str(exc).splitlines()[0][:50]}"
             rows.append(row)
             _print_row(row, header=len(rows) == 1)
     _print_summary(rows)
