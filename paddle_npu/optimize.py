@@ -12,8 +12,10 @@ from onnx_ir.passes import common as common_passes
 # Folding a node whose output is much bigger than its inputs (Expand, Tile,
 # ConstantOfShape) would bloat the file: keep those unless the result is small.
 _MAX_GROWTH_BYTES = 1 << 20
+# DequantizeLinear stays: the QDQ pair is how a quantized model tells runtimes its scales
+# (a constant weight's QuantizeLinear does fold, into the int8 weight).
 _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-               "Multinomial", "Bernoulli", "If", "Loop", "Scan"}
+               "Multinomial", "Bernoulli", "If", "Loop", "Scan", "DequantizeLinear"}
 
 
 def _const(value):
@@ -163,6 +165,22 @@ def _initializer(graph, array, name):
     return value
 
 
+class _IdentityElimination(common_passes.IdentityEliminationPass):
+    """onnx_ir's pass, keeping the Identity that makes a value of an enclosing graph an output
+    of an If branch or Loop body (ONNX wants graph outputs produced inside the graph), or
+    that keeps two graph outputs apart (onnxruntime fails on a sub-graph listing a value
+    twice)."""
+
+    def _try_eliminate_identity_node(self, node):
+        if node.op_type == "Identity" and node.inputs and node.inputs[0] is not None \
+                and node.outputs[0].is_graph_output():
+            x = node.inputs[0]
+            owner = x.producer().graph if x.producer() is not None else x.graph
+            if owner is not node.graph or x.is_graph_output():
+                return False
+        return super()._try_eliminate_identity_node(node)
+
+
 def optimize(model, fold=True):
     """Fold constants, fuse biases, remove dead code and Identity chains, in place."""
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
@@ -172,7 +190,7 @@ def optimize(model, fold=True):
             break
     if fold:
         fuse_bias_into_conv_and_gemm(model)
-    common_passes.IdentityEliminationPass()(model)
+    _IdentityElimination()(model)
     common_passes.RemoveUnusedNodesPass()(model)
     common_passes.RemoveUnusedFunctionsPass()(model)
     common_passes.RemoveUnusedOpsetsPass()(model)
@@ -188,5 +206,6 @@ def _drop_partial_value_info(model):
     io = set(model.graph.inputs) | set(model.graph.outputs)
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         for value in node.outputs:
-            if value not in io and value.shape is None:
+            # (If branch / Loop body outputs keep theirs: their graph declares them)
+            if value not in io and value.shape is None and not value.is_graph_output():
                 value.type = None

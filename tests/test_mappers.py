@@ -69,6 +69,19 @@ def test_op_case(case_exports, name, fmt, opset):
         assert a["rel_diff"] <= c.tolerance, f"output {i}: {a}"
 
 
+@pytest.mark.skipif("qdq_weight_per_channel" not in CASES, reason="case module not loaded")
+def test_quantized_weights_stay_int8_behind_dequantize_linear(case_exports):
+    import onnx
+    from onnx import numpy_helper
+
+    model_file = os.path.join(_case_dir(case_exports, "qdq_weight_per_channel", "pir"), "model.json")
+    proto = onnx.load_from_string(export(model_file, opset_version=13))
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and inits[dq[0].input[0]].dtype == np.int8
+    assert [n.op_type for n in proto.graph.node].count("QuantizeLinear") == 0
+
+
 @pytest.mark.skipif(bool(os.environ.get("OPCASE_MODULES")), reason="only some case modules loaded")
 def test_every_registered_mapper_has_a_case():
     exercised = {t for c in CASES.values() for t in c.ops} | set(COVERED_BY_REAL_MODELS)

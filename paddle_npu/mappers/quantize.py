@@ -1,0 +1,114 @@
+"""Quantized models: Paddle's quantize_linear / dequantize_linear -> ONNX QDQ.
+
+Facts (checked against Paddle's executor in tests/opcases_quantize.py): Paddle's `Scale` is
+the absolute maximum of the range, so the ONNX scale is Scale / (2^(bit_length-1) - 1).
+round_type 0 rounds half to even and saturates to [qmin, qmax], exactly QuantizeLinear;
+round_type 1 clips x to [-Scale, Scale] and rounds half away from zero: we clip the same way,
+and exact .5 ties then round to even (one step apart, on a set of measure zero).
+"""
+import numpy as np
+
+from .common import reshape
+from .registry import paddle_op
+
+
+def _bin_count(op):
+    return float((1 << (int(op.attr("bit_length", 8)) - 1)) - 1)
+
+
+def _per_axis(op):
+    return op.attr("quant_axis", -1) not in (None, -1)
+
+
+def _check(op):
+    if int(op.attr("bit_length", 8)) != 8:
+        return f"bit_length={op.attr('bit_length')} (only 8-bit quantization maps to ONNX int8)"
+    return None
+
+
+def _onnx_scale(ctx, op):
+    """Scale / bin_count as float32: a scalar per tensor, 1-D per axis."""
+    bins = _bin_count(op)
+    const = ctx.constant_input(op, "Scale")
+    if const is not None:
+        s = (np.asarray(const, np.float32) / np.float32(bins)).astype(np.float32)
+        return ctx.const(s.reshape(-1) if _per_axis(op) else s.reshape(()))
+    s = ctx.op.Div(ctx.input(op, "Scale"), ctx.const(np.asarray(bins, np.float32)))
+    return s if _per_axis(op) else reshape(ctx, s, [])
+
+
+def _zero_point(ctx, op):
+    if not ctx.has_input(op, "ZeroPoint"):
+        return None
+    const = ctx.constant_input(op, "ZeroPoint")
+    if const is not None:
+        z = np.rint(np.asarray(const, np.float64)).astype(np.int8)
+        return ctx.const(z.reshape(-1) if _per_axis(op) else z.reshape(()))
+    z = ctx.op.Cast(ctx.op.Round(ctx.input(op, "ZeroPoint")), to=3)   # INT8
+    return z if _per_axis(op) else reshape(ctx, z, [])
+
+
+def _axis_attr(op):
+    return {"axis": int(op.attr("quant_axis"))} if _per_axis(op) else {}
+
+
+@paddle_op("quantize_linear")
+class QuantizeLinear:
+    @classmethod
+    def check(cls, op):
+        return _check(op)
+
+    @classmethod
+    def required_opset(cls, op):
+        return 13 if _per_axis(op) else 10
+
+    @classmethod
+    def version_10(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if op.attr("only_observer", False):   # calibration-only: passes x through
+            return ctx.set_output(op, "Y", x)
+        scale = _onnx_scale(ctx, op)
+        zp = _zero_point(ctx, op)
+        qmin, qmax = op.attr("qmin", -128), op.attr("qmax", 127)
+        if op.attr("round_type", 0) == 1 or (qmin, qmax) != (-128, 127):
+            lo = -_bin_count(op) if op.attr("round_type", 0) == 1 else qmin
+            hi = _bin_count(op) if op.attr("round_type", 0) == 1 else qmax
+            # clip in the float domain: [lo, hi] steps of the ONNX scale
+            x = ctx.op.Min(ctx.op.Max(x, ctx.op.Mul(scale, ctx.const(np.float32(lo)))),
+                           ctx.op.Mul(scale, ctx.const(np.float32(hi))))
+        if zp is None:
+            zp = ctx.const(np.zeros(() if not _per_axis(op) else
+                                    (ctx.shape(op, "Scale") or [1])[0], np.int8))
+        ctx.set_output(op, "Y", ctx.op.QuantizeLinear(x, scale, zp, **_axis_attr(op)))
+
+
+@paddle_op("dequantize_linear")
+class DequantizeLinear:
+    @classmethod
+    def check(cls, op):
+        return _check(op)
+
+    @classmethod
+    def required_opset(cls, op):
+        return 13 if _per_axis(op) else 10
+
+    @classmethod
+    def version_10(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if op.attr("only_observer", False):
+            return ctx.set_output(op, "Y", x)
+        scale = _onnx_scale(ctx, op)
+        zp = _zero_point(ctx, op)
+        const = ctx.constant_input(op, "X")
+        if const is not None:    # stored weights: keep them int8 in the model
+            x = ctx.const(np.rint(np.asarray(const, np.float64)).astype(np.int8))
+        elif x.producer() is None or x.producer().op_type != "QuantizeLinear":
+            # Paddle carries quantized values in float tensors; ONNX wants int8
+            x = ctx.op.Cast(ctx.op.Round(x), to=3)
+        args = [x, scale] + ([zp] if zp is not None else [])
+        y = ctx.op.DequantizeLinear(*args, **_axis_attr(op))
+        dt = ctx.out_dtype(op, "Y")
+        if dt and dt != "float32":
+            from .common import cast
+            y = cast(ctx, y, dt)
+        ctx.set_output(op, "Y", y)
