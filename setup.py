@@ -15,12 +15,12 @@ setup(
         "onnx>=1.14",
         "onnx-ir>=0.1.16,<0.2",   # 0.2+ imports sympy at start-up: +1 s on every command
         "ml_dtypes>=0.2",
+        "onnxruntime>=1.17",      # verification (convert --reference, lower --verify)
     ],
     extras_require={
         "test": [
             "pytest>=7",
             "hypothesis>=6",
-            "onnxruntime>=1.17",
             "paddlepaddle==3.3.1",
             "grpcio-tools>=1.60",
             "scikit-learn>=1.3",
