@@ -211,7 +211,9 @@ class ExportContext:
         """Convert a Paddle block into an ONNX graph (If branches, Loop bodies).
 
         inputs:  [(paddle var name or None, ir.Value)] graph inputs, bound in the block's scope
-        outputs: [paddle var name or ir.Value] graph outputs, looked up after conversion
+                 (an unnamed Value is named after the var)
+        outputs: [paddle var name, ir.Value, or a callable returning an ir.Value] graph outputs,
+                 looked up (or called, to emit nodes in the sub-graph) after conversion
         Values of enclosing graphs are used directly, as ONNX allows.
         """
         self._scopes.append({})
@@ -219,16 +221,28 @@ class ExportContext:
         saved = self._current
         try:
             for var_name, value in inputs:
+                if value.name is None:
+                    value.name = self._unique_value_name(var_name or f"{name}_in")
                 if var_name is not None:
                     self.bind(var_name, value)
             self.convert_ops(block.ops)
+            self._current = saved
             outs = []
             for out in outputs:
+                if callable(out):
+                    out = out()
                 value = out if isinstance(out, ir.Value) else self.lookup(out)
-                if value.producer() is None or value.producer() not in self._graphs[-1]:
-                    value = self.op.Identity(value)  # a graph output must be produced inside it
+                if value.producer() is None or value.producer() not in self._graphs[-1] \
+                        or value in outs:   # produced inside the graph, and listed once
+                    typed, value = value, self.op.Identity(value)
+                    value.type = typed.type   # (a sequence's type can't be inferred back)
                 outs.append(value)
             nodes = self._graphs[-1]
+            for node in nodes:   # named here: each ir.Graph would name them val_0, val_1, ...
+                for k, out in enumerate(node.outputs):
+                    if out.name is None:
+                        out.name = self._unique_value_name(
+                            node.name if len(node.outputs) == 1 else f"{node.name}:{k}")
         finally:
             self._current = saved
             self._graphs.pop()
@@ -309,10 +323,12 @@ def program_to_onnx(program, opset, progress=None):
         value = ctx.lookup(name)
         if value.name != name or value in outputs or value in graph_inputs or value.const_value is not None:
             value = ctx.op.Identity(value)   # the output must carry the Paddle name
-            value.name = name
+            # (unless the program overwrote an input in place, as legacy while loops do: the
+            # input keeps the name)
+            value.name = ctx._unique_value_name(name) if name in program.inputs else name
         outputs.append(value)
-    for value in outputs:   # declared from the Program; shape inference may refine them
-        var = program.var(value.name)
+    for name, value in zip(program.outputs, outputs):   # declared from the Program; shape
+        var = program.var(name)                         # inference may refine them
         if var is not None and var.dtype is not None and value.type is None:
             value.type = ir.TensorType(onnx_dtype(var.dtype))
         if var is not None and var.shape is not None and value.shape is None:
@@ -323,6 +339,12 @@ def program_to_onnx(program, opset, progress=None):
                      initializers=list(ctx.initializers.values()),
                      opset_imports={"": opset}, name="paddle_npu")
     ctx.name_anonymous_values(graph)
+    # An output carries its Paddle name; a value the program overwrote in place held it first.
+    named = {v.name: v for v in outputs}
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for v in node.outputs:
+            if v.name in named and named[v.name] is not v:
+                v.name = ctx._unique_value_name(v.name)
     from . import __version__
     return ir.Model(graph, ir_version=_IR_VERSION[opset], producer_name="paddle_npu",
                     producer_version=__version__)
