@@ -148,3 +148,8 @@ for _name, (_xs, _ys, _tx, _ty) in {
 
 case("linear", {"x": ((None, 7), "float32")}, ["matmul_v2", "elementwise_add"])(
     lambda paddle: paddle.nn.Linear(7, 3))
+
+VOL = {"x": ((None, 2, 5, 6, 6), "float32")}
+case("conv3d", VOL, ["conv3d"])(lambda paddle: paddle.nn.Conv3D(2, 3, 3, padding=1))
+case("conv3d_stride_groups", VOL, ["conv3d"])(
+    lambda paddle: paddle.nn.Conv3D(2, 4, (1, 3, 3), stride=(1, 2, 2), groups=2))

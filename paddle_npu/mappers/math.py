@@ -155,7 +155,7 @@ def _scale_bias(ctx, x, scale, bias, bias_after_scale, dtype):
     return x
 
 
-@paddle_op("sum", "add_n")
+@paddle_op("sum")   # PIR add_n arrives as sum
 class Sum:
     @classmethod
     def version_8(cls, ctx, op):

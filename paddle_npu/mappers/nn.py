@@ -40,7 +40,7 @@ def _channel_bias(ctx, b, n_spatial):
     return unsqueeze(ctx, b, list(range(1, 1 + n_spatial)))
 
 
-@paddle_op("batch_norm", "sync_batch_norm")
+@paddle_op("batch_norm")
 class BatchNorm:
     @classmethod
     def check(cls, op):
@@ -57,7 +57,9 @@ class BatchNorm:
 class Pool2d:
     @classmethod
     def check(cls, op):
-        return _nchw_only(op)
+        from .vision import _var_shape, avg_pool_problem
+        shape = _var_shape(op, "X")
+        return _nchw_only(op) or avg_pool_problem(op, shape[2:] if shape else None)
 
     @classmethod
     def required_opset(cls, op):
@@ -97,8 +99,8 @@ class Pool2d:
         if kind == "max":
             y = ctx.op.MaxPool(x, **attrs)
         else:
-            exclusive = op.attr("exclusive", True)
-            y = ctx.op.AveragePool(x, count_include_pad=0 if exclusive else 1, **attrs)
+            from .vision import avg_pool   # Paddle's divisor for exclusive=False
+            y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, ctx.dtype(op, "X"))
         ctx.set_output(op, "Out", y)
 
 
