@@ -2,35 +2,45 @@
 """Generate paddle_npu/frontend/pir_compat.json: how Paddle's PIR ops relate to legacy ops.
 
     /work/venv/bin/python tools/gen_pir_compat.py [--out PATH] [--verbose]
+    /work/venv/bin/python tools/gen_pir_compat.py --only pool2d conv2d   (print, no file)
 
 A PIR `model.json` records each op's operands and results only by position and
 drops the legacy slot names (`Input`, `Filter`, ...); some legacy attributes
 became operands fed by `pd_op.full_int_array` / `pd_op.full`. The reader needs
-tables to give PIR ops their legacy shape. Every entry here is learned from
-Paddle itself, nothing is typed in by hand:
+tables to give PIR ops their legacy shape. Every entry is learned from Paddle
+itself; nothing is typed in by hand:
 
 1. For each legacy op type in Paddle's OpProto registry, build a one-op legacy
    program and run Paddle's own legacy->PIR translator
-   (`translate_to_pir_with_param_map`). The var -> value map tells which PIR
+   (`translate_to_pir_with_param_map`). Its var -> value map tells which PIR
    operand carries which legacy input slot and which PIR result carries which
-   legacy output slot. The PIR op itself reports its operand/result/attribute
-   names (`get_input_names()` etc.).
-2. Each legacy attribute that has no same-named PIR attribute is perturbed and
+   legacy output slot; the PIR op reports its operand/result/attribute names
+   (`get_input_names()` etc.).
+2. Each legacy attribute without a same-named PIR attribute is perturbed and
    the program translated again: the PIR attribute, or the constant feeding a
-   PIR operand, that changes is what that legacy attribute became.
+   PIR operand, that now holds the new value is what the legacy attribute
+   became (a rename, or a fold). Where perturbing breaks Paddle's shape
+   inference, a unique equal value decides (ties broken by similar names).
 3. Dispensable legacy inputs (`ShapeTensor`, `StartsTensor`, ...) are added one
-   at a time to learn which PIR operand takes them when they are tensors.
-4. Real models are exported with `paddle.jit.save` (PIR) and loaded back, to
-   record the operand names of PIR ops that the translator never produces
-   (e.g. `shape64`, `full_with_tensor`, in-place `relu_`).
+   at a time: the PIR operand that takes them when they are tensors.
+4. Variants that translate to another PIR op become entries of their own:
+   tril_triu(lower=True) -> pd_op.tril, split(sections) -> pd_op.split, the
+   in-place form (first output written into the first input) -> `relu_`.
+5. Several legacy types may translate to one PIR op (elementwise_add and
+   grad_add -> pd_op.add): the one Paddle writes into .pdmodel files wins, seen
+   by exporting the small models below with PIR off (FLAGS_enable_pir_api=0).
+6. The same models exported with PIR on name the PIR ops the translator never
+   emits (shape64, full_with_tensor, assign_value_, ...).
 
-`HINTS` below only helps step 1 build a legacy op that passes Paddle's shape
-inference (input shapes/dtypes, values for attributes without defaults); it
-does not decide any mapping.
+Paddle's shape inference segfaults on a few ops, so step 1-4 run in child
+processes. `HINTS` only helps build legacy ops that pass shape inference
+(input shapes/dtypes, values for attributes without defaults, extra variants);
+it decides no mapping.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -41,6 +51,7 @@ os.environ.setdefault("GLOG_minloglevel", "3")
 
 import paddle  # noqa: E402
 from paddle.base import core, framework, libpaddle  # noqa: E402
+from paddle.pir.core import vartype_to_datatype  # noqa: E402
 from paddle.pir_utils import OldIrGuard  # noqa: E402
 
 paddle.enable_static()
@@ -76,13 +87,15 @@ HINTS = {
     "pool3d": {"in": {"X": ([2, 3, 4, 8, 8], F32)}, "attrs": {"ksize": [2, 2, 2]}},
     "pool2d": {"attrs": {"ksize": [2, 2]}},
     "batch_norm": {"in": {"X": IMG, "Scale": ([3], F32), "Bias": ([3], F32),
-                          "Mean": ([3], F32), "Variance": ([3], F32)}},
+                          "Mean": ([3], F32), "Variance": ([3], F32)},
+                   "alias": {"MeanOut": "Mean", "VarianceOut": "Variance"}},
     "sync_batch_norm": {"in": {"X": IMG, "Scale": ([3], F32), "Bias": ([3], F32),
-                               "Mean": ([3], F32), "Variance": ([3], F32)}},
+                               "Mean": ([3], F32), "Variance": ([3], F32)},
+                        "alias": {"MeanOut": "Mean", "VarianceOut": "Variance"}},
     "instance_norm": {"in": {"X": IMG, "Scale": ([3], F32), "Bias": ([3], F32)}},
     "group_norm": {"in": {"X": IMG, "Scale": ([3], F32), "Bias": ([3], F32)}, "attrs": {"groups": 3}},
     "layer_norm": {"in": {"X": IMG, "Scale": ([64], F32), "Bias": ([64], F32)}, "attrs": {"begin_norm_axis": 2}},
-    "affine_channel": {"in": {"X": IMG, "Scale": ([3], F32), "Bias": ([3], F32)}},
+    "affine_channel": {"in": {"X": IMG, "Scale": ([8], F32), "Bias": ([8], F32)}, "attrs": {"data_layout": "NHWC"}},
     "prelu": {"in": {"X": IMG, "Alpha": ([1], F32)}, "attrs": {"mode": "all"}},
     "lookup_table_v2": {"in": {"Ids": ([2, 5], "int64"), "W": ([10, 4], F32)}},
     "lookup_table": {"in": {"Ids": ([2, 5, 1], "int64"), "W": ([10, 4], F32)}},
@@ -115,12 +128,13 @@ HINTS = {
     "clip_by_norm": {"attrs": {"max_norm": 1.0}},
     "pad": {"in": {"X": ([2, 3], F32)}, "attrs": {"paddings": [1, 1, 2, 2]}},
     "pad2d": {"attrs": {"paddings": [1, 1, 2, 2]}},
-    "pad3d": {"attrs": {"paddings": [1, 1, 2, 2, 0, 0]}},
+    "pad3d": {"in": {"X": ([2, 3, 4, 8, 8], F32)}, "attrs": {"paddings": [1, 1, 2, 2, 0, 0]}},
     "slice": {"attrs": {"axes": [2, 3], "starts": [1, 2], "ends": [5, 6], "infer_flags": [1, 1]}},
     "strided_slice": {"attrs": {"axes": [2, 3], "starts": [1, 2], "ends": [5, 6], "strides": [1, 2],
                                 "infer_flags": [1, 1]}},
-    "set_value": {"in": {"Input": IMG, "ValueTensor": ([2, 3, 4, 8], F32)},
-                  "attrs": {"axes": [2], "starts": [0], "ends": [4], "steps": [1]}},
+    "set_value": {"in": {"Input": IMG},
+                  "attrs": {"axes": [2], "starts": [0], "ends": [4], "steps": [1], "shape": [1],
+                            "fp32_values": [1.5], "dtype": 5}},
     "expand_v2": {"attrs": {"shape": [2, 3, 8, 8]}},
     "expand": {"attrs": {"expand_times": [1, 1, 1, 2]}},
     "expand_as_v2": {"in": {"X": ([3, 8, 8], F32), "Y": IMG}, "attrs": {"target_shape": [2, 3, 8, 8]}},
@@ -134,7 +148,8 @@ HINTS = {
     "unsqueeze2": {"attrs": {"axes": [1]}},
     "unsqueeze": {"attrs": {"axes": [1]}},
     "flatten_contiguous_range": {"attrs": {"start_axis": 1, "stop_axis": 3}},
-    "split": {"attrs": {"num": 3, "axis": 1}, "out": {"Out": 3}},
+    "split": {"attrs": {"num": 3, "axis": 1}, "out": {"Out": 3},
+              "variants": [{"attrs": {"num": 0, "sections": [1, 2]}}]},
     "unbind": {"attrs": {"axis": 1}, "out": {"Out": 3}},
     "unstack": {"attrs": {"axis": 1, "num": 3}, "out": {"Y": 3}},
     "concat": {"attrs": {"axis": 1}},
@@ -149,8 +164,8 @@ HINTS = {
     "eye": {"attrs": {"num_rows": 3, "num_columns": 3, "dtype": 5}},
     "gaussian_random": {"attrs": {"shape": [2, 3], "dtype": 5}},
     "uniform_random": {"attrs": {"shape": [2, 3], "dtype": 5}},
-    "matmul": {"in": {"X": ([2, 3, 4], F32), "Y": ([2, 4, 5], F32)}},
-    "matmul_v2": {"in": {"X": ([2, 3, 4], F32), "Y": ([2, 4, 5], F32)}},
+    "matmul": {"in": {"X": ([2, 4, 4], F32), "Y": ([2, 4, 4], F32)}},
+    "matmul_v2": {"in": {"X": ([2, 4, 4], F32), "Y": ([2, 4, 4], F32)}},
     "mul": {"in": {"X": ([2, 4], F32), "Y": ([4, 5], F32)}},
     "bmm": {"in": {"X": ([2, 3, 4], F32), "Y": ([2, 4, 5], F32)}},
     "addmm": {"in": {"Input": ([3, 5], F32), "X": ([3, 4], F32), "Y": ([4, 5], F32)}},
@@ -195,6 +210,7 @@ HINTS = {
     "lrn": {"attrs": {"n": 5}},
     "increment": {"in": {"X": ([1], F32)}, "attrs": {"step": 1.0}},
     "share_data": {},
+    "assign": {"in": {"X": IMG}},
     "elementwise_add": {"attrs": {"axis": -1}},
 }
 for _t in ("relu", "relu6", "sigmoid", "tanh", "hard_swish", "hard_sigmoid", "swish", "leaky_relu",
@@ -212,6 +228,11 @@ DUMMY = {0: 1, 1: 1.0, 2: "", 3: [1], 4: [1.0], 5: [], 6: False, 7: [], 9: 1, 11
          12: [1.0], 15: 1.0}
 
 
+def present(v):
+    """An operand that is set (PIR Values must not be used as booleans)."""
+    return v is not None and v.initialized()
+
+
 def value_key(v):
     """A hashable identity for a PIR value (Value's == builds an op in PIR)."""
     op = v.get_defining_op()
@@ -220,7 +241,7 @@ def value_key(v):
 
 def const_repr(v, depth=0):
     """repr of the constant feeding an operand, or None when it is no constant."""
-    op = v.get_defining_op() if v is not None and v.initialized() else None
+    op = v.get_defining_op() if present(v) else None
     if op is None or op.name() not in CONSTANT_OPS or depth > 3:
         return None
     if op.name() == "builtin.combine":
@@ -229,11 +250,55 @@ def const_repr(v, depth=0):
     return repr(sorted((k, repr(a)) for k, a in op.attrs().items() if k != "stop_gradient"))
 
 
+def const_value(v):
+    """The Python value of a constant operand (full_int_array / full / combine of fulls)."""
+    op = v.get_defining_op() if present(v) else None
+    if op is None:
+        return None
+    if op.name() == "builtin.combine":
+        parts = [const_value(o.source()) for o in op.operands()]
+        return None if any(p is None for p in parts) else [x for p in parts for x in (p if isinstance(p, list) else [p])]
+    if op.name() in ("pd_op.full_int_array", "pd_op.full"):
+        return op.attrs().get("value")
+    return None
+
+
+def carries(legacy, pir):
+    """Does a PIR attribute/constant hold exactly this legacy attribute value?
+    (ints vs floats, a scalar vs a 1-element list, a VarType code vs a DataType)"""
+    if isinstance(legacy, bool) or isinstance(pir, bool):
+        return isinstance(legacy, bool) and isinstance(pir, bool) and legacy == pir
+    if isinstance(legacy, int) and type(pir).__name__ == "DataType":
+        try:
+            return vartype_to_datatype[core.VarDesc.VarType(legacy)] == pir
+        except (KeyError, ValueError, TypeError):
+            return False
+    if isinstance(legacy, (int, float)) and isinstance(pir, (int, float)):
+        return abs(float(legacy) - float(pir)) <= 1e-6 * max(1.0, abs(float(legacy)))
+    if isinstance(legacy, (int, float)) and isinstance(pir, list) and len(pir) == 1:
+        return carries(legacy, pir[0])
+    if isinstance(legacy, list) and isinstance(pir, list):
+        return len(legacy) == len(pir) and all(carries(a, b) for a, b in zip(legacy, pir))
+    if isinstance(legacy, str) and isinstance(pir, str):
+        return legacy == pir
+    return False
+
+
+def similar_names(a, b):
+    """'sparse' ~ 'is_sparse', 'keepdim' ~ 'keep_dim': a tie-breaker for equal values."""
+    a, b = a.replace("_", "").lower(), b.replace("_", "").lower()
+    for pre in ("is", "use"):
+        a, b = a[len(pre):] if a.startswith(pre) else a, b[len(pre):] if b.startswith(pre) else b
+    return a in b or b in a
+
+
 class Case:
     """One legacy op built with chosen inputs/attrs, translated to PIR."""
 
-    def __init__(self, op_type, proto, hint, extra_inputs=(), attr_over=None):
+    def __init__(self, op_type, proto, hint, extra_inputs=(), attr_over=None, alias=None):
         self.type = op_type
+        self.extra_inputs, self.attr_over, self.alias = tuple(extra_inputs), dict(attr_over or {}), alias
+        alias = dict(hint.get("alias", {}), **(alias or {}))
         self.proto = proto
         ins_hint = hint.get("in", {})
         self.slot_vars = {}         # legacy input slot -> var names
@@ -260,10 +325,15 @@ class Case:
                 self.slot_vars[i.name] = names
             outs = {}
             for o in proto.outputs:
-                if o.extra and not o.intermediate:
+                if o.extra and o.dispensable:
                     continue
                 n = hint.get("out", {}).get(o.name, 2 if o.duplicable else 1)
                 names = [f"out_{o.name}_{k}" for k in range(n)]
+                if o.name in alias and alias[o.name] in ins:     # output reuses an input var
+                    names = self.slot_vars[alias[o.name]]
+                    outs[o.name] = ins[alias[o.name]]
+                    self.out_vars[o.name] = names
+                    continue
                 outs[o.name] = [block.create_var(name=x, shape=[2, 3, 8, 8], dtype=F32) for x in names]
                 self.out_vars[o.name] = names
             attrs = {a.name: DUMMY[a.type] for a in proto.attrs
@@ -296,7 +366,7 @@ class Case:
         self.pir = ops[producers.most_common(1)[0][0]]
         # other real ops (not plumbing, not constants feeding our op) mean a 1:n translation
         feeding = {o.source().get_defining_op().id() for o in self.pir.operands()
-                   if o.source() and o.source().initialized() and o.source().get_defining_op() is not None}
+                   if present(o.source()) and o.source().get_defining_op() is not None}
         self.others = [op.name() for op in ops.values()
                        if op.id() != self.pir.id() and op.name() not in PLUMBING
                        and not (op.id() in feeding and op.name() in CONSTANT_OPS)]
@@ -319,7 +389,7 @@ class Case:
         out = {}
         for i, o in enumerate(self.pir.operands()):
             src = o.source()
-            if not src or not src.initialized():
+            if not present(src):
                 continue
             slot = self._trace(src, where)
             if slot:
@@ -335,7 +405,7 @@ class Case:
             return None
         for o in op.operands():        # through combine / inserted casts
             s = o.source()
-            if s and s.initialized():
+            if present(s):
                 slot = self._trace(s, where, depth + 1)
                 if slot:
                     return slot
@@ -364,7 +434,8 @@ def perturbations(value, attr_type):
     if attr_type == 6:
         return [not value]
     if attr_type in (3, 11):
-        return [[x + 1 for x in value] or [1], [2] * max(1, len(value)), [x - 1 for x in value]]
+        return [[x + 1 for x in value] or [1], list(reversed(value)), list(value) + [1],
+                [1] + list(value), [2] * max(1, len(value)), [x - 1 for x in value], value[:-1]]
     if attr_type in (4, 12):
         return [[x + 0.5 for x in value] or [0.5]]
     if attr_type == 2:
@@ -376,37 +447,82 @@ def perturbations(value, attr_type):
 
 
 def learn(op_type, verbose=False):
-    """Everything the translator tells about one legacy op type, or None."""
-    holder = framework.OpProtoHolder.instance()
-    proto = holder.get_op_proto(op_type)
+    """Entries for one legacy op type: its base form, plus every other PIR op a
+    variant of it (a dispensable tensor input, another attribute value, a
+    HINTS variant) translates to, e.g. tril_triu -> triu, and tril when lower."""
+    proto = framework.OpProtoHolder.instance().get_op_proto(op_type)
     hint = HINTS.get(op_type, {})
     try:
         base = Case(op_type, proto, hint)
     except Exception as e:        # needs inputs/attrs we cannot guess
-        if verbose and op_type in HINTS:
+        if verbose:
             print(f"  skip {op_type}: {str(e).strip().splitlines()[-1][:200] if str(e).strip() else e}")
-        return None
+        return
+    others = {}                   # other PIR op name -> a Case variant reaching it
+    entry = learn_case(base, proto, hint, others)
+    if entry is None:
+        return
+    yield entry
+    seen = {entry["pir"]}
+    tries = [(c.extra_inputs, c.attr_over, None) for c in others.values()]
+    tries += [(tuple(v.get("in", ())), v.get("attrs", {}), None) for v in hint.get("variants", [])]
+    # the in-place form: the first output written into the first input's var
+    ins = [i.name for i in proto.inputs if i.name in base.slot_vars and not i.duplicable]
+    outs = [o.name for o in proto.outputs if o.name in base.out_vars and not o.duplicable]
+    if ins and outs:
+        tries.append(((), {}, {outs[0]: ins[0]}))
+    for extra, over, alias in tries:
+        try:
+            case = Case(op_type, proto, hint, extra_inputs=extra, attr_over=over, alias=alias)
+        except Exception:
+            continue
+        if case.pir.name() in seen:
+            continue
+        e = learn_case(case, proto, hint, {})
+        if e is not None:
+            e["implied_attrs"] = dict(over)
+            seen.add(e["pir"])
+            yield e
+
+
+def learn_case(base, proto, hint, others):
+    """The table entry for the PIR op `base` translated to; records in `others`
+    variants of it that produce a different PIR op."""
+    op_type, extra, over = base.type, base.extra_inputs, base.attr_over
     pir = base.pir
     try:
         operand_names = list(pir.get_input_names())
         result_names = list(pir.get_output_names())
         attr_names = list(pir.get_attr_names())
-    except Exception:
+    except Exception:             # no yaml info: not a plain pd_op op
         return None
     entry = {"legacy_type": op_type, "pir": pir.name(), "operands": operand_names,
              "results": result_names, "attrs": attr_names, "inputs": {}, "list_inputs": {},
              "folds": {}, "outputs": {}, "attr_names": {}, "one_to_one": not base.others}
     if base.others:
         entry["also_emits"] = sorted(set(base.others))
+
+    def variant(extra_inputs=(), attr_over=None):
+        """Translate a variant; None when it fails or becomes another PIR op."""
+        attrs = dict(over, **(attr_over or {}))
+        try:
+            case = Case(op_type, proto, hint, extra_inputs=tuple(extra) + tuple(extra_inputs),
+                        attr_over=attrs, alias=base.alias)
+        except Exception:
+            return None
+        if case.pir.name() != pir.name():
+            others.setdefault(case.pir.name(), case)
+            return None
+        return case
+
     for i, slot in base.operand_slots().items():
         if i < len(operand_names):
             entry["inputs"].setdefault(operand_names[i], slot)
     # results: which legacy output slot each PIR result carries
-    pir_id = pir.id()
     for slot, names in base.out_vars.items():
         for n in names:
             where = base.result_of.get(n)
-            if where and where[0] == pir_id:
+            if where and where[0] == pir.id():
                 idx = where[1][1] if isinstance(where[1], tuple) else where[1]
                 if idx < len(result_names):
                     entry["outputs"].setdefault(result_names[idx], slot)
@@ -414,18 +530,16 @@ def learn(op_type, verbose=False):
     for i in proto.inputs:
         if not i.dispensable or i.extra or i.name in base.slot_vars:
             continue
-        try:
-            case = Case(op_type, proto, hint, extra_inputs=(i.name,))
-        except Exception:
-            continue
-        if case.pir.name() != pir.name():
+        case = variant(extra_inputs=(i.name,))
+        if case is None:
             continue
         for idx, slot in case.operand_slots().items():
             if slot == i.name and idx < len(operand_names):
                 key = "list_inputs" if i.duplicable else "inputs"
                 entry[key].setdefault(operand_names[idx], slot)
-    # attributes: same name, or find by perturbation
+    # attributes: same name, or found by perturbation
     snap0 = base.snapshot()
+    transformed = {}              # legacy attr -> PIR attr/operand holding it in another form
     legacy_attrs = {a.name: a for a in proto.attrs if not a.extra and a.name not in SKIP_ATTRS}
     mapped = set()
     for name in attr_names:
@@ -440,28 +554,60 @@ def learn(op_type, verbose=False):
         except Exception:
             continue
         for new in perturbations(current, a.type):
-            try:
-                case = Case(op_type, proto, hint, attr_over={name: new})
-            except Exception:
-                continue
-            if case.pir.name() != pir.name():
+            case = variant(attr_over={name: new})
+            if case is None:
                 continue
             changed = [k for k, v in case.snapshot().items() if snap0.get(k) != v]
             if not changed:
                 continue
+            pir_attrs_now = case.pir.attrs()
             for kind, what in changed:
-                if kind == "attr" and what not in entry["attr_names"]:
-                    entry["attr_names"][what] = name
-                elif kind == "operand" and what < len(operand_names):
-                    op_name = operand_names[what]
-                    if op_name not in entry["folds"]:
-                        entry["folds"][op_name] = {"attr": name, "kind": ATTR_KIND[a.type]}
+                if kind == "attr":
+                    if carries(new, pir_attrs_now.get(what)):
+                        entry["attr_names"].setdefault(what, name)
+                    else:         # PIR keeps it in another form (force_cpu -> place)
+                        transformed.setdefault(name, what)
+                elif what < len(operand_names):
+                    if carries(new, const_value(case.pir.operand_source(what))):
+                        entry["folds"].setdefault(operand_names[what],
+                                                  {"attr": name, "kind": ATTR_KIND[a.type]})
+                    else:
+                        transformed.setdefault(name, operand_names[what])
             mapped.add(name)
             break
+    # fallback where perturbing broke shape inference: a unique equal value
+    # (ties between equal values broken by similar names: sparse ~ is_sparse)
+    def unique_hit(value, target):
+        hits = [a for a in legacy_attrs if a not in mapped and a not in transformed
+                and carries(base.op.attr(a), value)]
+        if len(hits) > 1:
+            hits = [a for a in hits if similar_names(a, target)]
+        return hits[0] if len(hits) == 1 else None
+
+    pir_attrs = pir.attrs()
+    for target in attr_names:
+        if target in entry["attr_names"] or target not in pir_attrs:
+            continue
+        hit = unique_hit(pir_attrs[target], target)
+        if hit:
+            entry["attr_names"][target] = hit
+            mapped.add(hit)
+    for i, o in enumerate(pir.operands()):
+        if i >= len(operand_names) or operand_names[i] in entry["folds"]:
+            continue
+        value, target = const_value(o.source()), operand_names[i]
+        hit = unique_hit(value, target) if value is not None else None
+        if hit is None and target in legacy_attrs and target not in mapped and value is not None:
+            hit = target                               # same name, value not telling (e.g. [])
+        if hit:
+            entry["folds"][target] = {"attr": hit, "kind": ATTR_KIND[legacy_attrs[hit].type]}
+            mapped.add(hit)
+    if transformed:
+        entry["transformed"] = transformed
     # legacy attrs PIR does not carry: their legacy defaults, so both formats agree
     defaults = {}
-    for name, a in legacy_attrs.items():
-        if name in mapped or name not in legacy_defaults(op_type):
+    for name in legacy_attrs:
+        if name in mapped or name in transformed or name in over or name not in legacy_defaults(op_type):
             continue
         val = legacy_defaults(op_type)[name]
         if isinstance(val, (bool, int, float, str)) or (
@@ -484,129 +630,236 @@ def score(entry):
 # ---------------------------------------------------------------------------
 # Step 4: PIR ops seen in real exports.
 
-def zoo_layers():
-    nn, F = paddle.nn, paddle.nn.functional
-    spec = paddle.static.InputSpec
+# Small models, a few ops each, so that one API failing in one mode does not
+# hide the others. Module-level functions: dy2static needs their source.
+F = paddle.nn.functional
 
-    class Vision(nn.Layer):
-        def __init__(self):
+
+def z_conv_bn(s, x): return F.relu(s.sub[1](s.sub[0](x)))
+def z_depthwise(s, x): return F.hardswish(s.sub(x)) + F.relu6(x) * F.sigmoid(x)
+def z_convt(s, x): return s.sub(x)
+def z_prelu(s, x): return s.sub(x)
+def z_pools(s, x): return F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1)
+def z_adaptive(s, x): return F.adaptive_avg_pool2d(x, 1).flatten(1)
+def z_bilinear(s, x): return F.interpolate(x, scale_factor=2, mode="bilinear")
+def z_nearest(s, x): return F.interpolate(x, size=[4, 4], mode="nearest")
+def z_pad(s, x): return F.pad(x, [1, 1, 1, 1], mode="reflect")
+def z_clip(s, x): return paddle.clip(x, -1.0, 1.0)
+def z_linear(s, x): return s.sub(x)
+def z_softmax(s, x): return F.softmax(x, -1)
+def z_gelu(s, x): return F.gelu(x)
+def z_acts(s, x): return F.leaky_relu(x) + F.tanh(x) + F.silu(x) + F.elu(x) + paddle.exp(x)
+def z_argmax(s, x): return paddle.argmax(x, -1)
+def z_topk(s, x): return paddle.topk(x, 2)[1]
+def z_cast(s, x): return x.astype("int32")
+def z_add(s, x): return x + x
+def z_binary(s, x): return (x - 1) * x / 2 + paddle.maximum(x, x) + paddle.pow(x, 2)
+def z_matmul(s, x): return paddle.matmul(x, x, transpose_y=True)
+def z_reshape(s, x): return paddle.reshape(x, [0, -1])
+def z_transpose(s, x): return x.transpose([0, 2, 3, 1])
+def z_concat(s, x): return paddle.concat([x, x], 1)
+def z_split(s, x): return paddle.split(x, [1, 2], axis=1)[1]
+def z_stack(s, x): return paddle.stack([x, x], 0)
+def z_slice(s, x): return x[:, 1:3, ::2]
+def z_strided(s, x): return paddle.strided_slice(x, [1], [0], [2], [1])
+def z_expand(s, x): return paddle.expand(x.unsqueeze(0), [2, -1, -1, -1, -1])
+def z_gather(s, x): return paddle.gather(x, paddle.to_tensor([0, 1]), axis=1)
+def z_where(s, x): return paddle.where(x > 0, x, paddle.zeros_like(x))
+def z_compare(s, x): return paddle.logical_and(x >= 0, x < 1).astype("float32") + (x == 1).astype("float32")
+def z_reduce(s, x): return x.mean(-1, keepdim=True) + x.sum() + x.max() - x.min()
+def z_full(s, x): return paddle.full([1], 2.0) * paddle.shape(x)[0].astype("float32")
+def z_squeeze(s, x): return x.unsqueeze(1).squeeze(1).flatten(1)
+def z_scale(s, x): return x * 2.0 + 1
+def z_cumsum(s, x): return paddle.cumsum(x, 1)
+def z_layer_norm(s, x): return s.sub(x)
+def z_embedding(s, ids): return s.sub(ids)
+def z_one_hot(s, ids): return F.one_hot(ids, 10)
+def z_encoder(s, ids): return s.sub[1](s.sub[0](ids))
+def z_lstm(s, x): return s.sub(x)[0]
+def z_gru(s, x): return s.sub(x)[0]
+def z_mobilenet(s, x): return s.sub(x)
+def z_shufflenet(s, x): return s.sub(x)
+def z_squeezenet(s, x): return s.sub(x)
+def z_yolo_box(s, x): return paddle.vision.ops.yolo_box(
+    x, paddle.full([1, 2], 64, "int32"), [10, 13, 16, 30, 33, 23], 2, 0.01, 8)[0]
+
+
+def z_control(s, x):
+    y = s.sub(x)
+    if y.mean() > 0:
+        y = y * 2
+    else:
+        y = y - 1
+    i = paddle.zeros([1], "int64")
+    while i < 3:
+        y = F.relu_(y + 1)
+        i = i + 1
+    return y
+
+
+def zoo():
+    """(name, layer, input spec) for every small model."""
+    nn, spec = paddle.nn, paddle.static.InputSpec
+
+    class Zoo(nn.Layer):
+        def __init__(self, fn, sub=None):
             super().__init__()
-            self.c = nn.Conv2D(3, 8, 3, padding=1)
-            self.bn = nn.BatchNorm2D(8)
-            self.dw = nn.Conv2D(8, 8, 3, padding=1, groups=8)
-            self.ct = nn.Conv2DTranspose(8, 4, 2, stride=2)
-            self.pr = nn.PReLU()
-            self.ln = nn.Linear(4, 5)
+            self.fn = fn
+            self.sub = nn.LayerList(sub) if isinstance(sub, list) else sub
 
         def forward(self, x):
-            y = F.relu(self.bn(self.c(x)))
-            y = F.hardswish(self.dw(y)) + F.relu6(y) * F.sigmoid(y)
-            y = F.max_pool2d(y, 3, 2, 1) + F.avg_pool2d(y, 3, 2, 1)
-            y = self.pr(self.ct(y))
-            y = F.interpolate(y, scale_factor=2, mode="bilinear")
-            y = F.interpolate(y, size=[8, 8], mode="nearest")
-            y = F.pad(y, [1, 1, 1, 1], mode="reflect")
-            y = paddle.clip(y, -1.0, 1.0)
-            y = F.adaptive_avg_pool2d(y, 1).flatten(1)
-            z = self.ln(y)
-            return F.softmax(z, -1), paddle.argmax(z, -1), paddle.topk(z, 2)[1], z.astype("int32")
+            return self.fn(self, x)
 
-    class Tensorish(nn.Layer):
-        def forward(self, x):
-            a, b = paddle.split(x, 2, axis=1)
-            s = paddle.stack([a, b], 0).squeeze(0) if a.shape[0] == 1 else paddle.stack([a, b], 0)
-            e = paddle.expand(x.unsqueeze(0), [2, -1, -1, -1, -1])
-            g = paddle.gather(x, paddle.to_tensor([0, 1]), axis=1)
-            w = paddle.where(x > 0, x, paddle.zeros_like(x))
-            r = paddle.reshape(x, [0, -1]).mean(-1, keepdim=True) + x.sum() + x.max() - x.min()
-            sl = x[:, 1:3, ::2] + paddle.strided_slice(x, [1], [0], [2], [1])
-            f = paddle.full([1], 2.0) * paddle.shape(x)[0].astype("float32")
-            c = paddle.concat([x, x], 1).transpose([0, 2, 3, 1])
-            cmp = paddle.logical_and(x >= 0, x < 1).astype("float32") + (x == 1).astype("float32")
-            return s, e, g, w, r, sl, f, c, cmp, F.gelu(x), F.leaky_relu(x), paddle.cumsum(x, 1)
+    img = [spec([None, 3, 8, 8], "float32", "x")]
+    img64 = [spec([None, 3, 64, 64], "float32", "x")]
+    vec = [spec([None, 4], "float32", "x")]
+    ids = [spec([None, 7], "int64", "ids")]
+    seq = [spec([None, 5, 8], "float32", "x")]
+    made = {
+        "conv_bn": (z_conv_bn, img, lambda: [nn.Conv2D(3, 8, 3, padding=1), nn.BatchNorm2D(8)]),
+        "depthwise": (z_depthwise, img, lambda: nn.Conv2D(3, 3, 3, padding=1, groups=3)),
+        "convt": (z_convt, img, lambda: nn.Conv2DTranspose(3, 4, 2, stride=2)),
+        "prelu": (z_prelu, img, lambda: nn.PReLU()),
+        "linear": (z_linear, vec, lambda: nn.Linear(4, 5)),
+        "layer_norm": (z_layer_norm, vec, lambda: nn.LayerNorm(4)),
+        "embedding": (z_embedding, ids, lambda: nn.Embedding(10, 4)),
+        "encoder": (z_encoder, ids, lambda: [nn.Embedding(10, 16), nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0), 1)]),
+        "lstm": (z_lstm, seq, lambda: nn.LSTM(8, 8, direction="bidirect")),
+        "gru": (z_gru, seq, lambda: nn.GRU(8, 8)),
+        "control": (z_control, vec, lambda: nn.Linear(4, 4)),
+        "one_hot": (z_one_hot, ids, None),
+        "mobilenet": (z_mobilenet, img64, lambda: paddle.vision.models.mobilenet_v3_small(num_classes=10)),
+        "shufflenet": (z_shufflenet, img64, lambda: paddle.vision.models.shufflenet_v2_x0_25(num_classes=10)),
+        "squeezenet": (z_squeezenet, img64, lambda: paddle.vision.models.squeezenet1_0(num_classes=10)),
+        "yolo_box": (z_yolo_box, [spec([1, 21, 8, 8], "float32", "x")], None),
+    }
+    out = []
+    for name, fn in sorted(globals().items()):
+        if not name.startswith("z_"):
+            continue
+        key = name[2:]
+        fn_, sp, sub = made.get(key, (fn, img, None))
+        out.append((key, Zoo(fn_, sub() if sub else None), sp))
+    return out
 
-    class Text(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(50, 16)
-            self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0), 1)
-            self.lstm = nn.LSTM(16, 8, direction="bidirect")
-            self.gru = nn.GRU(16, 8)
-            self.ln = nn.LayerNorm(16)
 
-        def forward(self, ids):
-            h = self.ln(self.enc(self.emb(ids)))
-            a, _ = self.lstm(h)
-            b, _ = self.gru(h)
-            return a, b, paddle.nn.functional.one_hot(ids, 50)
+def export_zoo(tmp, verbose=False):
+    """paddle.jit.save every zoo model (PIR or legacy, as FLAGS_enable_pir_api says)."""
+    paddle.disable_static()
+    paths = []
+    for name, layer, spec in zoo():
+        layer.eval()
+        path = os.path.join(tmp, name, "model")
+        try:
+            paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), path)
+            paths.append(path)
+        except Exception as e:
+            if verbose:
+                print(f"  export {name} failed: {str(e).strip().splitlines()[-1][:150]}")
+    paddle.enable_static()
+    return paths
 
-    class Control(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.l = nn.Linear(4, 4)
 
-        def forward(self, x):
-            y = self.l(x)
-            if y.mean() > 0:
-                y = y * 2
-            else:
-                y = y - 1
-            i = paddle.zeros([1], "int64")
-            while i < 3:
-                y = F.relu_(y + 1)
-                i = i + 1
-            return y
+def legacy_zoo_types(verbose=False):
+    """Legacy op types Paddle actually writes into .pdmodel files (run in a child
+    process with PIR off). Used to choose among legacy types translating to one PIR op."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, FLAGS_enable_pir_api="0")
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--legacy-zoo", tmp],
+                       env=env, stdout=subprocess.DEVNULL if not verbose else None,
+                       stderr=subprocess.DEVNULL)
+        try:
+            return set(json.load(open(os.path.join(tmp, "types.json"))))
+        except (OSError, ValueError):
+            return set()
 
-    x4 = spec([None, 3, 16, 16], "float32", "x")
-    return [(Vision(), [x4]), (Tensorish(), [spec([2, 3, 4, 4], "float32", "x")]),
-            (Text(), [spec([None, 7], "int64", "ids")]), (Control(), [spec([None, 4], "float32", "x")])]
+
+def legacy_zoo_main(tmp):
+    types = set()
+    for path in export_zoo(tmp):
+        desc = core.ProgramDesc(open(path + ".pdmodel", "rb").read())
+        for b in range(desc.num_blocks()):
+            for i in range(desc.block(b).op_size()):
+                types.add(desc.block(b).op(i).type())
+    json.dump(sorted(types), open(os.path.join(tmp, "types.json"), "w"))
 
 
 def harvest_exports(verbose=False):
-    """PIR op name -> (operand, result, attr names) from models exported by paddle.jit.save."""
+    """PIR op name -> (operand, result, attr names) from the zoo exported with PIR."""
     seen = {}
-    paddle.disable_static()
-    layers = zoo_layers()
     with tempfile.TemporaryDirectory() as tmp:
-        for k, (layer, spec) in enumerate(layers):
-            layer.eval()
-            path = os.path.join(tmp, f"m{k}", "model")
-            try:
-                paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), path)
-            except Exception as e:
-                if verbose:
-                    print(f"  export {type(layer).__name__} failed: {e}")
-                continue
-            paddle.enable_static()
+        for path in export_zoo(tmp, verbose):
             exe = paddle.static.Executor(paddle.CPUPlace())
             prog, _, _ = paddle.static.load_inference_model(path, exe)
             stack = [prog.global_block()]
             while stack:
                 block = stack.pop()
                 for op in block.ops:
-                    for sub in op.blocks():
-                        stack.append(sub)
+                    stack.extend(op.blocks())
                     if not op.name().startswith("pd_op.") or op.name() in seen:
                         continue
                     try:
                         seen[op.name()] = (list(op.get_input_names()), list(op.get_output_names()),
                                            list(op.get_attr_names()))
                     except Exception:
-                        pass        # ops without yaml info (if/while): handled by the reader
-            paddle.disable_static()
-    paddle.enable_static()
+                        pass        # no yaml info (if/while): the reader handles those itself
     return seen
+
+
+def worker(out_path, types):
+    """Learn op types, one JSON line each; a 'begin' line first so a crash is attributable."""
+    with open(out_path, "a") as out:
+        for t in types:
+            out.write(json.dumps({"begin": t}) + "\n")
+            out.flush()
+            for entry in learn(t):         # each entry as soon as it is learned
+                out.write(json.dumps({"type": t, "entry": entry}) + "\n")
+                out.flush()
+            out.write(json.dumps({"done": t}) + "\n")
+            out.flush()
+
+
+def learn_all(types, verbose=False):
+    """Run `learn` in child processes: Paddle's shape inference segfaults on a few ops."""
+    entries, todo = [], list(types)
+    with tempfile.TemporaryDirectory() as tmp:
+        while todo:
+            out_path = os.path.join(tmp, "learned.jsonl")
+            open(out_path, "w").close()
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", out_path] + todo,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            begun, done = [], set()
+            for line in open(out_path):
+                rec = json.loads(line)
+                if "begin" in rec:
+                    begun.append(rec["begin"])
+                elif "done" in rec:
+                    done.add(rec["done"])
+                else:
+                    entries.append(rec["entry"])
+            crashed = [t for t in begun if t not in done]
+            if verbose and crashed:
+                print(f"  crashed in paddle: {crashed}")
+            seen = set(begun)
+            todo = [t for t in todo if t not in seen]
+    return entries
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--legacy-zoo", help=argparse.SUPPRESS)
     ap.add_argument("--only", nargs="*", help="debug: learn only these legacy types, print, exit")
     args = ap.parse_args()
-    if args.only:
-        for t in args.only:
-            print(json.dumps(learn(t, True), indent=1, sort_keys=True))
+    if args.worker:
+        return worker(args.worker[0], args.worker[1:])
+    if args.legacy_zoo:
+        return legacy_zoo_main(args.legacy_zoo)
+    if args.only:                 # debugging: one JSON list of what these types teach
+        print(json.dumps([e for t in args.only for e in learn(t, True)], sort_keys=True))
         return
 
     holder = framework.OpProtoHolder.instance()
@@ -614,13 +867,12 @@ def main():
                    if not t.endswith(("_grad", "_grad2")) and "grad_grad" not in t
                    and t not in ("feed", "fetch", "fetch_v2"))
     by_pir = defaultdict(list)
-    for t in types:
-        e = learn(t, args.verbose)
-        if e is not None:
-            by_pir[e["pir"]].append(e)
+    for e in learn_all(types, args.verbose):
+        by_pir[e["pir"]].append(e)
+    in_legacy_exports = legacy_zoo_types(args.verbose)
     ops = {}
     for pir_name, cands in sorted(by_pir.items()):
-        cands.sort(key=score, reverse=True)
+        cands.sort(key=lambda e: (e["legacy_type"] in in_legacy_exports,) + score(e), reverse=True)
         best = dict(cands[0])
         others = [c["legacy_type"] for c in cands[1:]]
         if others:
@@ -628,35 +880,45 @@ def main():
         del best["pir"]
         ops[pir_name] = best
 
-    # in-place variants: Paddle's op API lists `x_` next to `x`; same operands
-    api = set(dir(libpaddle.pir.ops))
-    for pir_name in list(ops):
-        short = pir_name.split(".", 1)[1]
-        if short + "_" in api and pir_name + "_" not in ops:
-            ops[pir_name + "_"] = dict(ops[pir_name], inplace_of=pir_name)
-
     # ops met in real exports that no legacy op translates to
     for pir_name, (ins, outs, attrs) in sorted(harvest_exports(args.verbose).items()):
         if pir_name in ops:
             if ops[pir_name]["operands"] != ins:
                 print(f"warning: {pir_name} operands differ: {ops[pir_name]['operands']} vs {ins}")
             continue
-        ops[pir_name] = {"legacy_type": None, "operands": ins, "results": outs, "attrs": attrs}
+        entry = {"legacy_type": None, "operands": ins, "results": outs, "attrs": attrs}
+        # an in-place op the translator never emits (assign_value_ writes into an
+        # extra `output` operand): its twin's legacy entry, for the names both share
+        dialect, short = pir_name.split(".", 1)
+        twin = ops.get(f"{dialect}.{short[:-1] if short.endswith('_') else short + '_'}")
+        if twin and twin.get("legacy_type"):
+            entry = {k: ({n: s for n, s in v.items() if n in ins + outs} if k in ("inputs", "list_inputs", "folds", "outputs") else v)
+                     for k, v in twin.items() if k not in ("inplace_of", "other_legacy_types")}
+            entry.update(operands=ins, results=outs, attrs=attrs,
+                         twin_of=f"{dialect}.{short[:-1] if short.endswith('_') else short + '_'}")
+        ops[pir_name] = entry
 
     doc = {
         "about": "Generated by tools/gen_pir_compat.py from Paddle's own legacy->PIR translator; "
                  "do not edit by hand.",
         "paddle_version": paddle.__version__,
         "fields": {
-            "legacy_type": "legacy op type this PIR op corresponds to (null: none; keep the PIR name)",
-            "operands / results / attrs": "PIR operand, result and attribute names in PIR order",
+            "legacy_type": "legacy op type of this PIR op (null: none; the reader keeps the PIR name)",
+            "operands / results / attrs": "PIR operand, result and attribute names, in PIR order",
             "inputs": "PIR operand -> legacy input slot",
-            "list_inputs": "PIR operand -> legacy duplicable input slot used when it is a list of tensors",
-            "folds": "PIR operand fed by a constant -> legacy attribute {attr, kind}",
+            "list_inputs": "PIR operand -> legacy duplicable input slot, used when the operand is a "
+                           "list of tensors (builtin.combine)",
+            "folds": "PIR operand fed by a constant -> the legacy attribute {attr, kind} it was",
             "outputs": "PIR result -> legacy output slot",
             "attr_names": "PIR attribute -> legacy attribute, where the names differ",
-            "legacy_defaults": "legacy attributes the PIR op does not carry, with legacy defaults",
-            "inplace_of": "an in-place PIR op sharing the entry of its out-of-place twin",
+            "legacy_defaults": "legacy attributes the PIR op does not carry, with their legacy defaults",
+            "implied_attrs": "legacy attribute values that select this PIR op (tril_triu lower=true "
+                             "-> pd_op.tril)",
+            "transformed": "legacy attribute -> PIR attribute holding it in another form (not converted)",
+            "one_to_one": "false when the translator emits further ops for this legacy op",
+            "also_emits": "those further ops",
+            "other_legacy_types": "other legacy types translating to this PIR op (less used in exports)",
+            "twin_of": "an op seen in exports only, sharing names with its in-place/out-of-place twin",
         },
         "ops": ops,
     }

@@ -1,0 +1,793 @@
+"""Vision layers: interpolation, padding, transposed convolution, index/adaptive/3-D pooling,
+pixel shuffles, instance/group normalisation, affine_channel."""
+import numpy as np
+
+from ..errors import ConversionError
+from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reshape, slice_,
+                     unsqueeze)
+from .registry import paddle_op
+
+INT_MAX = 2 ** 62   # an 'until the end' bound for Slice
+
+
+# --- small shared helpers ---------------------------------------------------------------------
+
+def _first_slot(op, slots, inputs=True):
+    """The first of several slot names the op has (PIR ops without a legacy twin keep theirs)."""
+    table = op.inputs if inputs else op.outputs
+    for s in slots:
+        if table.get(s):
+            return s
+    return slots[0]
+
+
+def _var_shape(op, slot, i=0, inputs=True):
+    """Static shape of an op's input/output var from the Program (None when unrecorded)."""
+    names = op.input(slot) if inputs else op.output(slot)
+    if len(names) <= i or op.block is None:
+        return None
+    var = op.block.find_var(names[i])
+    return None if var is None or var.shape is None else list(var.shape)
+
+
+def _is_used(op, slot):
+    """Whether another op (or the program's fetch list) reads an output of `op`."""
+    names = set(op.output(slot))
+    if not names or op.block is None or op.block.program is None:
+        return False
+    program = op.block.program
+    if names & set(program.outputs):
+        return True
+    for other in program.all_ops():
+        if other is op:
+            continue
+        for vs in other.inputs.values():
+            if names & set(vs):
+                return True
+    return False
+
+
+def _channels_first(fmt):
+    return fmt in (None, "NCHW", "NCDHW", "NCW", "AnyLayout")
+
+
+def _to_channels_first(ctx, x, rank):
+    return ctx.op.Transpose(x, perm=[0, rank - 1] + list(range(1, rank - 1)))
+
+
+def _to_channels_last(ctx, x, rank):
+    return ctx.op.Transpose(x, perm=[0] + list(range(2, rank)) + [1])
+
+
+def _shape_slice(ctx, x, start, end):
+    """Shape(x)[start:end] as an int64 vector."""
+    return slice_(ctx, ctx.op.Shape(x), [start], [end], [0])
+
+
+# --- interpolation ----------------------------------------------------------------------------
+
+_INTERP = {
+    "bilinear_interp_v2": "bilinear", "nearest_interp_v2": "nearest", "linear_interp_v2": "linear",
+    "bicubic_interp_v2": "bicubic", "trilinear_interp_v2": "trilinear",
+    "bilinear_interp": "bilinear", "nearest_interp": "nearest",
+}
+_METHOD_MODE = {"nearest": "nearest", "bilinear": "linear", "linear": "linear",
+                "trilinear": "linear", "bicubic": "cubic"}
+
+
+# PIR linear/trilinear interp keep some operand names (no legacy slot in the table).
+_SIZE_TENSOR, _SCALE_TENSOR = ("SizeTensor", "size_tensor"), ("Scale", "scale_tensor")
+
+
+def _sizes_in(op):
+    return _first_slot(op, _SIZE_TENSOR)
+
+
+def _scale_in(op):
+    return _first_slot(op, _SCALE_TENSOR)
+
+
+def _interp_method(op):
+    return op.attr("interp_method") or _INTERP[op.type]
+
+
+def _n_spatial(op):
+    shape = _var_shape(op, "X")
+    if shape is not None:
+        return len(shape) - 2
+    return {"linear": 1, "trilinear": 3}.get(_interp_method(op), 2)
+
+
+def _scale_attr(op, n):
+    """The `scale` attribute as Paddle's kernel reads it: n factors, or None when unused."""
+    s = op.attr("scale")
+    if not op.type.endswith("_v2"):            # v1: one float, used when > 0
+        return [float(s)] * n if isinstance(s, (int, float)) and s > 0 else None
+    s = list(s or [])
+    if n == 1:
+        s = s[:1]
+    elif len(s) < 2:                           # 2-D/3-D kernels ignore a 1-element list
+        return None
+    s = s[:n] if len(s) >= n else None
+    if not s or any(v <= 0 for v in s):
+        return None
+    return [float(v) for v in s]
+
+
+def _out_attr(op, n):
+    return [int(op.attr(k, -1)) for k in ("out_d", "out_h", "out_w")[3 - n:]]
+
+
+def _resize_modes(op):
+    """(ONNX mode, coordinate_transformation_mode, nearest_mode) equal to Paddle's kernel."""
+    method = _interp_method(op)
+    mode = _METHOD_MODE[method]
+    align_corners = bool(op.attr("align_corners", False))
+    default_align_mode = 1 if op.type == "bilinear_interp" else 0
+    align_mode = int(op.attr("align_mode", default_align_mode))
+    if mode == "nearest":
+        # floor(ratio * i), or with align_corners int(ratio * i + 0.5)
+        return (mode, "align_corners", "round_prefer_ceil") if align_corners else \
+            (mode, "asymmetric", "floor")
+    if align_corners:
+        return mode, "align_corners", None
+    if mode == "linear" and align_mode == 1:
+        return mode, "asymmetric", None
+    # (i + 0.5) * ratio - 0.5, source 0 for a length-1 output (Paddle's ratio is then 0)
+    return mode, "pytorch_half_pixel", None
+
+
+def _legacy_upsample_scales(op):
+    """Constant scales for Upsample / Resize-10 when they give exactly Paddle's result."""
+    mode, coord, _ = _resize_modes(op)
+    if mode == "cubic" or coord != "asymmetric" or op.input(_sizes_in(op)) or \
+            op.input("OutSize") or op.input(_scale_in(op)) or \
+            not _channels_first(op.attr("data_layout")):
+        return None
+    n = _n_spatial(op)
+    scales = _scale_attr(op, n)
+    if scales is None:
+        shape = _var_shape(op, "X")
+        outs = _out_attr(op, n)
+        if shape is None or any(d <= 0 for d in shape[2:]) or \
+                any(o <= 0 or o % d for o, d in zip(outs, shape[2:])):
+            return None                        # only whole-number ratios are exact
+        scales = [float(o // d) for o, d in zip(outs, shape[2:])]
+    if mode == "nearest" and any(s < 1 for s in scales):
+        return None                            # old nearest rounds up when shrinking
+    return scales
+
+
+@paddle_op(*_INTERP)
+class Interpolate:
+    """Paddle's interpolation kernels as ONNX Resize.
+
+    Output size: SizeTensor, else OutSize, else the Scale input / `scale` attribute (the
+    output is int(in * scale) and the source coordinate uses 1/scale, which is exactly what
+    Resize does when given scales), else out_d/out_h/out_w (coordinates use in/out). Paddle 3
+    runs the v1 ops (one float `scale`, align_mode default 1) with the same kernel.
+    """
+
+    @classmethod
+    def check(cls, op):
+        method = _interp_method(op)
+        if method not in _METHOD_MODE:
+            return f"interp_method={method!r} is not supported"
+        layout = op.attr("data_layout", "NCHW")
+        if layout not in ("NCHW", "NCDHW", "NCW", "NHWC", "NDHWC", "NWC", "AnyLayout"):
+            return f"data_layout={layout!r} is not supported"
+        n = _n_spatial(op)
+        if op.input("OutSize") and not op.input(_sizes_in(op)) and (
+                op.input(_scale_in(op)) or _scale_attr(op, n)):
+            return ("OutSize together with a scale (Paddle then uses the scale for coordinates "
+                    "but OutSize for the size) is not supported")
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        return 7 if _legacy_upsample_scales(op) is not None else 11
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        scales = _legacy_upsample_scales(op)
+        if scales is None:
+            raise ConversionError(f"{op.type} with these attributes needs opset 11")
+        mode, _, _ = _resize_modes(op)
+        x = ctx.input(op, "X")
+        full = [1.0, 1.0] + scales
+        if ctx.opset < 9:
+            y = ctx.op.Upsample(x, mode=mode, scales=full)
+        elif ctx.opset < 10:
+            y = ctx.op.Upsample(x, ctx.const(np.asarray(full, np.float32)), mode=mode)
+        else:
+            y = ctx.op.Resize(x, ctx.const(np.asarray(full, np.float32)), mode=mode)
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        n = rank - 2
+        last = not _channels_first(op.attr("data_layout", "NCHW"))
+        if last:
+            x = _to_channels_first(ctx, x, rank)
+        mode, coord, nearest = _resize_modes(op)
+        scales, sizes = cls._target(ctx, op, x, n)
+        # roi (and scales next to sizes) may be left out from opset 13, before that empty
+        empty = ctx.const(np.zeros([0], np.float32)) if ctx.opset < 13 else None
+        args = [x, empty, empty, sizes] if sizes is not None else [x, empty, scales]
+        attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+        if nearest:
+            attrs["nearest_mode"] = nearest
+        if mode == "cubic":
+            attrs.update(cubic_coeff_a=-0.75, exclude_outside=0)
+        y = ctx.op.Resize(*args, **attrs)
+        if last:
+            y = _to_channels_last(ctx, y, rank)
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _target(cls, ctx, op, x, n):
+        """(scales, None) or (None, sizes) for Resize, in Paddle's order of precedence."""
+        def with_nc(spatial):
+            return ctx.op.Concat(_shape_slice(ctx, x, 0, 2), spatial, axis=0)
+
+        if ctx.has_input(op, _sizes_in(op)):
+            return None, with_nc(int64_vector(ctx, ctx.inputs(op, _sizes_in(op))))
+        scale = _scale_attr(op, n)
+        if ctx.has_input(op, "OutSize"):
+            return None, with_nc(cast(ctx, ctx.input(op, "OutSize"), "int64"))
+        if ctx.has_input(op, _scale_in(op)):
+            s = cast(ctx, ctx.input(op, _scale_in(op)), "float32")
+            s = ctx.op.Expand(reshape(ctx, s, [-1]), const_i64(ctx, [n]))  # 1 value -> n
+            return ctx.op.Concat(ctx.const(np.ones(2, np.float32)), s, axis=0), None
+        if scale is not None:
+            return ctx.const(np.asarray([1.0, 1.0] + scale, np.float32)), None
+        outs = _out_attr(op, n)
+        if any(o <= 0 for o in outs):
+            raise ConversionError(f"{op.type} has no output size (out sizes {outs}, no scale)")
+        return None, with_nc(const_i64(ctx, outs))
+
+
+# --- padding ----------------------------------------------------------------------------------
+
+def _pad_value(ctx, dtype_name, value):
+    return ctx.const(np.asarray(value, np.dtype(dtype_name or "float32")))
+
+
+def _onnx_pad(ctx, x, pads, mode, value, dtype_name):
+    """ONNX Pad with the constant of the input's dtype; pads: list or int64 Value."""
+    if ctx.opset < 11:
+        return ctx.op.Pad(x, pads=ints(pads), mode=mode, value=float(value))
+    p = pads if hasattr(pads, "producer") else const_i64(ctx, pads)
+    if mode == "constant":
+        return ctx.op.Pad(x, p, _pad_value(ctx, dtype_name, value), mode=mode)
+    return ctx.op.Pad(x, p, mode=mode)
+
+
+def _circular(ctx, x, axis, before, after, size):
+    """Wrap-around padding of one axis as a Gather of (i - before) mod size."""
+    if before == 0 and after == 0:
+        return x
+    if size is not None and size > 0:
+        idx = (np.arange(-before, size + after) % size).astype(np.int64)
+        return ctx.op.Gather(x, ctx.const(idx), axis=axis)
+    dim = _shape_slice(ctx, x, axis, axis + 1)
+    stop = ctx.op.Add(dim, const_i64(ctx, [after]))
+    idx = ctx.op.Range(ctx.const(np.asarray(-before, np.int64)), _scalar(ctx, stop),
+                       ctx.const(np.asarray(1, np.int64)))
+    idx = ctx.op.Mod(idx, _scalar(ctx, dim), fmod=0)     # Python-style: never negative
+    return ctx.op.Gather(x, idx, axis=axis)
+
+
+def _scalar(ctx, v):
+    return reshape(ctx, v, [])
+
+
+_PAD3D_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+                "circular": "circular"}
+
+
+@paddle_op("pad3d")
+class Pad3d:
+    """paddings = [left, right, top, bottom, front, back] (W, H, D pairs)."""
+
+    @classmethod
+    def check(cls, op):
+        mode = op.attr("mode", "constant")
+        if mode not in _PAD3D_MODES:
+            return f"mode={mode!r} is not supported"
+        if op.attr("data_format", "NCDHW") not in ("NCDHW", "NDHWC"):
+            return f"data_format={op.attr('data_format')!r} is not supported"
+        if op.input("Paddings") and mode == "circular":
+            return "circular padding with paddings given as a tensor is not supported"
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        if op.input("Paddings"):
+            return 11
+        if op.attr("mode", "constant") == "circular":
+            shape = _var_shape(op, "X")
+            if shape is None or any(d <= 0 for d in _spatial_dims(shape, op)):
+                return 11
+        return 7
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        mode = _PAD3D_MODES[op.attr("mode", "constant")]
+        last = op.attr("data_format", "NCDHW") == "NDHWC"
+        axes = [1, 2, 3] if last else [2, 3, 4]            # D, H, W
+        dtype = ctx.dtype(op, "X")
+        value = op.attr("value", 0.0)
+        if ctx.has_input(op, "Paddings"):
+            p = cast(ctx, reshape(ctx, ctx.input(op, "Paddings"), [-1]), "int64")
+            begin = ctx.op.Gather(p, const_i64(ctx, [4, 2, 0]), axis=0)
+            end = ctx.op.Gather(p, const_i64(ctx, [5, 3, 1]), axis=0)
+            zeros = const_i64(ctx, [0, 0])
+            parts = [zeros, begin, zeros, end] if not last else \
+                [const_i64(ctx, [0]), begin, const_i64(ctx, [0, 0]), end, const_i64(ctx, [0])]
+            pads = ctx.op.Concat(*parts, axis=0)
+            return ctx.set_output(op, "Out", _onnx_pad(ctx, x, pads, mode, value, dtype))
+        p = ints(op.attr("paddings", [0] * 6))
+        begins = {axes[0]: p[4], axes[1]: p[2], axes[2]: p[0]}
+        ends = {axes[0]: p[5], axes[1]: p[3], axes[2]: p[1]}
+        if mode == "circular":
+            shape = ctx.shape(op, "X") or [-1] * 5
+            for a in axes:
+                x = _circular(ctx, x, a, begins[a], ends[a], shape[a] if shape[a] > 0 else None)
+            return ctx.set_output(op, "Out", x)
+        pads = [begins.get(a, 0) for a in range(5)] + [ends.get(a, 0) for a in range(5)]
+        ctx.set_output(op, "Out", _onnx_pad(ctx, x, pads, mode, value, dtype))
+
+
+def _spatial_dims(shape, op):
+    return shape[1:4] if op.attr("data_format", "NCDHW") == "NDHWC" else shape[2:5]
+
+
+@paddle_op("pad")
+class Pad:
+    """The old constant `pad`: paddings = [begin0, end0, begin1, end1, ...] over every dim."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        p = ints(op.attr("paddings", []))
+        pads = p[0::2] + p[1::2]
+        y = _onnx_pad(ctx, ctx.input(op, "X"), pads, "constant", op.attr("pad_value", 0.0),
+                      ctx.dtype(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+
+# --- transposed convolution -------------------------------------------------------------------
+
+def _conv_t_geometry(op):
+    """(pads in ONNX order, dilations, output_padding, strides) of a conv*_transpose op, or
+    the reason it can't be converted."""
+    n = 3 if op.type == "conv3d_transpose" else 2
+    strides = ints(op.attr("strides", [1] * n))
+    dilations = ints(op.attr("dilations", [1] * n))
+    wshape = _var_shape(op, "Filter")
+    xshape = _var_shape(op, "Input")
+    in_sp = xshape[2:] if xshape and len(xshape) == n + 2 else [-1] * n
+    if wshape is None or len(wshape) != n + 2 or any(k <= 0 for k in wshape[2:]):
+        return "the filter shape is unknown"
+    ksize = wshape[2:]
+    algo = op.attr("padding_algorithm", "EXPLICIT")
+    if algo == "VALID":
+        pads = [0] * (2 * n)
+    elif algo == "SAME":
+        # Paddle pads as a forward conv of the input size would (and drops dilation); with
+        # stride 1 that is k - 1 whatever the size
+        dilations = [1] * n
+        if any(d <= 0 and s != 1 for d, s in zip(in_sp, strides)):
+            return "padding_algorithm='SAME' with stride > 1 needs static input sizes"
+        pads = _same_pads([d if d > 0 else 1 for d in in_sp], ksize, strides)
+    else:
+        pads = paddle_pads_nd(op.attr("paddings", [0] * n), n)
+    out_pad = ints(op.attr("output_padding", []) or [0] * n)
+    out_size = ints(op.attr("output_size", []) or [])
+    if out_size:
+        if any(d <= 0 for d in in_sp):
+            return "output_size needs static input sizes"
+        out_pad = []
+        for i in range(n):
+            natural = (in_sp[i] - 1) * strides[i] - pads[i] - pads[n + i] + \
+                dilations[i] * (ksize[i] - 1) + 1
+            extra = out_size[i] - natural
+            if extra < 0:
+                return f"output_size {out_size} does not fit the input size {in_sp}"
+            out_pad.append(extra)
+    return pads, dilations, out_pad, strides
+
+
+@paddle_op("conv2d_transpose", "depthwise_conv2d_transpose", "conv3d_transpose")
+class ConvTranspose:
+    @classmethod
+    def check(cls, op):
+        fmt = op.attr("data_format", "NCHW")
+        if not _channels_first(fmt):
+            return f"data_format={fmt!r} is not supported (export the model channels-first)"
+        if op.input("output_size") or op.input("OutputSize"):
+            return "output_size given as a tensor is not supported"
+        geo = _conv_t_geometry(op)
+        return geo if isinstance(geo, str) else None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        pads, dilations, out_pad, strides = _conv_t_geometry(op)
+        x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
+        y = ctx.op.ConvTranspose(x, w, strides=strides, dilations=dilations, pads=pads,
+                                 output_padding=out_pad if any(out_pad) else None,
+                                 group=int(op.attr("groups", 1) or 1))
+        if ctx.has_input(op, "Bias"):
+            n = len(strides)
+            b = ctx.input(op, "Bias")
+            const = b.const_value.numpy() if b.const_value is not None else None
+            b = ctx.const(const.reshape((-1,) + (1,) * n)) if const is not None else \
+                unsqueeze(ctx, b, list(range(1, 1 + n)))
+            y = ctx.op.Add(y, b)
+        ctx.set_output(op, "Output", y)
+
+
+# --- pooling ----------------------------------------------------------------------------------
+
+def _adaptive_bins(size, out):
+    """Paddle's adaptive bins: [floor(i * size / out), ceil((i + 1) * size / out))."""
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def _adaptive_pool(ctx, x, spatial, out_sizes, kind):
+    """Adaptive pooling of static sizes: one Slice + reduce per bin, axis by axis.
+
+    Max and mean over a box are separable (every bin of an axis has one size per bin), so
+    pooling each spatial axis in turn equals Paddle's pooling over the box.
+    """
+    reducer = "ReduceMax" if kind == "max" else "ReduceMean"
+    from .common import reduce
+    for i, (size, out) in enumerate(zip(spatial, out_sizes)):
+        axis = 2 + i
+        if size == out:
+            continue
+        if size % out == 0:
+            continue      # handled together by one pooling node below
+        parts = [reduce(ctx, reducer, slice_(ctx, x, [b], [e], [axis]), [axis])
+                 for b, e in _adaptive_bins(size, out)]
+        x = ctx.op.Concat(*parts, axis=axis)
+        spatial = list(spatial)
+        spatial[i] = out
+    # the evenly divisible axes: one pooling node
+    kernel = [s // o if s % o == 0 else 1 for s, o in zip(spatial, out_sizes)]
+    if any(k != 1 for k in kernel):
+        pool = ctx.op.MaxPool if kind == "max" else ctx.op.AveragePool
+        x = pool(x, kernel_shape=kernel, strides=kernel, pads=[0] * (2 * len(kernel)))
+    return x
+
+
+def _pool_attrs(op, n, spatial):
+    """MaxPool/AveragePool attributes of a non-adaptive Paddle pool."""
+    ksize = ints(_pool_ksize(op))
+    if op.attr("global_pooling", False):
+        return {"kernel_shape": spatial, "strides": [1] * n, "pads": [0] * (2 * n)}
+    attrs = {"kernel_shape": ksize, "strides": ints(op.attr("strides", [1] * n))}
+    algo = op.attr("padding_algorithm", "EXPLICIT")
+    if algo == "SAME":
+        attrs["auto_pad"] = "SAME_UPPER"
+    elif algo == "VALID":
+        attrs["pads"] = [0] * (2 * n)
+    else:
+        attrs["pads"] = paddle_pads_nd(op.attr("paddings", [0] * n), n)
+    if op.attr("ceil_mode", False):
+        attrs["ceil_mode"] = 1
+    return attrs
+
+
+def _same_pads(spatial, ksize, strides):
+    """Paddle's SAME padding (the extra pixel at the end), ONNX order."""
+    begin, end = [], []
+    for d, k, s in zip(spatial, ksize, strides):
+        total = max(((d + s - 1) // s - 1) * s + k - d, 0)
+        begin.append(total // 2)
+        end.append(total - total // 2)
+    return begin + end
+
+
+def avg_pool_problem(op, spatial):
+    """Why an average pool's divisor can't be reproduced, or None (see avg_pool)."""
+    if op.attr("pooling_type", "avg") != "avg" or op.attr("exclusive", True) or \
+            op.attr("adaptive", False) or op.attr("global_pooling", False):
+        return None
+    if op.attr("padding_algorithm", "EXPLICIT") == "SAME" and (
+            spatial is None or any(d <= 0 for d in spatial)):
+        return "SAME average pooling with exclusive=False needs static input sizes"
+    return None
+
+
+def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
+    """AveragePool with Paddle's divisor.
+
+    With exclusive=False Paddle counts a window's padding only up to in + pad_begin, so an
+    end pad wider than the begin pad (SAME, or explicit [0, 1]) is never counted; ONNX's
+    count_include_pad counts it. Then: zero-pad explicitly by the counted amounts and pool
+    with the rest as uncounted padding.
+    """
+    if exclusive:
+        return ctx.op.AveragePool(x, count_include_pad=0, **attrs)
+    n = len(attrs["kernel_shape"])
+    if attrs.get("auto_pad") == "SAME_UPPER":
+        pads = _same_pads(spatial, attrs["kernel_shape"], attrs["strides"])
+    else:
+        pads = attrs.get("pads", [0] * (2 * n))
+    if all(pads[n + i] <= pads[i] for i in range(n)):
+        attrs = dict(attrs)
+        if attrs.pop("auto_pad", None):
+            attrs["pads"] = pads
+        return ctx.op.AveragePool(x, count_include_pad=1, **attrs)
+    counted = [min(pads[i], pads[n + i]) for i in range(n)]
+    x = _onnx_pad(ctx, x, [0, 0] + pads[:n] + [0, 0] + counted, "constant", 0.0, dtype_name)
+    attrs = {k: v for k, v in attrs.items() if k != "auto_pad"}
+    attrs["pads"] = [0] * n + [pads[n + i] - counted[i] for i in range(n)]
+    return ctx.op.AveragePool(x, count_include_pad=0, **attrs)
+
+
+def _pool_ksize(op):
+    k = op.attr("ksize")
+    return k if k is not None else op.attr("kernel_size", [])
+
+
+def _pool_problem(op, spatial_shape):
+    """Why an adaptive pool can't be converted (sizes unknown), or None."""
+    if not op.attr("adaptive", False) or op.attr("global_pooling", False):
+        return None
+    ksize = ints(_pool_ksize(op))
+    if all(k == 1 for k in ksize):
+        return None
+    if spatial_shape is None or any(d <= 0 for d in spatial_shape):
+        return f"adaptive pooling to {ksize} needs static input sizes"
+    return None
+
+
+@paddle_op("pool3d")
+class Pool3d:
+    @classmethod
+    def check(cls, op):
+        fmt = op.attr("data_format", "NCDHW")
+        if not _channels_first(fmt):
+            return f"data_format={fmt!r} is not supported (export the model channels-first)"
+        shape = _var_shape(op, "X")
+        spatial = shape[2:] if shape else None
+        return _pool_problem(op, spatial) or avg_pool_problem(op, spatial)
+
+    @classmethod
+    def required_opset(cls, op):
+        return 10 if op.attr("ceil_mode", False) else 7
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        kind = op.attr("pooling_type", "max")
+        spatial = (ctx.shape(op, "X") or [-1] * 5)[2:]
+        ksize = ints(_pool_ksize(op))
+        if op.attr("global_pooling", False) or (op.attr("adaptive", False) and
+                                                all(k == 1 for k in ksize)):
+            y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
+        elif op.attr("adaptive", False):
+            y = _adaptive_pool(ctx, x, spatial, ksize, kind)
+        else:
+            attrs = _pool_attrs(op, 3, spatial)
+            if kind == "max":
+                y = ctx.op.MaxPool(x, **attrs)
+            else:
+                y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial,
+                             ctx.dtype(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("max_pool2d_with_index", "max_pool3d_with_index")
+class MaxPoolWithIndex:
+    """Max pooling that also returns Mask, the argmax as an index into each H*W plane.
+
+    PIR keeps this op under its own name: slots in0/out0/out1 (x/out/mask), attr kernel_size.
+    """
+
+    X = ("X", "x", "in0")
+    OUT = ("Out", "out", "out0")
+    MASK = ("Mask", "mask", "out1")
+
+    @classmethod
+    def _n(cls, op):
+        return 3 if op.type == "max_pool3d_with_index" else 2
+
+    @classmethod
+    def check(cls, op):
+        shape = _var_shape(op, _first_slot(op, cls.X))
+        spatial = shape[2:] if shape else None
+        problem = _pool_problem(op, spatial)
+        if problem:
+            return problem
+        mask = _first_slot(op, cls.MASK, inputs=False)
+        if _is_used(op, mask) and op.attr("adaptive", False):
+            ksize = ints(_pool_ksize(op))
+            if spatial is None or any(d % k for d, k in zip(spatial, ksize)):
+                return "the Mask of adaptive max pooling over uneven bins is not supported"
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        if op.attr("ceil_mode", False):
+            return 10
+        return 8 if _is_used(op, _first_slot(op, cls.MASK, inputs=False)) else 7
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        n = cls._n(op)
+        xs = _first_slot(op, cls.X)
+        x = ctx.input(op, xs)
+        spatial = (ctx.shape(op, xs) or [-1] * (n + 2))[2:]
+        ksize = ints(_pool_ksize(op))
+        want_mask = _is_used(op, _first_slot(op, cls.MASK, inputs=False))
+        adaptive = op.attr("adaptive", False)
+        if adaptive and not op.attr("global_pooling", False):
+            if all(k == 1 for k in ksize) and not want_mask:
+                y = ctx.op.GlobalMaxPool(x)
+                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+            if all(d > 0 and d % k == 0 for d, k in zip(spatial, ksize)):
+                kern = [d // k for d, k in zip(spatial, ksize)]
+                attrs = {"kernel_shape": kern, "strides": kern, "pads": [0] * (2 * n)}
+            else:
+                y = _adaptive_pool(ctx, x, spatial, ksize, "max")
+                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+        else:
+            if op.attr("global_pooling", False) and any(d <= 0 for d in spatial):
+                if want_mask:
+                    raise ConversionError("global max pooling with a mask needs static sizes")
+                return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.GlobalMaxPool(x))
+            attrs = _pool_attrs(op, n, spatial)
+        if not want_mask:
+            return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.MaxPool(x, **attrs))
+        y, idx = ctx.op.MaxPool(x, _outputs=2, **attrs)
+        # ONNX indexes the whole tensor, Paddle each (n, c) plane
+        plane = ctx.op.Mul(*[_shape_slice(ctx, x, 2 + i, 3 + i) for i in range(2)]) if n == 2 \
+            else ctx.op.Mul(ctx.op.Mul(_shape_slice(ctx, x, 2, 3), _shape_slice(ctx, x, 3, 4)),
+                            _shape_slice(ctx, x, 4, 5))
+        mask = cast(ctx, ctx.op.Mod(idx, plane), "int32") if ctx.opset >= 10 else \
+            cast(ctx, ctx.op.Sub(idx, ctx.op.Mul(ctx.op.Div(idx, plane), plane)), "int32")
+        ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+        ctx.set_output(op, _first_slot(op, cls.MASK, False), mask)
+
+
+# --- pixel shuffles ---------------------------------------------------------------------------
+
+def _rearrange(ctx, x, inner_shape, perm, out_shape):
+    """Reshape to [N, *inner] (inner may hold Values), transpose, reshape to [N, *out]."""
+    def vec(parts):
+        items = [_shape_slice(ctx, x, 0, 1)]
+        for p in parts:
+            items.append(p if hasattr(p, "producer") else const_i64(ctx, [p]))
+        return ctx.op.Concat(*items, axis=0)
+    y = reshape(ctx, x, vec(inner_shape))
+    y = ctx.op.Transpose(y, perm=perm)
+    return reshape(ctx, y, vec(out_shape))
+
+
+@paddle_op("pixel_shuffle", "pixel_unshuffle", "channel_shuffle")
+class PixelShuffle:
+    @classmethod
+    def check(cls, op):
+        shape = _var_shape(op, "X")
+        fmt = op.attr("data_format", "NCHW")
+        if fmt not in ("NCHW", "NHWC"):
+            return f"data_format={fmt!r} is not supported"
+        c = None if shape is None else shape[3 if fmt == "NHWC" else 1]
+        if c is None or c <= 0:
+            return "the channel count must be static"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        fmt = op.attr("data_format", "NCHW")
+        if fmt == "NHWC":
+            x = _to_channels_first(ctx, x, 4)
+        shape = ctx.shape(op, "X")
+        c = shape[3] if fmt == "NHWC" else shape[1]
+        if op.type == "pixel_shuffle" and ctx.opset >= 11:
+            y = ctx.op.DepthToSpace(x, blocksize=int(op.attr("upscale_factor")), mode="CRD")
+        else:
+            y = cls._by_reshape(ctx, op, x, c)
+        if fmt == "NHWC":
+            y = _to_channels_last(ctx, y, 4)
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _by_reshape(cls, ctx, op, x, c):
+        h, w = _shape_slice(ctx, x, 2, 3), _shape_slice(ctx, x, 3, 4)
+        if op.type == "channel_shuffle":
+            g = int(op.attr("groups"))
+            return _rearrange(ctx, x, [g, c // g, h, w], [0, 2, 1, 3, 4], [c, h, w])
+        if op.type == "pixel_shuffle":
+            r = int(op.attr("upscale_factor"))
+            rr = const_i64(ctx, [r])
+            return _rearrange(ctx, x, [c // (r * r), r, r, h, w], [0, 1, 4, 2, 5, 3],
+                              [c // (r * r), ctx.op.Mul(h, rr), ctx.op.Mul(w, rr)])
+        r = int(op.attr("downscale_factor"))
+        rr = const_i64(ctx, [r])
+        hr, wr = ctx.op.Div(h, rr), ctx.op.Div(w, rr)
+        return _rearrange(ctx, x, [c, hr, r, wr, r], [0, 1, 3, 5, 2, 4], [c * r * r, hr, wr])
+
+
+# --- normalisation ----------------------------------------------------------------------------
+
+def _channel_param(ctx, op, slot, c, fill, n_spatial=None):
+    """A per-channel scale/bias input ([C]), or the constant `fill` when absent."""
+    dtype = np.dtype(ctx.dtype(op, "X") or "float32")
+    if ctx.has_input(op, slot):
+        v = ctx.input(op, slot)
+    else:
+        if c is None or c <= 0:
+            raise ConversionError(f"{op.type} without {slot} needs a static channel count")
+        v = ctx.const(np.full([c], fill, dtype))
+    if n_spatial is None:
+        return v
+    const = v.const_value.numpy() if v.const_value is not None else None
+    if const is not None:
+        return ctx.const(const.reshape((-1,) + (1,) * n_spatial))
+    return unsqueeze(ctx, v, list(range(1, 1 + n_spatial)))
+
+
+@paddle_op("instance_norm")
+class InstanceNorm:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        c = shape[1] if shape else None
+        y = ctx.op.InstanceNormalization(
+            x, _channel_param(ctx, op, "Scale", c, 1.0), _channel_param(ctx, op, "Bias", c, 0.0),
+            epsilon=float(op.attr("epsilon", 1e-5)))
+        ctx.set_output(op, "Y", y)
+
+
+@paddle_op("group_norm")
+class GroupNorm:
+    """Normalise [N, G, rest] per (n, g) with InstanceNormalization, then scale per channel."""
+
+    @classmethod
+    def check(cls, op):
+        layout = op.attr("data_layout", "NCHW")
+        if not _channels_first(layout):
+            return f"data_layout={layout!r} is not supported (export the model channels-first)"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        g = int(op.attr("groups"))
+        dtype = np.dtype(ctx.dtype(op, "X") or "float32")
+        grouped = reshape(ctx, x, [0, g, -1])
+        y = ctx.op.InstanceNormalization(grouped, ctx.const(np.ones([g], dtype)),
+                                         ctx.const(np.zeros([g], dtype)),
+                                         epsilon=float(op.attr("epsilon", 1e-5)))
+        y = reshape(ctx, y, ctx.op.Shape(x))
+        n_sp = rank - 2
+        if ctx.has_input(op, "Scale"):
+            y = ctx.op.Mul(y, _channel_param(ctx, op, "Scale", None, 1.0, n_sp))
+        if ctx.has_input(op, "Bias"):
+            y = ctx.op.Add(y, _channel_param(ctx, op, "Bias", None, 0.0, n_sp))
+        ctx.set_output(op, "Y", y)
+
+
+@paddle_op("affine_channel")
+class AffineChannel:
+    """x * scale + bias per channel (the folded batch norm of old detection models)."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        last = op.attr("data_layout", "NCHW") == "NHWC"
+        n_sp = None if last else rank - 2
+        scale = _channel_param(ctx, op, "Scale", None, 1.0, n_sp)
+        bias = _channel_param(ctx, op, "Bias", None, 0.0, n_sp)
+        ctx.set_output(op, "Out", ctx.op.Add(ctx.op.Mul(x, scale), bias))
