@@ -39,7 +39,8 @@ class Case:
     tolerance: float = 1e-5                   # max abs diff relative to the output scale
     # For the legacy format, where Paddle 3's functional APIs raise in legacy static mode:
     # the op appended by hand, (type, {slot: [input names]}, {slot: n outputs}, attrs); the
-    # reference then comes from Paddle's static executor running that program.
+    # reference then comes from Paddle's static executor running that program. An output
+    # count may also be (n, dtype) for outputs whose dtype differs from the first input's.
     raw: tuple = None
 
 
@@ -110,16 +111,20 @@ def _export_raw(paddle, c, out_dir):
         data = {name: paddle.static.data(name, list(shape), dtype)
                 for name, (shape, dtype) in c.inputs.items()}
         helper = paddle.base.layer_helper.LayerHelper(op_type)
-        outs = {slot: [helper.create_variable_for_type_inference(
-                    dtype=next(iter(data.values())).dtype) for _ in range(n)]
-                for slot, n in out_slots.items()}
+        outs = {}
+        for slot, spec in out_slots.items():
+            n, dtype = spec if isinstance(spec, tuple) else (spec, next(iter(data.values())).dtype)
+            outs[slot] = [helper.create_variable_for_type_inference(dtype=dtype) for _ in range(n)]
         helper.append_op(type=op_type,
                          inputs={slot: [data[n] for n in names] for slot, names in in_slots.items()},
                          outputs=outs, attrs=attrs)
-        fetch = [v for vs in outs.values() for v in vs]
+        # XShape (reshape2/flatten2/squeeze2/...: a shape carrier for training) is created
+        # because the op requires it, but no inference model reads it: not fetched.
+        fetch = [v for slot, vs in outs.items() if slot != "XShape" for v in vs]
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
-    results = exe.run(main, feed=feeds, fetch_list=fetch)
+    # return_numpy=False: outputs holding LoD (old detection ops) can't be fetched as arrays
+    results = exe.run(main, feed=feeds, fetch_list=fetch, return_numpy=False)
     paddle.static.save_inference_model(os.path.join(out_dir, "model"), list(data.values()), fetch,
                                        exe, program=main)
     np.savez(os.path.join(out_dir, "reference.npz"),

@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import sys
 import time
 import zlib
@@ -846,6 +847,46 @@ def select(spec: str) -> List[str]:
     return names
 
 
+def check_models(names, fmts, out, tolerance) -> int:
+    """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table."""
+    sys.path.insert(0, str(ZOO_FILE.parent.parent))
+    import onnx
+
+    from paddle_npu import export as to_onnx
+    from paddle_npu.compare import agreement, run_onnx
+
+    print(f"{'model':22} {'format':7} {'paddle ops':>10} {'onnx nodes':>10} {'opset':>5} "
+          f"{'max abs diff':>12} {'rel diff':>9} {'cosine':>9} {'convert s':>9}  status", flush=True)
+    bad = 0
+    for name in names:
+        for fmt in fmts:
+            row = f"{name:22} {fmt:7}"
+            try:
+                info = export(name, fmt, out / name / fmt)
+                t = time.time()
+                data = to_onnx(str(Path(info["dir"]) / info["model_file"]))
+                secs = time.time() - t
+                proto = onnx.load_from_string(data)
+                ref = np.load(Path(info["dir"]) / "reference.npz")
+                feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+                _, outs = run_onnx(data, feeds)
+                stats = [agreement(o, ref[f"out_{i}"]) for i, o in enumerate(outs)]
+                worst = max(stats, key=lambda s: s["rel_diff"])
+                ok = len(outs) == info["num_outputs"] and worst["rel_diff"] <= tolerance
+                print(f"{row} {info['paddle_ops']:>10} {len(proto.graph.node):>10} "
+                      f"{proto.opset_import[0].version:>5} {worst['max_abs_diff']:>12.2e} "
+                      f"{worst['rel_diff']:>9.1e} {min(s['cosine'] for s in stats):>9.6f} "
+                      f"{secs:>9.2f}  {'ok' if ok else 'MISMATCH'}", flush=True)
+            except Exception as exc:   # one failing model must not hide the others
+                ok = False
+                print(f"{row} {'':>10} {'':>10} {'':>5} {'':>12} {'':>9} {'':>9} {'':>9}  "
+                      f"FAILED: {str(exc).splitlines()[0][:90]}", flush=True)
+            bad += not ok
+    print(f"\n{bad} of {len(names) * len(fmts)} conversions failed or disagree" if bad else
+          f"\nall {len(names) * len(fmts)} conversions agree with Paddle within {tolerance:g}")
+    return 1 if bad else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -855,6 +896,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ex.add_argument("--formats", default="legacy,pir")
     ex.add_argument("--out", required=True)
     ex.add_argument("--force", action="store_true", help="ignore cached exports")
+    ck = sub.add_parser("check", help="export, convert with paddle_npu, compare with Paddle")
+    ck.add_argument("--models", default="ci")
+    ck.add_argument("--formats", default="legacy,pir")
+    ck.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
+    ck.add_argument("--tolerance", type=float, default=1e-4,
+                    help="largest max abs diff relative to the output's scale")
     one = sub.add_parser("_export-one")
     one.add_argument("name")
     one.add_argument("format", choices=FORMATS)
@@ -875,6 +922,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [f for f in fmts if f not in FORMATS]
     if bad:
         raise SystemExit(f"unknown formats: {bad}")
+    if a.cmd == "check":
+        return check_models(select(a.models), fmts, Path(a.out), a.tolerance)
     failures, warnings = [], []
     print(f"{'model':24} {'format':7} {'status':9} {'ops':>6} {'seconds':>8}", flush=True)
     for name in select(a.models):

@@ -77,8 +77,8 @@ class YoloBox:
         img_w = reshape(ctx, ctx.op.Gather(img, const_i64(ctx, 1), axis=1), [-1, 1, 1, 1])
 
         def center(grid_pos, t, img_size, cells):
-            offset = ctx.op.Add(ctx.op.Add(grid_pos, ctx.op.Mul(ctx.op.Sigmoid(t), _f32(ctx, scale))),
-                                _f32(ctx, bias))
+            offset = ctx.op.Mul(ctx.op.Sigmoid(t), _f32(ctx, scale))
+            offset = ctx.op.Add(ctx.op.Add(grid_pos, offset), _f32(ctx, bias))
             return ctx.op.Div(ctx.op.Mul(offset, img_size), cells)
 
         anchor_w = _f32(ctx, np.asarray(anchors[0::2], np.float32).reshape(1, na, 1, 1))

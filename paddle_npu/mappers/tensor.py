@@ -1,26 +1,84 @@
-"""Shape manipulation, indexing, creation, casting."""
+"""Shape manipulation, indexing, slicing, joining and splitting, casting, constants."""
 import numpy as np
+import onnx_ir as ir
 
 from ..errors import ConversionError
 from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reshape, slice_,
-                     squeeze, unsqueeze)
+                     split, squeeze, unsqueeze)
 from .registry import paddle_op
 
+# Slice bounds meaning "to the end" / "to the front" (kept well inside int64 so that
+# runtimes adding the dim size to a negative bound cannot overflow).
+END = 2 ** 62
+FRONT = -(2 ** 62)
 
-def _shape_input(ctx, op, attr="shape", tensor="ShapeTensor", single="Shape"):
-    """A shape given as attribute, as one int tensor, or as a list of scalar tensors."""
-    if ctx.has_input(op, tensor):
-        return int64_vector(ctx, ctx.inputs(op, tensor))
-    if ctx.has_input(op, single):
-        return as_int64(ctx, ctx.input(op, single), ctx.dtype(op, single))
-    return ints(op.attr(attr, []))
 
+# --- helpers shared with the other modules of this family ---------------------------------
+
+def first_input(op, *slots):
+    """The first of several slot names an op uses (legacy and PIR spellings differ)."""
+    for s in slots:
+        if op.input(s):
+            return s
+    return slots[0]
+
+
+def first_output(op, *slots):
+    """The first of several output slot names an op uses."""
+    for s in slots:
+        if op.output(s):
+            return s
+    return slots[0]
+
+
+def const_of(ctx, op, slot, i=0):
+    """NumPy value of an input that is a constant (parameter, folded constant) or None."""
+    return ctx.constant_input(op, slot, i) if ctx.has_input(op, slot) else None
+
+
+def int_list_input(ctx, op, attr, tensor=None, tensor_list=None):
+    """An int list given as attribute, one int tensor or a list of scalar tensors.
+
+    Returns a Python list when every part is constant, else an int64 1-D Value.
+    """
+    if tensor and ctx.has_input(op, tensor):
+        c = const_of(ctx, op, tensor)
+        if c is not None:
+            return ints(np.asarray(c).reshape(-1))
+        return as_int64(ctx, ctx.input(op, tensor), ctx.dtype(op, tensor))
+    if tensor_list and ctx.has_input(op, tensor_list):
+        values = ctx.inputs(op, tensor_list)
+        if all(v.const_value is not None for v in values):
+            return [int(np.asarray(v.const_value.numpy()).reshape(-1)[0]) for v in values]
+        return int64_vector(ctx, values)
+    return ints(op.attr(attr, []) or [])
+
+
+def is_value(v):
+    """True for an ONNX value (a computed int list), False for a Python list."""
+    return isinstance(v, ir.Value)
+
+
+def dims_of(ctx, x, axes):
+    """Shape(x)[axes] as an int64 1-D value."""
+    return ctx.op.Gather(ctx.op.Shape(x), const_i64(ctx, list(axes)), axis=0)
+
+
+def out_rank(ctx, op, slot="Out", i=0):
+    """The rank Paddle recorded for an output, or None."""
+    var = ctx.var(op.output(slot)[i]) if len(op.output(slot)) > i else None
+    return None if var is None or var.shape is None else len(var.shape)
+
+
+# --- reshaping ---------------------------------------------------------------------------
 
 @paddle_op("reshape2", "reshape")
 class Reshape:
     @classmethod
     def version_7(cls, ctx, op):
-        ctx.set_output(op, "Out", reshape(ctx, ctx.input(op, "X"), _shape_input(ctx, op)))
+        # Paddle's 0 (copy the input dim) and -1 (infer) mean what ONNX Reshape's do.
+        shape = int_list_input(ctx, op, "shape", "Shape", "ShapeTensor")
+        ctx.set_output(op, "Out", reshape(ctx, ctx.input(op, "X"), shape))
 
 
 @paddle_op("transpose2", "transpose")
@@ -35,69 +93,132 @@ class FlattenRange:
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
-        rank = ctx.rank(op, "X")
-        start = op.attr("start_axis", 1) % max(rank, 1)
-        stop = op.attr("stop_axis", -1) % max(rank, 1)
-        if rank == 0:
-            return ctx.set_output(op, "Out", reshape(ctx, x, [1]))
-        if stop == rank - 1 and start <= 1:
-            if start == 1:
-                return ctx.set_output(op, "Out", ctx.op.Flatten(x, axis=1))
-            return ctx.set_output(op, "Out", reshape(ctx, x, [-1]))
-        # Keep the dims outside [start, stop] (0 = copy), merge the rest (-1).
         shape = ctx.shape(op, "X")
-        new = [0] * start + [-1] + [0] * (rank - stop - 1)
-        if any(d < 0 for i, d in enumerate(shape) if i < start or i > stop) and start > 0 \
-                and stop < rank - 1:
-            pass  # 0 copies the input dim, so unknown outer dims are fine
-        ctx.set_output(op, "Out", reshape(ctx, x, new))
+        rank = len(shape)
+        if rank == 0:   # a 0-d tensor flattens to [1]
+            return ctx.set_output(op, "Out", reshape(ctx, x, [1]))
+        start = op.attr("start_axis", 1) % rank
+        stop = op.attr("stop_axis", -1) % rank
+        if start >= stop:
+            out = ctx.op.Identity(x)
+        elif start == 0 and stop == rank - 1:
+            out = reshape(ctx, x, [-1])
+        elif start == 1 and stop == rank - 1:
+            out = ctx.op.Flatten(x, axis=1)
+        elif stop == rank - 1:   # Reshape's 0 copies the input dim at the same index
+            out = reshape(ctx, x, [0] * start + [-1])
+        elif all(d > 0 for d in shape[stop + 1:]):
+            out = reshape(ctx, x, [0] * start + [-1] + shape[stop + 1:])
+        else:   # trailing dims known only at run time
+            parts = [const_i64(ctx, [-1]), dims_of(ctx, x, range(stop + 1, rank))]
+            if start:
+                parts.insert(0, dims_of(ctx, x, range(start)))
+            out = reshape(ctx, x, ctx.op.Concat(*parts, axis=0))
+        ctx.set_output(op, "Out", out)
 
 
-@paddle_op("flatten2", "flatten")
-class Flatten:
+@paddle_op("flatten2")
+class Flatten2:
     @classmethod
     def version_7(cls, ctx, op):
         ctx.set_output(op, "Out", ctx.op.Flatten(ctx.input(op, "X"), axis=op.attr("axis", 1)))
 
 
-@paddle_op("squeeze2", "squeeze")
+@paddle_op("squeeze2")
 class Squeeze:
+    @classmethod
+    def check(cls, op):
+        if op.input("axis"):
+            return "squeeze with computed axes is not supported"
+        return None
+
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         shape = ctx.shape(op, "X")
-        axes = [a % len(shape) for a in op.attr("axes", [])] if shape else op.attr("axes", [])
-        if shape and axes:   # Paddle ignores axes whose dim is not 1; ONNX would fail
-            axes = [a for a in axes if shape[a] == 1]
-            if not axes:
-                return ctx.set_output(op, "Out", ctx.op.Identity(x))
-        ctx.set_output(op, "Out", squeeze(ctx, x, axes or None))
+        rank = len(shape)
+        axes = sorted({a % rank for a in ints(op.attr("axes", []) or [])}) if rank else []
+        if not axes:    # no axes: every dim of size 1
+            if all(d >= 0 for d in shape):
+                axes = [i for i, d in enumerate(shape) if d == 1]
+            else:
+                return ctx.set_output(op, "Out", squeeze(ctx, x) if rank else ctx.op.Identity(x))
+        # Paddle leaves axes whose size is not 1 alone (ONNX would fail): keep the 1-dims, and
+        # the unknown ones when the recorded output rank says they went too.
+        ones = [a for a in axes if shape[a] == 1]
+        unknown = [a for a in axes if shape[a] < 0]
+        if unknown and out_rank(ctx, op) == rank - len(ones) - len(unknown):
+            ones = sorted(ones + unknown)
+        if not ones:
+            return ctx.set_output(op, "Out", ctx.op.Identity(x))
+        ctx.set_output(op, "Out", squeeze(ctx, x, ones))
 
 
-@paddle_op("unsqueeze2", "unsqueeze")
+def unsqueeze_positions(axes, rank):
+    """Where Paddle's unsqueeze puts the new dims: it inserts them one at a time, each
+    axis counted in the rank reached so far, moving the earlier new dims along."""
+    positions = []
+    cur = rank
+    for a in axes:
+        a = a + cur + 1 if a < 0 else a
+        positions = [p + 1 if p >= a else p for p in positions]
+        positions.append(a)
+        cur += 1
+    return sorted(positions)
+
+
+@paddle_op("unsqueeze2")
 class Unsqueeze:
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
-        if ctx.has_input(op, "AxesTensor") or ctx.has_input(op, "AxesTensorList"):
-            raise ConversionError("unsqueeze with tensor axes is not supported")
-        rank = ctx.rank(op, "X")
-        axes, out_rank = [], rank
-        for a in op.attr("axes", []):   # Paddle applies axes one by one
-            out_rank += 1
-            axes.append(a + out_rank if a < 0 else a)
-        ctx.set_output(op, "Out", unsqueeze(ctx, x, sorted(axes)))
+        axes = int_list_input(ctx, op, "axes", "AxesTensor", "AxesTensorList")
+        if is_value(axes):
+            raise ConversionError("unsqueeze with computed axes is not supported")
+        ctx.set_output(op, "Out", unsqueeze(ctx, x, unsqueeze_positions(axes, ctx.rank(op, "X"))))
 
+
+# --- shape, slices -----------------------------------------------------------------------
 
 @paddle_op("shape", "shape64")
 class Shape:
+    """Legacy `shape` (Input/Out, int32); PIR `shape64` keeps its own slot names (input/out)."""
+
     @classmethod
     def version_7(cls, ctx, op):
-        out = ctx.op.Shape(ctx.input(op, "Input"))
-        dt = ctx.out_dtype(op, "Out")
+        x = ctx.input(op, first_input(op, "Input", "input", "in0"))
+        out_slot = first_output(op, "Out", "out", "out0")
+        out = ctx.op.Shape(x)
+        dt = ctx.out_dtype(op, out_slot)
         if dt and dt != "int64":
             out = cast(ctx, out, dt)
-        ctx.set_output(op, "Out", out)
+        ctx.set_output(op, out_slot, out)
+
+
+@paddle_op("size")
+class Size:
+    @classmethod
+    def version_7(cls, ctx, op):
+        n = ctx.op.Size(ctx.input(op, "Input"))
+        dt = ctx.out_dtype(op, "Out")
+        if dt and dt != "int64":
+            n = cast(ctx, n, dt)
+        ctx.set_output(op, "Out", n)
+
+
+def _decrease(ctx, op, y, in_rank):
+    """Drop the decrease_axis dims (Paddle 2.5+ yields 0-d when every dim goes)."""
+    dec = sorted({a % in_rank for a in ints(op.attr("decrease_axis", []) or [])})
+    if not dec:
+        return y
+    y = squeeze(ctx, y, dec)
+    if len(dec) == in_rank and out_rank(ctx, op) == 1:   # older programs keep [1]
+        y = reshape(ctx, y, [1])
+    return y
+
+
+def _clamp(bounds):
+    return bounds if is_value(bounds) else [min(max(b, FRONT), END) for b in bounds]
 
 
 @paddle_op("slice")
@@ -106,30 +227,44 @@ class Slice:
     def version_7(cls, ctx, op):
         x = ctx.input(op, "Input")
         axes = ints(op.attr("axes"))
-        starts = cls._bound(ctx, op, "starts", "StartsTensor", "StartsTensorList")
-        ends = cls._bound(ctx, op, "ends", "EndsTensor", "EndsTensorList")
-        if ctx.opset < 10 and not (isinstance(starts, list) and isinstance(ends, list)):
-            raise ConversionError("slice with tensor bounds needs opset 10")
-        if isinstance(ends, list):   # Paddle allows any huge end; keep within int64
-            ends = [min(e, 2 ** 62) for e in ends]
+        starts = int_list_input(ctx, op, "starts", "StartsTensor", "StartsTensorList")
+        ends = int_list_input(ctx, op, "ends", "EndsTensor", "EndsTensorList")
+        if ctx.opset < 10 and (is_value(starts) or is_value(ends)):
+            raise ConversionError("slice with computed bounds needs opset 10")
+        # Paddle allows any huge bound; keep them clear of int64 overflow
+        starts, ends = _clamp(starts), _clamp(ends)
         y = slice_(ctx, x, starts, ends, axes)
-        dec = ints(op.attr("decrease_axis", []))
-        if dec:
-            out_var = ctx.var(op.output("Out")[0])
-            # Paddle 2.5+ gives a 0-d tensor when every axis is decreased.
-            y = squeeze(ctx, y, dec)
-            if out_var is not None and out_var.shape is not None and len(out_var.shape) == 1 \
-                    and ctx.rank(op, "Input") == len(dec):
-                y = reshape(ctx, y, [1])
-        ctx.set_output(op, "Out", y)
+        ctx.set_output(op, "Out", _decrease(ctx, op, y, ctx.rank(op, "Input")))
 
-    @staticmethod
-    def _bound(ctx, op, attr, tensor, tensor_list):
-        if ctx.has_input(op, tensor):
-            return as_int64(ctx, ctx.input(op, tensor), ctx.dtype(op, tensor))
-        if ctx.has_input(op, tensor_list):
-            return int64_vector(ctx, ctx.inputs(op, tensor_list))
-        return ints(op.attr(attr))
+    @classmethod
+    def required_opset(cls, op):
+        computed = any(op.input(s) for s in ("StartsTensor", "StartsTensorList", "EndsTensor",
+                                              "EndsTensorList"))
+        return 10 if computed else 7
+
+
+@paddle_op("strided_slice")
+class StridedSlice:
+    @classmethod
+    def version_10(cls, ctx, op):
+        x = ctx.input(op, "Input")
+        axes = ints(op.attr("axes"))
+        starts = int_list_input(ctx, op, "starts", "StartsTensor", "StartsTensorList")
+        ends = int_list_input(ctx, op, "ends", "EndsTensor", "EndsTensorList")
+        steps = int_list_input(ctx, op, "strides", "StridesTensor", "StridesTensorList")
+        y = slice_(ctx, x, _clamp(starts), _clamp(ends), axes, steps)
+        ctx.set_output(op, "Out", _decrease(ctx, op, y, ctx.rank(op, "Input")))
+
+
+# --- joining and splitting ----------------------------------------------------------------
+
+def _axis_input(ctx, op, attr="axis", tensor="AxisTensor", default=0):
+    if ctx.has_input(op, tensor):
+        c = const_of(ctx, op, tensor)
+        if c is None:
+            raise ConversionError(f"{op.type} with a computed axis is not supported")
+        return int(np.asarray(c).reshape(-1)[0])
+    return int(op.attr(attr, default))
 
 
 @paddle_op("concat")
@@ -137,63 +272,10 @@ class Concat:
     @classmethod
     def version_7(cls, ctx, op):
         xs = ctx.inputs(op, "X")
-        if ctx.has_input(op, "AxisTensor"):
-            axis = ctx.constant_input(op, "AxisTensor")
-            if axis is None:
-                raise ConversionError("concat with a computed axis is not supported")
-            axis = int(np.asarray(axis).reshape(-1)[0])
-        else:
-            axis = op.attr("axis", 0)
+        axis = _axis_input(ctx, op)
         if axis < 0:
             axis += ctx.rank(op, "X")
-        ctx.set_output(op, "Out", ctx.op.Concat(*xs, axis=axis))
-
-
-@paddle_op("cast")
-class Cast:
-    @classmethod
-    def version_7(cls, ctx, op):
-        to = dtype_attr(op.attr("out_dtype", op.attr("dtype")))
-        ctx.set_output(op, "Out", cast(ctx, ctx.input(op, "X"), to))
-
-
-@paddle_op("assign", "share_data", "memcpy", "memcpy_d2h", "memcpy_h2d")
-class Assign:
-    @classmethod
-    def version_7(cls, ctx, op):
-        ctx.set_output(op, "Out", ctx.input(op, "X"))
-
-
-@paddle_op("fill_constant", "full")
-class FillConstant:
-    @classmethod
-    def version_9(cls, ctx, op):
-        dtype = np.dtype(dtype_attr(op.attr("dtype", 5)))
-        value = op.attr("value", 0.0)
-        if op.attr("str_value"):
-            value = float(op.attr("str_value"))
-        if ctx.has_input(op, "ValueTensor"):
-            raise ConversionError("fill_constant with a tensor value is not supported")
-        shape = _shape_input(ctx, op, "shape", "ShapeTensorList", "ShapeTensor")
-        if isinstance(shape, list):
-            return ctx.set_output(op, "Out", ctx.const(np.full(shape, value, dtype=dtype)))
-        from ..exporter import onnx_dtype
-        import onnx_ir as ir
-        fill = ir.tensor(np.asarray([value], dtype=dtype))
-        ctx.set_output(op, "Out", ctx.op.ConstantOfShape(shape, value=fill))
-
-
-@paddle_op("assign_value")
-class AssignValue:
-    @classmethod
-    def version_7(cls, ctx, op):
-        dtype = np.dtype(dtype_attr(op.attr("dtype", 5)))
-        for key in ("fp32_values", "int32_values", "int64_values", "bool_values", "fp64_values",
-                    "values"):
-            vals = op.attr(key)
-            if vals:
-                break
-        ctx.set_output(op, "Out", ctx.const(np.asarray(vals, dtype=dtype).reshape(op.attr("shape"))))
+        ctx.set_output(op, "Out", xs[0] if len(xs) == 1 else ctx.op.Concat(*xs, axis=axis))
 
 
 @paddle_op("stack")
@@ -204,76 +286,347 @@ class Stack:
         axis = op.attr("axis", 0)
         if axis < 0:
             axis += ctx.rank(op, "X") + 1
-        ctx.set_output(op, "Y", ctx.op.Concat(*[unsqueeze(ctx, x, [axis]) for x in xs], axis=axis))
+        parts = [unsqueeze(ctx, x, [axis]) for x in xs]
+        ctx.set_output(op, "Y", parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=axis))
+
+
+def _split_equal(ctx, x, axis, n):
+    """n equal pieces of an axis whose size is only known at run time (Slice, opset 10)."""
+    size = ctx.op.Div(dims_of(ctx, x, [axis]), const_i64(ctx, [n]))
+    outs = []
+    for i in range(n):
+        start = ctx.op.Mul(size, const_i64(ctx, [i]))
+        end = ctx.op.Mul(size, const_i64(ctx, [i + 1]))
+        outs.append(ctx.op.Slice(x, start, end, const_i64(ctx, [axis])))
+    return outs
 
 
 @paddle_op("split")
 class Split:
     @classmethod
+    def check(cls, op):
+        if op.input("SectionsTensorList"):
+            return "split with computed section sizes is not supported"
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        # equal parts of an axis of unknown size: Slice with computed bounds
+        var = op.block.find_var(op.input("X")[0]) if op.block is not None else None
+        if op.attr("sections") or var is None or not var.shape:
+            return 7
+        return 10 if var.shape[op.attr("axis", 0) % len(var.shape)] < 0 else 7
+
+    @classmethod
     def version_7(cls, ctx, op):
-        from .common import split
         x = ctx.input(op, "X")
-        axis = op.attr("axis", 0)
-        if ctx.has_input(op, "AxisTensor"):
-            axis = int(np.asarray(ctx.constant_input(op, "AxisTensor")).reshape(-1)[0])
         shape = ctx.shape(op, "X")
-        axis = axis % len(shape)
+        axis = _axis_input(ctx, op) % len(shape)
         n_out = len(op.output("Out"))
-        sections = ints(op.attr("sections", []))
-        if not sections:
-            if shape[axis] < 0:
-                if ctx.opset < 18:
-                    raise ConversionError("split of an unknown-size axis needs opset 18")
+        sections = ints(op.attr("sections", []) or [])
+        dim = shape[axis]
+        if not sections and dim < 0:   # `num` equal parts of an axis of unknown size
+            if ctx.opset >= 18:
                 outs = ctx.op.Split(x, axis=axis, num_outputs=n_out, _outputs=n_out)
                 outs = outs if isinstance(outs, tuple) else (outs,)
-                for i, o in enumerate(outs):
-                    ctx.set_output(op, "Out", o, i)
-                return
-            sections = [shape[axis] // n_out] * n_out
-        if -1 in sections:
-            known = sum(s for s in sections if s >= 0)
-            sections[sections.index(-1)] = shape[axis] - known
-        for i, o in enumerate(split(ctx, x, sections, axis)):
+            elif ctx.opset >= 10:
+                outs = _split_equal(ctx, x, axis, n_out)
+            else:
+                raise ConversionError("split of an axis of unknown size needs opset 10")
+        elif not sections:
+            outs = split(ctx, x, [dim // n_out] * n_out, axis)
+        elif -1 in sections and dim < 0:
+            outs = cls._dynamic_sections(ctx, x, axis, sections)
+        else:
+            if -1 in sections:
+                sections[sections.index(-1)] = dim - sum(s for s in sections if s >= 0)
+            outs = split(ctx, x, sections, axis)
+        for i, o in enumerate(outs):
             ctx.set_output(op, "Out", o, i)
 
+    @staticmethod
+    def _dynamic_sections(ctx, x, axis, sections):
+        """Sections with a -1 on an axis of unknown size: constant slices, counted from the
+        front before the -1 part and from the back after it."""
+        k = sections.index(-1)
+        before, after = sum(sections[:k]), sum(sections[k + 1:])
+        outs, start = [], 0
+        for s in sections[:k]:
+            outs.append(slice_(ctx, x, [start], [start + s], [axis]))
+            start += s
+        outs.append(slice_(ctx, x, [before], [-after if after else END], [axis]))
+        start = -after
+        for s in sections[k + 1:]:
+            end = start + s
+            outs.append(slice_(ctx, x, [start], [end if end < 0 else END], [axis]))
+            start = end
+        return outs
+
+
+def _pieces(ctx, x, axis, n):
+    """x split into n pieces of size 1 along axis, that axis removed."""
+    return [squeeze(ctx, p, [axis]) for p in split(ctx, x, [1] * n, axis)]
+
+
+@paddle_op("unbind")
+class Unbind:
+    @classmethod
+    def version_7(cls, ctx, op):
+        rank = ctx.rank(op, "X")
+        axis = op.attr("axis", 0) % rank
+        for i, p in enumerate(_pieces(ctx, ctx.input(op, "X"), axis, len(op.output("Out")))):
+            ctx.set_output(op, "Out", p, i)
+
+
+@paddle_op("unstack")
+class Unstack:
+    @classmethod
+    def version_7(cls, ctx, op):
+        rank = ctx.rank(op, "X")
+        axis = op.attr("axis", 0) % rank
+        for i, p in enumerate(_pieces(ctx, ctx.input(op, "X"), axis, len(op.output("Y")))):
+            ctx.set_output(op, "Y", p, i)
+
+
+# --- casting, copying, constants ------------------------------------------------------------
+
+@paddle_op("cast")
+class Cast:
+    @classmethod
+    def version_7(cls, ctx, op):
+        to = dtype_attr(op.attr("out_dtype", op.attr("dtype")))
+        ctx.set_output(op, "Out", cast(ctx, ctx.input(op, "X"), to))
+
+
+@paddle_op("assign", "share_data")
+class Assign:
+    @classmethod
+    def version_7(cls, ctx, op):
+        ctx.set_output(op, "Out", ctx.op.Identity(ctx.input(op, "X")))
+
+
+def fill_value(op, dtype):
+    """fill_constant's value: str_value (exact for big ints, 'inf', 'nan') wins over value."""
+    s = op.attr("str_value")
+    if s:
+        if dtype.kind in "iu":
+            try:
+                return int(s)
+            except ValueError:
+                return int(float(s))
+        return float(s)
+    return op.attr("value", 0.0)
+
+
+def constant_of_shape(ctx, shape, value, dtype):
+    """A tensor of `shape` (list or int64 value) filled with value."""
+    if not is_value(shape):
+        return ctx.const(np.full(shape, value, dtype=dtype))
+    return ctx.op.ConstantOfShape(shape, value=ir.tensor(np.asarray([value], dtype=dtype)))
+
+
+@paddle_op("fill_constant")
+class FillConstant:
+    @classmethod
+    def required_opset(cls, op):   # a computed shape or value needs ConstantOfShape / Expand
+        computed = any(op.input(s) for s in ("ValueTensor", "ShapeTensor", "ShapeTensorList"))
+        return 9 if computed else 7
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        dtype = np.dtype(dtype_attr(op.attr("dtype", 5)))
+        shape = int_list_input(ctx, op, "shape", "ShapeTensor", "ShapeTensorList")
+        if ctx.has_input(op, "ValueTensor"):
+            value = ctx.input(op, "ValueTensor")
+            if ctx.dtype(op, "ValueTensor") != dtype.name:
+                value = cast(ctx, value, dtype.name)
+            value = reshape(ctx, value, [])
+            target = shape if is_value(shape) else const_i64(ctx, shape)
+            return ctx.set_output(op, "Out", ctx.op.Expand(value, target))
+        ctx.set_output(op, "Out", constant_of_shape(ctx, shape, fill_value(op, dtype), dtype))
+
+
+_VALUE_KEYS = ("values", "fp32_values", "int32_values", "int64_values", "bool_values",
+               "fp64_values", "fp16_values")
+
+
+@paddle_op("assign_value")
+class AssignValue:
+    @classmethod
+    def version_7(cls, ctx, op):
+        dtype = np.dtype(dtype_attr(op.attr("dtype", 5)))
+        vals = next((op.attr(k) for k in _VALUE_KEYS if op.attr(k)), [])
+        shape = ints(op.attr("shape", [len(vals)]))
+        ctx.set_output(op, "Out", ctx.const(np.asarray(vals, dtype=dtype).reshape(shape)))
+
+
+# --- broadcasting, tiling --------------------------------------------------------------------
+
+@paddle_op("expand_v2")
+class ExpandV2:
+    @classmethod
+    def version_8(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = int_list_input(ctx, op, "shape", "Shape", "expand_shapes_tensor")
+        # Paddle's -1 keeps the input dim; ONNX Expand broadcasts a 1 to the same effect.
+        if is_value(shape):
+            shape = ctx.op.Abs(shape)       # -1 -> 1, sizes unchanged
+        else:
+            shape = const_i64(ctx, [1 if s == -1 else s for s in shape])
+        ctx.set_output(op, "Out", ctx.op.Expand(x, shape))
+
+
+@paddle_op("expand_as_v2")
+class ExpandAs:
+    @classmethod
+    def version_8(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if ctx.has_input(op, "Y"):
+            target = ctx.op.Shape(ctx.input(op, "Y"))
+        else:
+            shape = ints(op.attr("target_shape"))
+            if any(d < 0 for d in shape):
+                raise ConversionError("expand_as without Y needs a fully known target_shape")
+            target = const_i64(ctx, shape)
+        ctx.set_output(op, "Out", ctx.op.Expand(x, target))
+
+
+def _tile(ctx, x, rank, repeats):
+    """Tile with Paddle's rules: fewer repeats than dims repeat the trailing dims, more
+    repeats than dims add leading dims."""
+    if is_value(repeats):
+        return ctx.op.Tile(x, repeats)   # caller made the lengths agree
+    n = len(repeats)
+    if n < rank:
+        repeats = [1] * (rank - n) + repeats
+    elif n > rank:
+        x = unsqueeze(ctx, x, list(range(n - rank)))
+    return ctx.op.Tile(x, const_i64(ctx, repeats))
+
+
+@paddle_op("tile")
+class Tile:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        repeats = int_list_input(ctx, op, "repeat_times", "RepeatTimes", "repeat_times_tensor")
+        if is_value(repeats):   # computed repeats: line them up with the dims here
+            n_rep = len(op.input("repeat_times_tensor")) or ctx.shape(op, "RepeatTimes")[0]
+            if n_rep < 0:
+                raise ConversionError("tile with a repeat_times tensor of unknown length")
+            if n_rep < rank:
+                repeats = ctx.op.Concat(const_i64(ctx, [1] * (rank - n_rep)), repeats, axis=0)
+            elif n_rep > rank:
+                x = unsqueeze(ctx, x, list(range(n_rep - rank)))
+        ctx.set_output(op, "Out", _tile(ctx, x, rank, repeats))
+
+
+# --- indexing ----------------------------------------------------------------------------------
 
 @paddle_op("gather")
 class Gather:
     @classmethod
     def version_7(cls, ctx, op):
         x, idx = ctx.input(op, "X"), ctx.input(op, "Index")
-        axis = op.attr("axis", 0)
-        if ctx.has_input(op, "Axis"):
-            axis = int(np.asarray(ctx.constant_input(op, "Axis")).reshape(-1)[0])
+        axis = _axis_input(ctx, op, "axis", "Axis")
         ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
 
 
-@paddle_op("lookup_table_v2", "embedding")
+@paddle_op("index_select")
+class IndexSelect:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x, idx = ctx.input(op, "X"), ctx.input(op, "Index")
+        axis = op.attr("dim", 0) % ctx.rank(op, "X")
+        ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
+
+
+@paddle_op("gather_nd")
+class GatherNd:
+    @classmethod
+    def version_11(cls, ctx, op):
+        x, idx = ctx.input(op, "X"), ctx.input(op, "Index")
+        idx = as_int64(ctx, idx, ctx.dtype(op, "Index"))   # ONNX GatherND takes int64 only
+        ctx.set_output(op, "Out", ctx.op.GatherND(x, idx))
+
+
+@paddle_op("lookup_table_v2", "lookup_table")
 class Embedding:
+    """Rows of W; rows read at padding_idx are zeros. lookup_table (v1) ids end in a 1-dim."""
+
     @classmethod
     def version_7(cls, ctx, op):
         w, ids = ctx.input(op, "W"), ctx.input(op, "Ids")
-        out = ctx.op.Gather(w, ids, axis=0)
+        if op.type == "lookup_table":
+            ids = squeeze(ctx, ids, [ctx.rank(op, "Ids") - 1])
         pad = op.attr("padding_idx", -1)
-        if pad is not None and pad >= 0:   # rows at padding_idx read as zeros
-            rows = ctx.shape(op, "W")[0]
+        pad = -1 if pad is None else int(pad)
+        rows = ctx.shape(op, "W")[0]
+        if pad < -1 and rows > 0:
+            pad += rows
+        const = const_of(ctx, op, "W")
+        if pad >= 0 and const is not None:   # a weight: zero its padding row once, here
+            const = np.array(const)
+            const[pad] = 0
+            w = ctx.const(const)
+            pad = -1
+        out = ctx.op.Gather(w, ids, axis=0)
+        if pad >= 0:   # a computed table: multiply by a 0/1 row mask gathered the same way
+            if rows < 0:
+                raise ConversionError("embedding with padding_idx needs the table's row count")
             mask = np.ones((rows, 1), dtype=np.dtype(ctx.dtype(op, "W")))
             mask[pad] = 0
             out = ctx.op.Mul(out, ctx.op.Gather(ctx.const(mask), ids, axis=0))
         ctx.set_output(op, "Out", out)
 
 
-@paddle_op("expand_v2", "expand")
-class Expand:
+# --- reordering -------------------------------------------------------------------------------
+
+@paddle_op("flip")
+class Flip:
     @classmethod
-    def version_8(cls, ctx, op):
+    def version_10(cls, ctx, op):
         x = ctx.input(op, "X")
-        shape = _shape_input(ctx, op, "shape", "expand_shapes_tensor", "Shape")
-        if isinstance(shape, list):
-            in_shape = ctx.shape(op, "X")
-            lead = len(shape) - len(in_shape)
-            # Paddle's -1 keeps the input dim; ONNX Expand broadcasts 1 for the same effect.
-            shape = [1 if s == -1 else s for s in shape]
-            shape = const_i64(ctx, shape)
-            del lead
-        ctx.set_output(op, "Out", ctx.op.Expand(x, shape))
+        rank = ctx.rank(op, "X")
+        axes = sorted({a % rank for a in ints(op.attr("axis", []) or [])})
+        if not axes:
+            return ctx.set_output(op, "Out", ctx.op.Identity(x))
+        k = len(axes)
+        ctx.set_output(op, "Out", slice_(ctx, x, [-1] * k, [FRONT] * k, axes, [-1] * k))
+
+
+@paddle_op("roll")
+class Roll:
+    @classmethod
+    def version_10(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        shifts = int_list_input(ctx, op, "shifts", "ShiftsTensor")
+        if is_value(shifts):
+            raise ConversionError("roll with computed shifts is not supported")
+        axes = ints(op.attr("axis", []) or [])
+        if not axes:   # no axis: roll the flattened tensor, then restore the shape
+            flat = reshape(ctx, x, [-1])
+            n = int(np.prod(shape)) if all(d >= 0 for d in shape) else -1
+            y = cls._roll(ctx, flat, 0, n, shifts[0])
+            return ctx.set_output(op, "Out", reshape(ctx, y, ctx.op.Shape(x)))
+        for s, a in zip(shifts, axes):
+            a %= len(shape)
+            x = cls._roll(ctx, x, a, shape[a], s)
+        ctx.set_output(op, "Out", x)
+
+    @staticmethod
+    def _roll(ctx, x, axis, dim, shift):
+        if dim >= 0:
+            if dim == 0 or shift % dim == 0:
+                return x
+            s = shift % dim
+            return ctx.op.Concat(slice_(ctx, x, [dim - s], [dim], [axis]),
+                                 slice_(ctx, x, [0], [dim - s], [axis]), axis=axis)
+        # unknown size: the cut point (dim - shift mod dim) is computed
+        d = dims_of(ctx, x, [axis])
+        cut = ctx.op.Sub(d, ctx.op.Mod(const_i64(ctx, [shift]), d))
+        ax = const_i64(ctx, [axis])
+        return ctx.op.Concat(ctx.op.Slice(x, cut, d, ax),
+                             ctx.op.Slice(x, const_i64(ctx, [0]), cut, ax), axis=axis)

@@ -3,8 +3,8 @@ pixel shuffles, instance/group normalisation, affine_channel."""
 import numpy as np
 
 from ..errors import ConversionError
-from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reshape, slice_,
-                     unsqueeze)
+from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reduce, reshape,
+                     slice_, unsqueeze)
 from .registry import paddle_op
 
 INT_MAX = 2 ** 62   # an 'until the end' bound for Slice
@@ -440,11 +440,10 @@ def _adaptive_bins(size, out):
 def _adaptive_pool(ctx, x, spatial, out_sizes, kind):
     """Adaptive pooling of static sizes: one Slice + reduce per bin, axis by axis.
 
-    Max and mean over a box are separable (every bin of an axis has one size per bin), so
-    pooling each spatial axis in turn equals Paddle's pooling over the box.
+    A bin is a box (a product of per-axis ranges), and max or mean over a box is the max or
+    mean over one axis of those over the others: pooling axis by axis equals Paddle's.
     """
     reducer = "ReduceMax" if kind == "max" else "ReduceMean"
-    from .common import reduce
     for i, (size, out) in enumerate(zip(spatial, out_sizes)):
         axis = 2 + i
         if size == out:
@@ -605,11 +604,14 @@ class MaxPoolWithIndex:
         problem = _pool_problem(op, spatial)
         if problem:
             return problem
-        mask = _first_slot(op, cls.MASK, inputs=False)
-        if _is_used(op, mask) and op.attr("adaptive", False):
-            ksize = ints(_pool_ksize(op))
-            if spatial is None or any(d % k for d, k in zip(spatial, ksize)):
-                return "the Mask of adaptive max pooling over uneven bins is not supported"
+        if not _is_used(op, _first_slot(op, cls.MASK, inputs=False)):
+            return None
+        static = spatial is not None and all(d > 0 for d in spatial)
+        if op.attr("global_pooling", False) and not static:
+            return "the Mask of global max pooling needs static input sizes"
+        if op.attr("adaptive", False) and not op.attr("global_pooling", False) and (
+                not static or any(d % k for d, k in zip(spatial, ints(_pool_ksize(op))))):
+            return "the Mask of adaptive max pooling needs static sizes divisible by the output"
         return None
 
     @classmethod
@@ -639,17 +641,15 @@ class MaxPoolWithIndex:
                 return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
         else:
             if op.attr("global_pooling", False) and any(d <= 0 for d in spatial):
-                if want_mask:
-                    raise ConversionError("global max pooling with a mask needs static sizes")
                 return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.GlobalMaxPool(x))
             attrs = _pool_attrs(op, n, spatial)
         if not want_mask:
             return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.MaxPool(x, **attrs))
         y, idx = ctx.op.MaxPool(x, _outputs=2, **attrs)
         # ONNX indexes the whole tensor, Paddle each (n, c) plane
-        plane = ctx.op.Mul(*[_shape_slice(ctx, x, 2 + i, 3 + i) for i in range(2)]) if n == 2 \
-            else ctx.op.Mul(ctx.op.Mul(_shape_slice(ctx, x, 2, 3), _shape_slice(ctx, x, 3, 4)),
-                            _shape_slice(ctx, x, 4, 5))
+        plane = _shape_slice(ctx, x, 2, 3)
+        for axis in range(3, 2 + n):
+            plane = ctx.op.Mul(plane, _shape_slice(ctx, x, axis, axis + 1))
         mask = cast(ctx, ctx.op.Mod(idx, plane), "int32") if ctx.opset >= 10 else \
             cast(ctx, ctx.op.Sub(idx, ctx.op.Mul(ctx.op.Div(idx, plane), plane)), "int32")
         ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
@@ -737,6 +737,13 @@ def _channel_param(ctx, op, slot, c, fill, n_spatial=None):
 
 @paddle_op("instance_norm")
 class InstanceNorm:
+    @classmethod
+    def check(cls, op):
+        shape = _var_shape(op, "X")
+        if not (op.input("Scale") and op.input("Bias")) and (shape is None or shape[1] <= 0):
+            return "instance_norm without scale or bias needs a static channel count"
+        return None
+
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")

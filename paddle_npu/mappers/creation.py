@@ -1,0 +1,135 @@
+"""Tensors made from shapes and scalars: *_like fills, range, linspace, one_hot."""
+import numpy as np
+
+from ..errors import ConversionError
+from .common import cast, const_i64, dtype_attr, reshape
+from .registry import paddle_op
+from .tensor import const_of, constant_of_shape, dims_of, fill_value
+
+
+def _dtype_or(op, attr, fallback):
+    """A dtype attribute, or `fallback` when unset (-1 / undefined)."""
+    v = op.attr(attr, -1)
+    if v is None or v == -1 or v == "undefined":
+        return fallback
+    return dtype_attr(v)
+
+
+@paddle_op("fill_constant_batch_size_like")
+class FillConstantBatchSizeLike:
+    """shape with shape[output_dim_idx] taken from Input.shape[input_dim_idx]."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        dtype = np.dtype(dtype_attr(op.attr("dtype", 5)))
+        shape = [int(d) for d in op.attr("shape")]
+        i_in, i_out = op.attr("input_dim_idx", 0), op.attr("output_dim_idx", 0)
+        x = ctx.input(op, "Input")
+        parts = []
+        if i_out > 0:
+            parts.append(const_i64(ctx, shape[:i_out]))
+        parts.append(dims_of(ctx, x, [i_in % ctx.rank(op, "Input")]))
+        if i_out + 1 < len(shape):
+            parts.append(const_i64(ctx, shape[i_out + 1:]))
+        target = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
+        ctx.set_output(op, "Out", constant_of_shape(ctx, target, fill_value(op, dtype), dtype))
+
+
+@paddle_op("fill_any_like")
+class FillAnyLike:
+    """full_like / zeros_like / ones_like: X's shape filled with `value`."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dtype = np.dtype(ctx.out_dtype(op, "Out") or _dtype_or(op, "dtype", ctx.dtype(op, "X")))
+        if ctx.has_input(op, "value"):   # PIR full_like whose value is computed
+            value = ctx.input(op, "value")
+            if value.const_value is None:
+                v = reshape(ctx, cast(ctx, value, dtype.name), [])
+                return ctx.set_output(op, "Out", ctx.op.Expand(v, ctx.op.Shape(x)))
+            fill = np.asarray(value.const_value.numpy()).reshape(-1)[0]
+        else:
+            fill = op.attr("value", 0.0)
+            if isinstance(fill, str):   # legacy Variable-valued attribute: the var's name
+                v = reshape(ctx, cast(ctx, ctx.lookup(fill), dtype.name), [])
+                return ctx.set_output(op, "Out", ctx.op.Expand(v, ctx.op.Shape(x)))
+        ctx.set_output(op, "Out", constant_of_shape(ctx, ctx.op.Shape(x), fill, dtype))
+
+
+def _scalar_input(ctx, op, slot, dtype_name):
+    """A 1-element input as (python number or None, 0-d Value of dtype_name)."""
+    c = const_of(ctx, op, slot)
+    if c is not None:
+        c = np.asarray(c).reshape(-1)[0]
+        return c, ctx.const(np.asarray(c, dtype=dtype_name))
+    v = ctx.input(op, slot)
+    if ctx.dtype(op, slot) != dtype_name:
+        v = cast(ctx, v, dtype_name)
+    return None, reshape(ctx, v, [])
+
+
+@paddle_op("range")
+class Range:
+    @classmethod
+    def version_11(cls, ctx, op):
+        dtype = ctx.out_dtype(op, "Out") or _dtype_or(op, "dtype", ctx.dtype(op, "Start"))
+        start, s = _scalar_input(ctx, op, "Start", dtype)
+        end, e = _scalar_input(ctx, op, "End", dtype)
+        step, d = _scalar_input(ctx, op, "Step", dtype)
+        if start is not None and end is not None and step is not None:
+            return ctx.set_output(op, "Out", ctx.const(np.arange(start, end, step, dtype=dtype)))
+        ctx.set_output(op, "Out", ctx.op.Range(s, e, d))
+
+
+@paddle_op("linspace")
+class Linspace:
+    """start + i * step for i < num, step = (stop - start) / (num - 1), in float64 and cast to
+    the output dtype (Paddle counts its second half back from stop: equal up to rounding)."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        dtype = ctx.out_dtype(op, "Out") or dtype_attr(op.attr("dtype", 5))
+        start, s = _scalar_input(ctx, op, "Start", "float64")
+        stop, e = _scalar_input(ctx, op, "Stop", "float64")
+        num = const_of(ctx, op, "Num")
+        if num is not None and start is not None and stop is not None:
+            vals = np.linspace(float(start), float(stop), int(np.asarray(num).reshape(-1)[0]))
+            return ctx.set_output(op, "Out", ctx.const(vals.astype(dtype)))
+        _, n = _scalar_input(ctx, op, "Num", "int64")
+        i = cast(ctx, ctx.op.Range(ctx.const(np.asarray(0, np.int64)), n,
+                                   ctx.const(np.asarray(1, np.int64))), "float64")
+        # step = (stop - start) / max(num - 1, 1); num == 1 gives [start]
+        denom = ctx.op.Max(ctx.op.Sub(cast(ctx, n, "float64"), ctx.const(np.asarray(1.0))),
+                           ctx.const(np.asarray(1.0)))
+        step = ctx.op.Div(ctx.op.Sub(e, s), denom)
+        out = ctx.op.Add(s, ctx.op.Mul(i, step))
+        ctx.set_output(op, "Out", out if dtype == "float64" else cast(ctx, out, dtype))
+
+
+@paddle_op("one_hot_v2")
+class OneHot:
+    """Equal(ids[..., None], arange(depth)): exact for any dtype, ids out of range give zeros
+    (what allow_out_of_range asks; Paddle raises otherwise)."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        ids = ctx.input(op, "X")
+        dtype = ctx.out_dtype(op, "Out") or dtype_attr(op.attr("dtype", 5))
+        if ctx.has_input(op, "depth_tensor"):
+            depth = const_of(ctx, op, "depth_tensor")
+            if depth is None:
+                _, depth_v = _scalar_input(ctx, op, "depth_tensor", "int64")
+                classes = ctx.op.Range(ctx.const(np.asarray(0, np.int64)), depth_v,
+                                       ctx.const(np.asarray(1, np.int64)))
+            else:
+                classes = const_i64(ctx, np.arange(int(np.asarray(depth).reshape(-1)[0])))
+        else:
+            depth = op.attr("depth")
+            if depth is None or depth < 0:
+                raise ConversionError("one_hot without a depth")
+            classes = const_i64(ctx, np.arange(int(depth)))
+        ids = cast(ctx, ids, "int64") if ctx.dtype(op, "X") != "int64" else ids
+        from .common import unsqueeze
+        hot = ctx.op.Equal(unsqueeze(ctx, ids, [ctx.rank(op, "X")]), classes)
+        ctx.set_output(op, "Out", cast(ctx, hot, dtype))

@@ -1,0 +1,174 @@
+"""Reductions, arg max/min, top-k, cumulative sums, norms."""
+import numpy as np
+import onnx_ir as ir
+
+from .common import cast, const_i64, dtype_attr, ints, reduce, reshape
+from .registry import paddle_op
+from .tensor import const_of
+
+# Paddle reduction -> ONNX reduction
+_REDUCE = {
+    "reduce_sum": "ReduceSum", "reduce_mean": "ReduceMean", "reduce_max": "ReduceMax",
+    "reduce_min": "ReduceMin", "reduce_prod": "ReduceProd", "reduce_amax": "ReduceMax",
+    "reduce_amin": "ReduceMin", "reduce_all": "ReduceMin", "reduce_any": "ReduceMax",
+    "frobenius_norm": "ReduceL2", "logsumexp": "ReduceLogSumExp",
+}
+
+
+def reduce_axes(op, rank, dim_attr="dim", all_attr="reduce_all"):
+    """The axes a Paddle reduction runs over (sorted, non-negative), None for all of them.
+
+    Paddle reduces everything when reduce_all is set, when no axes are given, or when
+    there are as many axes as dims (phi's recompute_reduce_all)."""
+    dims = op.attr(dim_attr)
+    dims = [] if dims is None else ints(dims if isinstance(dims, (list, tuple)) else [dims])
+    if op.attr(all_attr, False) or not dims or rank == 0 or len(dims) >= rank:
+        return None
+    return sorted({d % rank for d in dims})
+
+
+@paddle_op(*_REDUCE)
+class Reduce:
+    @classmethod
+    def check(cls, op):
+        if op.input("axis") or op.input("AxisTensor") or op.input("AxisTensorList"):
+            return "reduction over computed axes is not supported"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        in_dt = ctx.dtype(op, "X")
+        out_dt = ctx.out_dtype(op, "Out") or in_dt
+        if op.type == "logsumexp":
+            axes = reduce_axes(op, rank, "axis")
+            keep = op.attr("keepdim", False)
+        else:
+            axes = reduce_axes(op, rank)
+            keep = op.attr("keep_dim", False)
+        onnx_op = _REDUCE[op.type]
+        if op.type in ("reduce_all", "reduce_any"):
+            # no boolean reductions in ONNX: min / max over 0/1
+            if in_dt != "bool":
+                x = cast(ctx, x, "bool")
+            x = cast(ctx, x, "float32")
+        elif in_dt != out_dt:   # sum of bool/int32 gives int64; out_dtype casts first
+            x = cast(ctx, x, out_dt)
+        if rank == 0:
+            y = ctx.op.Identity(x)
+        else:
+            y = reduce(ctx, onnx_op, x, axes, keep)
+        if op.type in ("reduce_all", "reduce_any"):
+            y = cast(ctx, y, "bool")
+            # Paddle records a float input's dtype for the result though it yields bool
+            y.type = ir.TensorType(ir.DataType.BOOL)
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("p_norm")
+class PNorm:
+    """sum(|x|^p)^(1/p) over one axis (or all, asvector); 0, inf and -inf orders too."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        p = float(op.attr("porder", 2.0))
+        keep = op.attr("keepdim", False)
+        axes = None if op.attr("asvector", False) or rank <= 1 else [op.attr("axis", -1) % rank]
+        dtype = np.dtype(ctx.dtype(op, "X"))
+        if p == 2:
+            y = reduce(ctx, "ReduceL2", x, axes, keep)
+        elif p == 1:
+            y = reduce(ctx, "ReduceL1", x, axes, keep)
+        elif p == np.inf:
+            y = reduce(ctx, "ReduceMax", ctx.op.Abs(x), axes, keep)
+        elif p == -np.inf:
+            y = reduce(ctx, "ReduceMin", ctx.op.Abs(x), axes, keep)
+        elif p == 0:   # count of non-zeros
+            nz = cast(ctx, ctx.op.Not(ctx.op.Equal(x, ctx.const(np.zeros((), dtype)))), dtype.name)
+            y = reduce(ctx, "ReduceSum", nz, axes, keep)
+        else:
+            powed = ctx.op.Pow(ctx.op.Abs(x), ctx.const(np.asarray(p, dtype)))
+            y = ctx.op.Pow(reduce(ctx, "ReduceSum", powed, axes, keep),
+                           ctx.const(np.asarray(1.0 / p, dtype)))
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def required_opset(cls, op):
+        return 11 if float(op.attr("porder", 2.0)) == 0 else 7   # Equal on floats
+
+
+def _index_dtype(op):
+    dt = op.attr("dtype", 3)
+    return "int64" if dt in (None, -1) else dtype_attr(dt)
+
+
+@paddle_op("arg_max", "arg_min")
+class ArgMaxMin:
+    @classmethod
+    def check(cls, op):
+        if op.input("axis"):
+            return f"{op.type} over a computed axis is not supported"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        fn = ctx.op.ArgMax if op.type == "arg_max" else ctx.op.ArgMin
+        keep = bool(op.attr("keepdims", False))
+        if op.attr("flatten", False) or rank == 0:
+            y = fn(reshape(ctx, x, [-1]), axis=0, keepdims=0)      # 0-d
+            if keep and rank:
+                y = reshape(ctx, y, [1] * rank)
+        else:
+            y = fn(x, axis=int(op.attr("axis", -1)) % rank, keepdims=int(keep))
+        dt = _index_dtype(op)
+        ctx.set_output(op, "Out", y if dt == "int64" else cast(ctx, y, dt))
+
+
+@paddle_op("top_k", "top_k_v2")
+class TopK:
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        if ctx.has_input(op, "K"):
+            k = const_of(ctx, op, "K")
+            if k is not None:
+                k = const_i64(ctx, [int(np.asarray(k).reshape(-1)[0])])
+            else:
+                k = reshape(ctx, cast(ctx, ctx.input(op, "K"), "int64"), [1])
+        else:
+            k = const_i64(ctx, [int(op.attr("k", 1))])
+        axis = -1 if op.type == "top_k" else int(op.attr("axis", -1))
+        values, indices = ctx.op.TopK(x, k, axis=axis % max(rank, 1),
+                                      largest=int(op.attr("largest", True)),
+                                      sorted=int(op.attr("sorted", True)), _outputs=2)
+        ctx.set_output(op, "Out", values)
+        ctx.set_output(op, "Indices", indices)
+
+
+@paddle_op("cumsum")
+class CumSum:
+    @classmethod
+    def check(cls, op):
+        if op.input("axis"):
+            return "cumsum over a computed axis is not supported"
+        return None
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        rank = ctx.rank(op, "X")
+        if op.attr("flatten", False) or rank == 0:
+            x, axis = reshape(ctx, x, [-1]), 0
+        else:
+            axis = int(op.attr("axis", -1)) % rank
+        y = ctx.op.CumSum(x, ctx.const(np.asarray(axis, np.int64)),
+                          exclusive=int(op.attr("exclusive", False)),
+                          reverse=int(op.attr("reverse", False)))
+        ctx.set_output(op, "Out", y)
+
