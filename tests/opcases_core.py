@@ -32,6 +32,8 @@ for _name, _kw in {
     "dilation2_pad2": dict(dilation=2, padding=2), "groups2": dict(groups=2, padding=1),
     "pad_asym": dict(padding=[1, 0, 2, 1]), "same": dict(padding="SAME", stride=2),
     "valid": dict(padding="VALID"), "nobias": dict(bias_attr=False),
+    "same_dilation2": dict(padding="SAME", dilation=2), "same_dilation2_stride2": dict(
+        padding="SAME", dilation=2, stride=2),
 }.items():
     case(f"conv2d_{_name}", IMG, ["conv2d"])(
         lambda paddle, kw=_kw: paddle.nn.Conv2D(4, 6, 3, **kw))
@@ -56,6 +58,8 @@ for _name, _layer in {
     "avg_inclusive": lambda p: p.nn.AvgPool2D(3, stride=2, padding=1, exclusive=False),
     "adaptive_avg_3": lambda p: p.nn.AdaptiveAvgPool2D(3),
     "adaptive_avg_1": lambda p: p.nn.AdaptiveAvgPool2D(1),
+    "adaptive_avg_uneven": lambda p: p.nn.AdaptiveAvgPool2D((4, 2)),    # 9 -> 4: uneven bins
+    "adaptive_avg_upsample": lambda p: p.nn.AdaptiveAvgPool2D(11),      # 9 -> 11 (vgg at 64px)
 }.items():
     case(f"pool2d_{_name}", IMG, ["pool2d"])(lambda paddle, f=_layer: f(paddle))
 

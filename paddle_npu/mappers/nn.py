@@ -23,8 +23,10 @@ class Conv:
     def version_7(cls, ctx, op):
         x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
         n = 3 if op.type == "conv3d" else 2
-        y = ctx.op.Conv(x, w, strides=ints(op.attr("strides", [1] * n)),
-                        dilations=ints(op.attr("dilations", [1] * n)),
+        dilations = ints(op.attr("dilations", [1] * n))
+        if op.attr("padding_algorithm", "EXPLICIT") == "SAME":
+            dilations = [1] * n   # Paddle computes SAME convolutions without dilation
+        y = ctx.op.Conv(x, w, strides=ints(op.attr("strides", [1] * n)), dilations=dilations,
                         group=int(op.attr("groups", 1) or 1), **conv_padding(op, n))
         if ctx.has_input(op, "Bias"):   # fused conv2d+bias from optimized programs
             b = ctx.input(op, "Bias")
@@ -83,9 +85,12 @@ class Pool2d:
             y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
             return ctx.set_output(op, "Out", y)
         if adaptive:
-            if any(d <= 0 for d in spatial) or any(s % k for s, k in zip(spatial, ksize)):
+            if any(d <= 0 for d in spatial):
                 raise ConversionError(
-                    f"adaptive pool2d to {ksize} needs input sizes divisible by it, got {spatial}")
+                    f"adaptive pool2d to {ksize} needs static input sizes, got {spatial}")
+            if any(s % k for s, k in zip(spatial, ksize)):   # uneven or overlapping bins
+                from .vision import _adaptive_pool
+                return ctx.set_output(op, "Out", _adaptive_pool(ctx, x, spatial, ksize, kind))
             stride = [s // k for s, k in zip(spatial, ksize)]
             attrs = {"kernel_shape": stride, "strides": stride, "pads": [0, 0, 0, 0]}
         else:
