@@ -4,8 +4,15 @@
 from opcase_harness import case
 
 
-def fn_layer(paddle, fn, n_inputs=1):
-    """A Layer whose forward is `fn(*inputs)` (to_static needs a fixed arity)."""
+def fn_layer(paddle, fn, n_inputs=None):
+    """A Layer whose forward is `fn(*inputs)` (to_static needs a fixed arity).
+
+    n_inputs defaults to the number of parameters of `fn` without a default value."""
+    if n_inputs is None:
+        import inspect
+        params = inspect.signature(fn).parameters.values()
+        n_inputs = max(1, sum(p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+                              for p in params))
     class Fn1(paddle.nn.Layer):
         def forward(self, x):
             return fn(x)

@@ -1,30 +1,8 @@
 """Op cases for the core families: conv / norm / pool, activations, elementwise math."""
 from opcase_harness import case
+from opcase_layers import fn_layer as _fn
 
 IMG = {"x": ((None, 4, 9, 9), "float32")}
-
-
-def _fn(paddle, fn):
-    """A Layer whose forward is `fn(*inputs)` (to_static needs a fixed arity)."""
-    import inspect
-    arity = len(inspect.signature(fn).parameters) if not isinstance(fn, type) else 1
-    try:
-        arity = len([p for p in inspect.signature(fn).parameters.values()
-                     if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD])
-    except (TypeError, ValueError):
-        arity = 1
-    class Fn1(paddle.nn.Layer):
-        def forward(self, x):
-            return fn(x)
-
-    class Fn2(paddle.nn.Layer):
-        def forward(self, x, y):
-            return fn(x, y)
-
-    class Fn3(paddle.nn.Layer):
-        def forward(self, x, y, z):
-            return fn(x, y, z)
-    return {1: Fn1, 2: Fn2, 3: Fn3}[max(1, arity)]()
 
 
 for _name, _kw in {

@@ -1,12 +1,10 @@
 """Op cases for meshgrid and take_along_axis."""
 from opcase_harness import case
+from opcase_layers import fn_layer
 
 
 def _fn2(paddle, fn):
-    class Fn(paddle.nn.Layer):
-        def forward(self, x, y):
-            return fn(x, y)
-    return Fn()
+    return fn_layer(paddle, fn, 2)
 
 
 case("meshgrid_two", {"x": ((3,), "float32"), "y": ((5,), "float32")}, ["meshgrid"])(

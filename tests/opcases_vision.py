@@ -1,25 +1,7 @@
 """Op cases for vision layers: interpolation, padding, transposed conv, pooling variants,
 pixel shuffles, instance/group norm, affine_channel."""
 from opcase_harness import case
-
-
-def _fn(paddle, fn):
-    """A Layer whose forward is `fn(*inputs)` (arity 1 to 3)."""
-    import inspect
-    arity = len(inspect.signature(fn).parameters)
-
-    class Fn1(paddle.nn.Layer):
-        def forward(self, x):
-            return fn(x)
-
-    class Fn2(paddle.nn.Layer):
-        def forward(self, x, y):
-            return fn(x, y)
-
-    class Fn3(paddle.nn.Layer):
-        def forward(self, x, y, z):
-            return fn(x, y, z)
-    return {1: Fn1, 2: Fn2, 3: Fn3}[arity]()
+from opcase_layers import fn_layer as _fn
 
 IMG = {"x": ((None, 4, 9, 9), "float32")}
 IMG8 = {"x": ((None, 4, 8, 8), "float32")}

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from conftest import EXAMPLE, REAL_MODELS
 from paddle_npu import PaddleFormatError
-from paddle_npu.frontend.legacy import legacy_param_order, read_legacy_program
+from paddle_npu.frontend.legacy import read_legacy_program
+from paddle_npu.frontend.params import param_order
 from paddle_npu.frontend.params import name_records, parse_records
 
 PDMODEL = os.path.join(EXAMPLE, "legacy", "model.pdmodel")
@@ -26,7 +27,7 @@ def read_legacy_pair(model_bytes, params_bytes):
 
 
 def read_params(program, params_bytes):
-    order = legacy_param_order(program)
+    order = param_order(program)
     expected = {n: (program.var(n).dtype, program.var(n).shape) for n in order if program.var(n)}
     program.params = name_records(parse_records(params_bytes, PDIPARAMS), order, PDIPARAMS, expected)
     return program
@@ -43,7 +44,7 @@ def _assert_clean(fn, *args):
 
 def test_every_truncation_of_pdmodel():
     model = _bytes(os.path.join(OLD_DIR, "__model__"))
-    order = legacy_param_order(read_legacy_program(model, OLD_DIR))
+    order = param_order(read_legacy_program(model, OLD_DIR))
     # Its per-parameter files concatenated in Paddle's order make the __params__ layout.
     params = b"".join(_bytes(os.path.join(OLD_DIR, n)) for n in order)
     outcomes = [_assert_clean(read_legacy_pair, model[:n], params) for n in range(len(model))]

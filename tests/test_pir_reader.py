@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from conftest import EXAMPLE, ROOT
 from paddle_npu import PaddleFormatError
 from paddle_npu.frontend.params import read_records
-from paddle_npu.frontend.pir import compat_entry, compat_table, pir_param_order, read_pir_program
+from paddle_npu.frontend.params import param_order
+from paddle_npu.frontend.pir import compat_entry, compat_table, read_pir_program
 from paddle_npu.program import Block
 
 DIGITS_JSON = os.path.join(EXAMPLE, "pir", "model.json")
@@ -441,7 +442,7 @@ def test_control_flow_blocks(exports):
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_param_order_matches_pdiparams(exports, name):
     program = read_pir_program(exports / name / "model.json")
-    order = pir_param_order(program)
+    order = param_order(program)
     saved = np.load(exports / name / "params.npz")
     assert sorted(saved.files) == order                     # what Paddle saves, by its own API
     path = exports / name / "model.pdiparams"
@@ -461,21 +462,21 @@ def test_buffers_and_dropout_state(exports):
     # persistable flag in the Layer) and saved; Paddle's own list is the reference
     program = read_pir_program(exports / "buffers" / "model.json")
     saved = np.load(exports / "buffers" / "params.npz")
-    order = pir_param_order(program)
+    order = param_order(program)
     assert order == sorted(saved.files) and len(order) == 6
     values = sorted(float(saved[n][0]) for n in order if n.startswith("eager_tmp"))
     assert values == [2.0, 3.0]
     # an RNN's dropout state is a parameter that is not persistable: not in the file
     rnn = read_pir_program(exports / "rnn" / "model.json")
     states = [n for n in rnn.global_block.vars if "dropout_state" in n]
-    assert states and not set(states) & set(pir_param_order(rnn))
+    assert states and not set(states) & set(param_order(rnn))
     assert all(not rnn.var(n).persistable for n in states)
 
 
 def test_param_order_of_committed_example():
     program = read_pir_program(DIGITS_JSON)
     records = read_records(os.path.join(EXAMPLE, "pir", "model.pdiparams"))
-    order = pir_param_order(program)
+    order = param_order(program)
     assert order == sorted(order) and len(order) == len(records)
     for pname, rec in zip(order, records):
         assert (rec.array.dtype.name, rec.array.shape) == (program.var(pname).dtype, program.var(pname).shape)
@@ -605,9 +606,9 @@ def test_parameter_op_compact_form():
     assert program.var("w").persistable and program.var("w").shape == (4, 4)
     op = program.global_block.ops[1]
     assert op.type == "matmul_v2" and op.inputs == {"X": ["x"], "Y": ["w"]} and op.attr("trans_y") is True
-    assert pir_param_order(program) == ["w"]
+    assert param_order(program) == ["w"]
     p["OA"] = [0, 1, 0]                         # not persistable: not in the params file
-    assert pir_param_order(read_pir_program("m.json", _program([p, DATA, mm, _fetch(2)]))) == []
+    assert param_order(read_pir_program("m.json", _program([p, DATA, mm, _fetch(2)]))) == []
 
 
 # ---------------------------------------------------------------------------

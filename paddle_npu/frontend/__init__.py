@@ -9,7 +9,7 @@ The format is decided by the content (a PIR program is JSON), not the file name.
 import os
 
 from ..errors import PaddleFormatError
-from .params import read_combined, read_single
+from .params import param_order, read_combined, read_single
 
 _PROGRAM_NAMES = ("__model__", "model")
 _COMBINED_PARAMS = ("__params__", "params")
@@ -85,13 +85,12 @@ def load(model, params=None, *, with_params=True):
     program_file = find_program_file(model)
     data = _read_bytes(program_file)
     if data.lstrip()[:1] == b"{":
-        from .pir import pir_param_order, read_pir_program
+        from .pir import read_pir_program
         program = read_pir_program(program_file, data)
-        order = pir_param_order(program)
     else:
-        from .legacy import legacy_param_order, read_legacy_program
+        from .legacy import read_legacy_program
         program = read_legacy_program(data, program_file)
-        order = legacy_param_order(program)
+    order = param_order(program)
     if not with_params or not order:
         return program
     expected = {}

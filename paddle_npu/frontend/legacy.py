@@ -206,18 +206,3 @@ def _find_feeds_and_fetches(program):
             fetches.append((op.attr("col", 0), op.input("X")[0] if op.input("X") else None))
     program.inputs = [n for _, n in sorted(feeds, key=lambda t: t[0]) if n]
     program.outputs = [n for _, n in sorted(fetches, key=lambda t: t[0]) if n]
-
-
-def legacy_param_order(program):
-    """The names of the tensors in a combined params file, in the order Paddle writes them.
-
-    Paddle saves every persistable dense tensor of the program except the
-    feed/fetch holders, sorted by name (the order `save_combine` receives them;
-    checked on real exports in tests/test_readers.py).
-    """
-    names = set()
-    for block in program.blocks:
-        for var in block.vars.values():
-            if var.persistable and var.kind == "dense_tensor" and var.name not in ("feed", "fetch"):
-                names.add(var.name)
-    return sorted(names)

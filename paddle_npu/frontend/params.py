@@ -2,8 +2,7 @@
 
 A combined params file is a plain concatenation of records, one per
 persistable var, with no names in it: the names come from the program, in the
-order Paddle writes them (see `legacy.legacy_param_order` and
-`pir.pir_param_order`). One record, little-endian:
+order Paddle writes them (`param_order`). One record, little-endian:
 
     uint32  version            (0)
     uint64  lod_level          number of LoD levels
@@ -153,6 +152,23 @@ def _map(path):
                                 hint="pass the .pdiparams written next to the model") from None
     except OSError as exc:
         raise PaddleFormatError(path, f"cannot read the params file ({exc.strerror})") from None
+
+
+def param_order(program):
+    """The names of the tensors in a combined params file, in the order Paddle writes them.
+
+    Both program formats: every persistable dense tensor except the feed/fetch holders,
+    sorted by name in Python string order (what Paddle's save_combine and pir_io receive).
+    Established on real exports record by record (dtype, shape and values against Paddle's
+    scope): tests/test_params.py, tests/test_zoo.py, tests/test_pir_reader.py. Not saved:
+    parameters marked not persistable, e.g. an RNN's `dropout_state__non_persistable`.
+    """
+    names = set()
+    for block in program.blocks:
+        for var in block.vars.values():
+            if var.persistable and var.kind == "dense_tensor" and var.name not in ("feed", "fetch"):
+                names.add(var.name)
+    return sorted(names)
 
 
 def parse_records(buf, path):

@@ -808,22 +808,3 @@ def read_pir_program(path, data=None):
     return program
 
 
-def pir_param_order(program):
-    """The parameter names in the order Paddle writes them into the `.pdiparams`.
-
-    Paddle saves the values of `builtin.parameter` ops (and of data ops) that are
-    persistable, sorted by name (Python string order) -- what its own
-    `paddle.static.pir_io` does. Not saved: parameters marked not persistable,
-    e.g. an RNN's `dropout_state__non_persistable`. Checked record by record
-    (dtype, shape, values) on exports from Paddle 3.0-3.3: ResNet18, a
-    transformer encoder, LSTM/GRU, BatchNorm statistics and registered buffers
-    (tests/test_pir_reader.py). Files saved with trainable=False carry no
-    persistable flags; every parameter then counts as persistable, as Paddle's
-    reader assumes too.
-    """
-    names = set()
-    for block in program.blocks:
-        for var in block.vars.values():
-            if var.persistable and var.kind == "dense_tensor" and var.name not in ("feed", "fetch"):
-                names.add(var.name)
-    return sorted(names)

@@ -197,35 +197,19 @@ class PRelu:
         ctx.set_output(op, "Out", ctx.op.PRelu(x, alpha))
 
 
-@paddle_op("softmax")
+@paddle_op("softmax", "log_softmax")
 class Softmax:
     @classmethod
     def version_7(cls, ctx, op):
+        onnx_op = getattr(ctx.op, "Softmax" if op.type == "softmax" else "LogSoftmax")
         x = ctx.input(op, "X")
         rank = ctx.rank(op, "X")
         axis = op.attr("axis", -1)
         axis = axis + rank if axis < 0 else axis
         if ctx.opset >= 13 or axis == rank - 1:
-            return ctx.set_output(op, "Out", ctx.op.Softmax(x, axis=axis))
+            return ctx.set_output(op, "Out", onnx_op(x, axis=axis))
         # Before 13, Softmax flattens from `axis` on: move the axis last, then back.
         perm = list(range(rank))
         perm[axis], perm[-1] = perm[-1], perm[axis]
-        y = ctx.op.Transpose(ctx.op.Softmax(ctx.op.Transpose(x, perm=perm), axis=rank - 1), perm=perm)
-        ctx.set_output(op, "Out", y)
-
-
-@paddle_op("log_softmax")
-class LogSoftmax:
-    @classmethod
-    def version_7(cls, ctx, op):
-        x = ctx.input(op, "X")
-        rank = ctx.rank(op, "X")
-        axis = op.attr("axis", -1)
-        axis = axis + rank if axis < 0 else axis
-        if ctx.opset >= 13 or axis == rank - 1:
-            return ctx.set_output(op, "Out", ctx.op.LogSoftmax(x, axis=axis))
-        perm = list(range(rank))
-        perm[axis], perm[-1] = perm[-1], perm[axis]
-        y = ctx.op.Transpose(ctx.op.LogSoftmax(ctx.op.Transpose(x, perm=perm), axis=rank - 1),
-                             perm=perm)
+        y = ctx.op.Transpose(onnx_op(ctx.op.Transpose(x, perm=perm), axis=rank - 1), perm=perm)
         ctx.set_output(op, "Out", y)

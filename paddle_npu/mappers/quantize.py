@@ -52,16 +52,18 @@ def _axis_attr(op):
     return {"axis": int(op.attr("quant_axis"))} if _per_axis(op) else {}
 
 
-@paddle_op("quantize_linear")
-class QuantizeLinear:
+class _QDQ:
     @classmethod
     def check(cls, op):
         return _check(op)
 
     @classmethod
     def required_opset(cls, op):
-        return 13 if _per_axis(op) else 10
+        return 13 if _per_axis(op) else 10   # per-axis scales came with opset 13
 
+
+@paddle_op("quantize_linear")
+class QuantizeLinear(_QDQ):
     @classmethod
     def version_10(cls, ctx, op):
         x = ctx.input(op, "X")
@@ -83,15 +85,7 @@ class QuantizeLinear:
 
 
 @paddle_op("dequantize_linear")
-class DequantizeLinear:
-    @classmethod
-    def check(cls, op):
-        return _check(op)
-
-    @classmethod
-    def required_opset(cls, op):
-        return 13 if _per_axis(op) else 10
-
+class DequantizeLinear(_QDQ):
     @classmethod
     def version_10(cls, ctx, op):
         x = ctx.input(op, "X")
