@@ -26,14 +26,38 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 
+# A child's peak RSS includes the RSS of the process that forked it, and this benchmark
+# grows big (onnxruntime, models). So commands are started by a small launcher process,
+# itself started before anything heavy is loaded: both tools are measured from the same
+# ~10 MB baseline.
+_LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    start = time.perf_counter()
+    proc = subprocess.Popen(job["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=job["env"])
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    print(json.dumps({"seconds": time.perf_counter() - start, "rss": usage.ru_maxrss * 1024,
+                      "rc": os.waitstatus_to_exitcode(status),
+                      "stderr": err.decode(errors="replace")[-2000:]}), flush=True)
+"""
+_launcher = None
+
+
+def start_launcher():
+    global _launcher
+    _launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+
+
 def run_measured(cmd, env=None):
     """(seconds, peak RSS bytes, returncode, stderr) of one command in its own process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss * 1024, proc.returncode, stderr.decode()
+    _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ)}) + "\n")
+    _launcher.stdin.flush()
+    r = json.loads(_launcher.stdout.readline())
+    return r["seconds"], r["rss"], r["rc"], r["stderr"]
 
 
 def node_count(path):
@@ -87,6 +111,7 @@ def main():
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
+    start_launcher()
     if not os.path.exists(args.p2o):
         sys.exit(f"no paddle2onnx at {args.p2o}: run `bash tools/bench_env.sh` or pass --p2o")
     import numpy as np
@@ -156,7 +181,7 @@ def _ratio(row, key):
 
 
 def _fmt(v, spec):
-    return format(v, spec) if v is not None else "-".rjust(len(format(0.0, spec)))
+    return format(v, spec) if v is not None else "-".rjust(int(spec.split(".")[0].rstrip("df")))
 
 
 def _print_row(row, header):

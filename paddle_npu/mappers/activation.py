@@ -65,6 +65,9 @@ class HardSwish:
         offset = op.attr("offset", 3.0)
         if ctx.opset >= 14 and (thr, scale, offset) == (6.0, 6.0, 3.0):
             return ctx.set_output(op, "Out", ctx.op.HardSwish(x))
+        if thr == scale:   # clip(x + offset, 0, thr) / thr is HardSigmoid: 2 nodes, not 4
+            gate = ctx.op.HardSigmoid(x, alpha=1.0 / scale, beta=offset / scale)
+            return ctx.set_output(op, "Out", ctx.op.Mul(x, gate))
         dt = ctx.dtype(op, "X")
         gate = clip(ctx, ctx.op.Add(x, _c(ctx, op, offset)), 0.0, thr, dt)
         ctx.set_output(op, "Out", ctx.op.Div(ctx.op.Mul(x, gate), _c(ctx, op, scale)))

@@ -151,7 +151,9 @@ class LayerNorm:
         # Before opset 17: the formula, in float32 as Paddle computes it.
         mean = reduce(ctx, "ReduceMean", x, axes)
         d = ctx.op.Sub(x, mean)
-        var = reduce(ctx, "ReduceMean", ctx.op.Mul(d, d), axes)
+        # Pow(d, 2), not Mul(d, d): onnxruntime fuses this exact pattern into LayerNormalization
+        two = ctx.const(np.asarray(2.0, np.dtype(ctx.dtype(op, "X"))))
+        var = reduce(ctx, "ReduceMean", ctx.op.Pow(d, two), axes)
         eps_c = ctx.const(np.asarray(eps, np.dtype(ctx.dtype(op, "X"))))
         y = ctx.op.Div(d, ctx.op.Sqrt(ctx.op.Add(var, eps_c)))
         if scale is not None:
