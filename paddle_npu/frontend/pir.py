@@ -149,12 +149,16 @@ def _need(cond, problem):
 
 
 def _get(obj, key, kind, what):
-    """obj[key] checked to be of `kind` (a type or tuple of types)."""
-    _need(isinstance(obj, dict), f"{what} is not a JSON object")
-    _need(key in obj, f"{what} has no {key!r} key")
+    """obj[key] checked to be of `kind` (a type or tuple of types).
+
+    The hot path of the reader: messages are only built when a check fails."""
+    if not isinstance(obj, dict):
+        raise _Fail(f"{what} is not a JSON object")
+    if key not in obj:
+        raise _Fail(f"{what} has no {key!r} key")
     value = obj[key]
-    _need(isinstance(value, kind) and not (kind is int and isinstance(value, bool)),
-          f"{what}: {key!r} is {type(value).__name__}, expected {_kind_name(kind)}")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Fail(f"{what}: {key!r} is {type(value).__name__}, expected {_kind_name(kind)}")
     return value
 
 
