@@ -119,3 +119,29 @@ def test_wrong_shape_names_the_parameter(tmp_path):
     with pytest.raises(PaddleFormatError) as err:
         load(os.path.join(src, "model.pdmodel"), tmp_path / "model.pdiparams")
     assert repr(names[0]) in str(err.value) and "byte 0" in str(err.value)
+
+
+def _record(data_type, dims, payload, version=0):
+    from paddle_npu.proto import framework_pb2
+    import struct
+    desc = framework_pb2.VarType.TensorDesc(data_type=data_type, dims=dims).SerializeToString()
+    return (struct.pack("<IQI", version, 0, 0) + struct.pack("<i", len(desc)) + desc + payload)
+
+
+def test_unknown_dtype_names_the_offset(tmp_path):
+    ok = _record(5, [2], np.zeros(2, np.float32).tobytes())
+    bad = _record(7, [2], b"\0" * 8)          # 7 is LOD_TENSOR: not a data type
+    path = tmp_path / "p.pdiparams"
+    path.write_bytes(ok + bad)
+    with pytest.raises(PaddleFormatError) as err:
+        read_combined(path, ["a", "b"])
+    msg = str(err.value)
+    assert "unsupported tensor data type code 7" in msg and f"byte {len(ok) + 20}" in msg
+    assert str(path) in msg
+
+
+def test_wrong_record_version_is_refused(tmp_path):
+    path = tmp_path / "p.pdiparams"
+    path.write_bytes(_record(5, [1], b"\0" * 4, version=3))
+    with pytest.raises(PaddleFormatError, match="byte 0: tensor record version 3, expected 0"):
+        read_records(path)
