@@ -9,9 +9,11 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
-# Folding a node whose output is much bigger than its inputs (Expand, Tile,
-# ConstantOfShape) would bloat the file: keep those unless the result is small.
-_MAX_GROWTH_BYTES = 1 << 20
+# Folding must not make the stored model bigger: a node whose result outweighs its inputs
+# (Expand, Tile, ConstantOfShape, a Cast widening float16 weights to float32) is kept unless
+# the result is tiny. Weights thus stay in the dtype Paddle stored them in.
+_FOLD_GROWTH_ALLOWANCE = 1024
+
 # DequantizeLinear stays: the QDQ pair is how a quantized model tells runtimes its scales
 # (a constant weight's QuantizeLinear does fold, into the int8 weight).
 _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -75,7 +77,7 @@ def fold_constants(model):
             if results is not None:
                 in_bytes = sum(x.nbytes for x in inputs if x is not None)
                 out_bytes = sum(np.asarray(r).nbytes for r in results)
-                if out_bytes > max(in_bytes, _MAX_GROWTH_BYTES):
+                if out_bytes > max(in_bytes, _FOLD_GROWTH_ALLOWANCE):
                     continue
         if results is None:
             continue

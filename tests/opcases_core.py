@@ -135,3 +135,21 @@ VOL = {"x": ((None, 2, 5, 6, 6), "float32")}
 case("conv3d", VOL, ["conv3d"])(lambda paddle: paddle.nn.Conv3D(2, 3, 3, padding=1))
 case("conv3d_stride_groups", VOL, ["conv3d"])(
     lambda paddle: paddle.nn.Conv3D(2, 4, (1, 3, 3), stride=(1, 2, 2), groups=2))
+
+
+def _half_weight_linear(paddle, dtype):
+    """A layer keeping its weight in half precision and computing in float32."""
+    class HalfWeight(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.w = self.create_parameter([64, 48], dtype=dtype)   # > 1 KiB: never folded
+
+        def forward(self, x):
+            return x @ self.w.astype("float32")
+    return HalfWeight()
+
+
+case("weight_float16", {"x": ((None, 64), "float32")}, ["cast", "matmul_v2"], tolerance=1e-3)(
+    lambda paddle: _half_weight_linear(paddle, "float16"))
+case("weight_bfloat16", {"x": ((None, 64), "float32")}, ["cast", "matmul_v2"], opsets=(13, 17),
+     tolerance=1e-2)(lambda paddle: _half_weight_linear(paddle, "bfloat16"))

@@ -82,6 +82,21 @@ def test_quantized_weights_stay_int8_behind_dequantize_linear(case_exports):
     assert [n.op_type for n in proto.graph.node].count("QuantizeLinear") == 0
 
 
+@pytest.mark.skipif("weight_float16" not in CASES, reason="case module not loaded")
+@pytest.mark.parametrize("name, dtype", [("weight_float16", np.float16),
+                                         ("weight_bfloat16", None)])
+def test_half_precision_weights_stay_in_their_dtype(case_exports, name, dtype):
+    import onnx
+    from onnx import TensorProto
+
+    for fmt in ("legacy", "pir"):
+        d = _case_dir(case_exports, name, fmt)
+        proto = onnx.load_from_string(export(os.path.join(d, MODEL_FILE[fmt]), opset_version=13))
+        (weight,) = [i for i in proto.graph.initializer if len(i.dims) == 2]
+        want = TensorProto.FLOAT16 if dtype is np.float16 else TensorProto.BFLOAT16
+        assert weight.data_type == want, (fmt, weight.data_type)
+
+
 @pytest.mark.skipif(bool(os.environ.get("OPCASE_MODULES")), reason="only some case modules loaded")
 def test_every_registered_mapper_has_a_case():
     exercised = {t for c in CASES.values() for t in c.ops} | set(COVERED_BY_REAL_MODELS)
