@@ -44,12 +44,25 @@ def _cmd_convert(args):
     if save_file is None:
         stem = os.path.splitext(os.path.basename(os.path.normpath(model)))[0]
         save_file = stem + ".onnx"
-    export(model, params, save_file, opset_version=args.opset_version or 7,
-           auto_upgrade_opset=args.enable_auto_update_opset,
-           enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
-           dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
-           deploy_backend=args.deploy_backend)
-    print(f"wrote {save_file}")
+    from .preprocess import spec_from_args
+    spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
+    if spec is not None and args.reference:
+        raise ConversionError("--reference holds the model's float inputs: it cannot check a "
+                              "model taking raw uint8 images (--fuse-preprocess)")
+    data = export(model, params, None if args.target or spec else save_file,
+                  opset_version=args.opset_version or 7,
+                  auto_upgrade_opset=args.enable_auto_update_opset,
+                  enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
+                  dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
+                  deploy_backend=args.deploy_backend)
+    if args.target:   # --npu: stage 2 too, the file written is the lowered model
+        from .npu.cli import lower_converted
+        lower_converted(data, save_file, args)
+    elif spec is not None:
+        from .preprocess import save_fused
+        save_fused(data, spec, save_file, check=args.enable_onnx_checker)
+    else:
+        print(f"wrote {save_file}")
     if args.reference:
         return _report_agreement(save_file, args.reference, args.tolerance)
     return 0
@@ -126,7 +139,13 @@ def build_parser():
                    help="accepted for compatibility: paddle_npu always folds constants itself")
     g.add_argument("--enable_dev_version", type=_flag, default=True, help=argparse.SUPPRESS)
     g.add_argument("--deploy_backend", default="onnxruntime", help=argparse.SUPPRESS)
+    g = p.add_argument_group("stage 2 (ONNX -> NPU primitives)")
+    from .npu.cli import add_commands, add_lowering_options
+    add_lowering_options(g, target_flag="--npu")
+    from .preprocess import add_arguments as add_preprocess_arguments
+    add_preprocess_arguments(p)
     p.set_defaults(func=_cmd_convert)
+    add_commands(sub)
     return ap
 
 

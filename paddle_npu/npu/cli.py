@@ -1,0 +1,140 @@
+"""The stage-2 sub-commands of `paddle-npu`: lower, verify, targets (and convert --npu)."""
+import json
+
+from .target import DEFAULT
+from .tiling import PLANS
+
+
+def add_commands(sub):
+    """Register `lower`, `verify` and `targets` on the main parser's sub-parsers."""
+    p = sub.add_parser("lower", help="lower an ONNX model to NPU primitives for a target",
+                       description="Rewrite an ONNX model into the NPU operator set "
+                                   "(Im2Col, VMM, AddInTile, DimTransform) plus what the "
+                                   "target's vector unit and CPU run; print the cost report.")
+    p.add_argument("model", help="the .onnx model to lower")
+    p.add_argument("-o", "--output", required=True, help="the lowered .onnx to write")
+    add_lowering_options(p)
+    p.add_argument("--verify", action="store_true",
+                   help="also run `verify` on the result (seeded input)")
+    from ..preprocess import add_arguments as add_preprocess_arguments
+    add_preprocess_arguments(p)
+    p.set_defaults(func=cmd_lower)
+
+    p = sub.add_parser("verify", help="compare a model and its lowered form",
+                       description="onnxruntime on MODEL vs onnxruntime on LOWERED vs the NumPy "
+                                   "reference of LOWERED, on the same seeded (or given) input: "
+                                   "max abs diff, relative diff and cosine per output.")
+    p.add_argument("model", help="the model before lowering")
+    p.add_argument("lowered", help="the lowered model")
+    p.add_argument("--target", default=DEFAULT, help="the target it was lowered for "
+                                                     "(array size of the NumPy reference)")
+    p.add_argument("--inputs", metavar="NPZ", help="inputs to use (in_<name> or <name> keys)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
+    p.add_argument("--tolerance", type=float, default=1e-5,
+                   help="largest relative diff accepted (default 1e-5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("targets", help="list the built-in NPU targets",
+                       description="The built-in target presets; --target also takes a .json "
+                                   "or .toml file with the same fields (see `--json`).")
+    p.add_argument("--json", action="store_true", help="the full descriptions as JSON")
+    p.add_argument("--ops", action="store_true", help="also list the NPU primitives' schemas")
+    p.set_defaults(func=cmd_targets)
+
+
+def add_lowering_options(p, target_flag="--target"):
+    """--target (or convert's --npu, which also switches stage 2 on), --plan, --report."""
+    if target_flag == "--target":
+        p.add_argument("--target", default=DEFAULT,
+                       help=f"a preset (`paddle-npu targets`) or a target .json/.toml "
+                            f"(default {DEFAULT})")
+    else:
+        p.add_argument(target_flag, dest="target", default=None, metavar="TARGET",
+                       help="also lower the result for this NPU target (a preset or a "
+                            ".json/.toml file): the file written is the lowered model")
+    p.add_argument("--plan", choices=PLANS, default="packed",
+                   help="how Conv weights are cut into array tiles (default packed)")
+    p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
+
+
+def _lower_and_save(source, output, args, quiet=False):
+    from ..api import save_model
+    from .pipeline import lower
+
+    from ..preprocess import spec_from_args
+
+    model, report = lower(source, args.target, args.plan,
+                          preprocess=spec_from_args(args, args.target))
+    save_model(model, output)
+    if not quiet:
+        print(report.render())
+        print(f"wrote {output}")
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report.as_dict(), f, indent=1)
+    return model
+
+
+def cmd_lower(args):
+    _lower_and_save(args.model, args.output, args)
+    if args.verify:
+        from ..preprocess import fused_reference
+        original = fused_reference(args.model, args, args.target)   # raw uint8 input too
+        return _print_verification(original, args.output, args.target, None, 0, 1e-5, False)
+    return 0
+
+
+def lower_converted(onnx_bytes, output, args):
+    """`convert --npu NAME`: the stage-1 model (bytes) lowered and written to `output`."""
+    _lower_and_save(onnx_bytes, output, args)
+
+
+def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json):
+    from ..compare import load_reference
+    from .pipeline import load_proto
+    from .verifier import render, verify
+
+    feeds = None
+    if inputs:
+        graph = load_proto(model).graph
+        inits = {i.name for i in graph.initializer}
+        feeds, _ = load_reference(inputs, [i.name for i in graph.input if i.name not in inits], [])
+    result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance)
+    print(json.dumps(result, indent=1) if as_json else render(result))
+    return 0 if result["ok"] else 1
+
+
+def cmd_verify(args):
+    return _print_verification(args.model, args.lowered, args.target, args.inputs, args.seed,
+                               args.tolerance, args.json)
+
+
+def cmd_targets(args):
+    from .ops import all_primitives
+    from .target import list_targets
+
+    targets = list_targets()
+    if args.json:
+        out = {"targets": [t.as_dict() for t in targets], "default": DEFAULT}
+        if args.ops:
+            out["primitives"] = [p.schema() for p in all_primitives().values()]
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{'name':<18} {'array':>9} {'bits w/a':>9}  {'NPU primitives':<36} description")
+    for t in targets:
+        mark = " (default)" if t.name == DEFAULT else ""
+        print(f"{t.name:<18} {f'{t.rows}x{t.cols}':>9} {f'{t.weight_bits}/{t.activation_bits}':>9}"
+              f"  {','.join(t.primitives):<36} {t.description}{mark}")
+    if args.ops:
+        for p in all_primitives().values():
+            s = p.schema()
+            print(f"\n{s['domain']}::{s['op_type']} (version {s['version']})\n  {s['doc']}")
+            for kind in ("inputs", "outputs"):
+                for a in s[kind]:
+                    flags = "".join(f" [{f}]" for f in ("optional", "variadic") if a.get(f))
+                    print(f"  {kind[:-1]:<7} {a['name']}{flags}: {a['doc']}")
+            for a in s["attributes"]:
+                default = "required" if a["default"] is None else f"default {a['default']}"
+                print(f"  attr    {a['name']} ({a['type']}, {default}): {a['doc']}")
+    return 0

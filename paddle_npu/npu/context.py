@@ -1,0 +1,144 @@
+"""What a stage-2 mapper sees: the node's inputs and shapes, builders, the target, costs."""
+import numpy as np
+import onnx_ir as ir
+
+from ..errors import ConversionError
+from .ops import DOMAIN, get_primitive
+
+SOURCE_KEY = "paddle_npu.source"        # metadata: the node a lowered node came from
+SOURCE_OP_KEY = "paddle_npu.source_op"
+
+
+def _attributes(attrs):
+    """ir attributes; an int list (even an empty one) is INTS."""
+    out = []
+    for key, value in attrs.items():
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer))
+                                                    for v in value):
+            out.append(ir.AttrInt64s(key, [int(v) for v in value]))
+        else:
+            out.extend(ir.convenience.convert_attributes({key: value}))
+    return out
+
+
+class _Builder:
+    """`ctx.npu.VMM(x, w, row_offset=0, _name="vmm")` emits a node before the node being
+    lowered and returns its output value(s), shapes filled in."""
+
+    def __init__(self, ctx, domain):
+        self._ctx, self._domain = ctx, domain
+
+    def __getattr__(self, op_type):
+        def emit(*inputs, _name=None, _outputs=1, _shapes=None, _dtype=None, **attrs):
+            return self._ctx.emit(self._domain, op_type, inputs, attrs, _name, _outputs,
+                                  _shapes, _dtype)
+        return emit
+
+
+class LowerContext:
+    def __init__(self, model, target, plan):
+        self.model, self.graph = model, model.graph
+        self.target, self.plan = target, plan
+        self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
+        self.layers = []            # cost records of lowered layers, in graph order
+        self.refusals = {}          # source node name -> why it was not lowered
+        self._source = None
+        self._names = {v.name for v in self.graph.inputs} | set(self.graph.initializers)
+        for node in ir.traversal.RecursiveGraphIterator(self.graph):
+            self._names.update(v.name for v in node.outputs if v.name)
+
+    # --- facts about values ----------------------------------------------------------------
+    @staticmethod
+    def constant(value):
+        """The NumPy value of a constant input (initializer), or None."""
+        if value is None or value.const_value is None:
+            return None
+        return value.const_value.numpy()
+
+    @staticmethod
+    def dims(value):
+        """The value's shape as a list of int (static) / str (symbolic) / None, or None."""
+        if value is None or value.shape is None:
+            return None
+        out = []
+        for d in value.shape.dims:
+            out.append(d if isinstance(d, int) else (d.value if d.value is not None else None))
+        return out
+
+    @classmethod
+    def static_dims(cls, value, skip=()):
+        """The shape if every dim not in `skip` is static, else None."""
+        dims = cls.dims(value)
+        if dims is None or any(not isinstance(d, int) for i, d in enumerate(dims) if i not in skip):
+            return None
+        return dims
+
+    # --- building -------------------------------------------------------------------------
+    def unique_name(self, base):
+        name, n = base, 0
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
+
+    def initializer(self, array, suffix):
+        name = self.unique_name(f"{self._source.name}/{suffix}")
+        array = np.ascontiguousarray(array)
+        tensor = ir.Tensor(array, name=name)
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape),
+                         const_value=tensor)
+        self.graph.register_initializer(value)
+        return value
+
+    def emit(self, domain, op_type, inputs, attrs, name, num_outputs, shapes, dtype):
+        src = self._source
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        node_name = self.unique_name(f"{src.name}/{name or op_type}")
+        node = ir.Node(domain, op_type, list(inputs), _attributes(attrs),
+                       num_outputs=num_outputs, name=node_name)
+        node.metadata_props[SOURCE_KEY] = src.name
+        node.metadata_props[SOURCE_OP_KEY] = src.op_type
+        if domain == DOMAIN:
+            prim = get_primitive(op_type)
+            shapes = prim.infer([self.dims(x) for x in inputs], attrs)
+            node.overload = prim.overload(attrs, [self.dims(x) for x in inputs])
+        first = next(x for x in inputs if x is not None)
+        for k, out in enumerate(node.outputs):
+            out.name = node_name if num_outputs == 1 else self.unique_name(f"{node_name}:{k}")
+            out.type = ir.TensorType(dtype or first.dtype)
+            if shapes is not None:
+                out.shape = ir.Shape(shapes[k])
+        self.graph.insert_before(src, node)
+        return node.outputs[0] if num_outputs == 1 else tuple(node.outputs)
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    def begin(self, node):
+        self._source = node
+
+    def replace(self, node, values):
+        """Make `values` stand for the node's outputs (taking over their names) and drop it."""
+        if len(values) != len(node.outputs):
+            raise ConversionError(f"lowering {node.name}: {len(values)} values for "
+                                  f"{len(node.outputs)} outputs")
+        for old, new in zip(node.outputs, values):
+            want, got = self.dims(old), self.dims(new)
+            if want is not None and got is not None and len(want) == len(got) and any(
+                    isinstance(a, int) and isinstance(b, int) and a != b
+                    for a, b in zip(want, got)):
+                raise ConversionError(f"lowering {node.name}: output {old.name} would change "
+                                      f"shape from {want} to {got}")
+            name = old.name
+            if new.producer() is None or new.const_value is not None or new.is_graph_input():
+                raise ConversionError(f"lowering {node.name}: an output must be a new node's")
+            ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+            old.name = None
+            self._names.discard(new.name)
+            new.name = name
+            if want is not None and (got is None or len(want) != len(got) or None in got):
+                new.shape = old.shape      # what inference knew beats an unknown dim
+        self.graph.remove(node, safe=True)
+        self._source = None
+
+    def record(self, layer):
+        self.layers.append(layer)

@@ -1,0 +1,103 @@
+"""Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform (seed 001)."""
+from ..ops.im2col import out_size
+from ..registry import onnx_op
+from ..report import LayerReport
+from ..tiling import PLANS, Geometry, plan_cost, plan_tiles, tile_weight
+
+
+def resolve_pads(node, spatial, kernel, strides, dilations):
+    """Explicit [begin..., end...] pads, auto_pad resolved (the input's spatial dims static)."""
+    n = len(kernel)
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return list(node.attributes.get_ints("pads", [0] * 2 * n))
+    if auto == "VALID":
+        return [0] * 2 * n
+    begin, end = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small = total // 2
+        begin.append(small if auto == "SAME_UPPER" else total - small)
+        end.append(total - begin[-1])
+    return begin + end
+
+
+@onnx_op("Conv")
+class Conv:
+    @classmethod
+    def check(cls, ctx, node):
+        if not ctx.target.runs_primitive("VMM"):
+            return "the target has no VMM"
+        w = ctx.constant(node.inputs[1])
+        if w is None:
+            return "the weight is not a constant"
+        if w.ndim not in (3, 4):
+            return f"only 1-D and 2-D convolutions lower (weight of rank {w.ndim})"
+        if w.dtype.kind != "f":
+            return f"weight dtype {w.dtype} is not floating point"
+        if len(node.inputs) > 2 and node.inputs[2] is not None and \
+                ctx.constant(node.inputs[2]) is None:
+            return "the bias is not a constant"
+        if ctx.static_dims(node.inputs[0], skip=(0,)) is None:
+            return "channels and spatial size of the input must be static"
+        return None
+
+    @classmethod
+    def lower(cls, ctx, node):
+        x = node.inputs[0]
+        w = ctx.constant(node.inputs[1])
+        b = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \
+            else None
+        dims = ctx.dims(x)
+        one_d = w.ndim == 3
+        if one_d:                                   # [N, C, L] -> [N, C, 1, L]
+            x = ctx.npu.DimTransform(x, perm=[0, 1, 2], shape=[0, dims[1], 1, dims[2]],
+                                     _name="to_2d")
+            w = w[:, :, None, :]
+        n_, c, h, wd = ctx.dims(x)
+        m, cg, kh, kw = w.shape
+        group = node.attributes.get_int("group", 1)
+        a = node.attributes
+        kernel = list(a.get_ints("kernel_shape", w.shape[2 + one_d:]))
+        strides = list(a.get_ints("strides", [1] * len(kernel)))
+        dilations = list(a.get_ints("dilations", [1] * len(kernel)))
+        pads = resolve_pads(node, dims[2:], kernel, strides, dilations)
+        if one_d:
+            kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
+            pads = [0, pads[0], 0, pads[1]]
+        pt, pl, pb, pr = pads
+        oh = out_size(h, kh, strides[0], dilations[0], pt, pb)
+        ow = out_size(wd, kw, strides[1], dilations[1], pl, pr)
+
+        rows = ctx.npu.Im2Col(x, kernel_shape=[kh, kw], strides=strides, pads=pads,
+                              dilations=dilations, _name="im2col")
+        geo = Geometry(group, cg, kh * kw, m // group)
+        target = ctx.target
+        tiles = plan_tiles(geo, ctx.plan, target.rows, target.cols)
+        partials = []
+        for t in tiles:
+            tag = f"r{t.row_start}_c{t.col_start}"
+            wt = ctx.initializer(tile_weight(w, geo, t), f"w_{tag}")
+            partials.append(ctx.npu.VMM(rows, wt, row_offset=t.row_start, _name=f"vmm_{tag}"))
+        if len(tiles) == 1 and tiles[0].cols == m and b is None:
+            acc = partials[0]
+        else:
+            bias = ctx.initializer(b.astype(w.dtype), "bias") if b is not None else None
+            acc = ctx.npu.AddInTile(bias, *partials, offsets=[t.col_start for t in tiles],
+                                    width=m, _name="add_in_tile")
+        shape = [0, m, ow] if one_d else [0, m, oh, ow]
+        y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
+
+        batch = n_ if isinstance(n_, int) else 1
+        vectors = batch * oh * ow
+        costs = {p: plan_cost(plan_tiles(geo, p, target.rows, target.cols) if p != ctx.plan
+                              else tiles, p, target.rows, target.cols, vectors, b is not None,
+                              target.weight_bits) for p in PLANS}
+        other = next(p for p in PLANS if p != ctx.plan)
+        k = "x".join(map(str, kernel[-1:] if one_d else kernel))
+        detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"
+                  + (f" d={'x'.join(map(str, dilations[one_d:]))}" if max(dilations) > 1 else "")
+                  + (f" -> {ow}" if one_d else f" -> {oh}x{ow}"))
+        ctx.record(LayerReport(node.name, node.op_type, detail, costs[ctx.plan], costs[other]))
+        return [y]

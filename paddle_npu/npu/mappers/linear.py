@@ -1,0 +1,115 @@
+"""MatMul / Gemm with a constant weight -> VMM tiles (+ AddInTile for tiles and bias)."""
+import numpy as np
+
+from ..registry import onnx_op
+from ..report import LayerReport
+from ..tiling import Geometry, plan_cost, plan_tiles, tile_weight
+
+
+def emit_matrix(ctx, node, x, weight, bias, vectors):
+    """x [..., K] times a constant [K, N] (+ bias [N]) on array tiles; returns [..., N]."""
+    k, n = weight.shape
+    geo = Geometry(1, k, 1, n)
+    target = ctx.target
+    tiles = plan_tiles(geo, "packed", target.rows, target.cols)
+    partials = []
+    for t in tiles:
+        tag = f"r{t.row_start}_c{t.col_start}"
+        wt = ctx.initializer(tile_weight(weight, geo, t), f"w_{tag}")
+        partials.append(ctx.npu.VMM(x, wt, row_offset=t.row_start, _name=f"vmm_{tag}"))
+    if len(tiles) == 1 and bias is None:
+        y = partials[0]
+    else:
+        b = ctx.initializer(bias.astype(weight.dtype), "bias") if bias is not None else None
+        y = ctx.npu.AddInTile(b, *partials, offsets=[t.col_start for t in tiles], width=n,
+                              _name="add_in_tile")
+    cost = plan_cost(tiles, "packed", target.rows, target.cols, vectors, bias is not None,
+                     target.weight_bits)
+    ctx.record(LayerReport(node.name, node.op_type, f"K={k} N={n}", cost))
+    return y
+
+
+def _vectors(dims):
+    """Row vectors per inference: every leading dim, symbolic ones counted as 1."""
+    out = 1
+    for d in dims[:-1]:
+        out *= d if isinstance(d, int) else 1
+    return out
+
+
+def _common_check(ctx, node, a, w):
+    if not ctx.target.runs_primitive("VMM"):
+        return "the target has no VMM"
+    if w is None:
+        return "the weight (second operand) is not a constant"
+    if w.ndim != 2:
+        return f"the constant weight has rank {w.ndim}, not 2"
+    if w.dtype.kind != "f":
+        return f"weight dtype {w.dtype} is not floating point"
+    dims = ctx.dims(a)
+    if dims is None or len(dims) < 2:
+        return "the activation must have a known rank of 2 or more"
+    if ctx.constant(a) is not None:
+        return "both operands are constant"
+    return None
+
+
+@onnx_op("MatMul")
+class MatMul:
+    @classmethod
+    def check(cls, ctx, node):
+        return _common_check(ctx, node, node.inputs[0], ctx.constant(node.inputs[1]))
+
+    @classmethod
+    def lower(cls, ctx, node):
+        x = node.inputs[0]
+        return [emit_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None,
+                            _vectors(ctx.dims(x)))]
+
+
+def _gemm_bias(c, beta, n):
+    """beta * C as a bias row [N], or None if C is not one (a full [M, N] matrix)."""
+    c = np.asarray(c, dtype=np.float64) * beta
+    if c.size == 1:
+        return np.full(n, c.reshape(()))
+    if c.shape in ((n,), (1, n)):
+        return c.reshape(n)
+    return None
+
+
+@onnx_op("Gemm")
+class Gemm:
+    @classmethod
+    def check(cls, ctx, node):
+        reason = _common_check(ctx, node, node.inputs[0], ctx.constant(node.inputs[1]))
+        if reason:
+            return reason
+        if len(ctx.dims(node.inputs[0])) != 2:
+            return "Gemm's A must be 2-D"
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = ctx.constant(node.inputs[2])
+            if c is None:
+                return "C is not a constant"
+            trans_b = node.attributes.get_int("transB", 0)
+            n = ctx.constant(node.inputs[1]).shape[0 if trans_b else 1]
+            if _gemm_bias(c, node.attributes.get_float("beta", 1.0), n) is None:
+                return f"C of shape {list(c.shape)} is not a bias row"
+        return None
+
+    @classmethod
+    def lower(cls, ctx, node):
+        a = node.attributes
+        x = node.inputs[0]
+        w = ctx.constant(node.inputs[1])
+        if a.get_int("transB", 0):
+            w = w.T
+        alpha = a.get_float("alpha", 1.0)
+        if alpha != 1.0:
+            w = (w.astype(np.float64) * alpha).astype(w.dtype)
+        bias = None
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            bias = _gemm_bias(ctx.constant(node.inputs[2]), a.get_float("beta", 1.0), w.shape[1])
+        if a.get_int("transA", 0):
+            x = ctx.npu.DimTransform(x, perm=[1, 0], shape=[0, 0], _name="transpose_a")
+        return [emit_matrix(ctx, node, x, np.ascontiguousarray(w), bias,
+                            _vectors(ctx.dims(x)))]

@@ -1,0 +1,222 @@
+"""What every NPU primitive is made of: a schema, an ONNX function body, a NumPy reference.
+
+A primitive is a class decorated with `@primitive` whose class attributes describe it
+(`inputs`, `outputs`, `attributes`, the docstring) and whose classmethods give
+
+    infer(in_shapes, attrs)      -> [output shape]   shapes as lists of int | str (symbolic)
+    body(b, attrs, in_shapes)    fills a `Body` with standard ONNX ops computing the outputs
+    overload(attrs, in_shapes)   "" when `body` is generic (attributes referenced, one
+                                 function serves every node), else the name of the
+                                 specialisation this node needs
+    reference(array, inputs, attrs) -> [outputs]     NumPy, counting into `array`
+
+The function bodies are written against one opset (MIN_BODY_OPSET .. the model's), using
+only ops whose signature has not changed since: the lowered model imports the same version
+for the default domain as its functions do (onnxruntime inlines them with the model's).
+"""
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+DOMAIN = "ai.paddle_npu"
+VERSION = 1
+MIN_BODY_OPSET = 15     # CastLike; Unsqueeze axes and Pad pads as inputs; Constant value_ints
+DOUBLE = 11             # TensorProto.DOUBLE: the accumulators' type
+
+_primitives = {}        # op type -> class
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    doc: str
+    optional: bool = False
+    variadic: bool = False
+
+
+@dataclass(frozen=True)
+class Ref:
+    """In a function body, an attribute taking the calling node's attribute `name`."""
+    name: str
+    type: str            # "int" | "ints"
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    type: str            # "int" | "ints"
+    doc: str
+    default: object = None   # None: required
+
+
+class Primitive:
+    """Base class: see the module docstring."""
+
+    op_type = ""
+    inputs = ()
+    outputs = ()
+    attributes = ()
+
+    @classmethod
+    def attrs_of(cls, attrs):
+        """`attrs` with every declared default filled in; raises on a missing required one."""
+        out = {}
+        for a in cls.attributes:
+            if a.name in attrs and attrs[a.name] is not None:
+                out[a.name] = attrs[a.name]
+            elif a.default is not None:
+                out[a.name] = a.default
+            else:
+                raise ValueError(f"{cls.op_type}: attribute {a.name!r} is required")
+        return out
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        return ""
+
+    @classmethod
+    def schema(cls):
+        """The schema as plain data (for documentation, `paddle-npu targets --ops`, tests)."""
+        return {"domain": DOMAIN, "version": VERSION, "op_type": cls.op_type,
+                "doc": " ".join((cls.__doc__ or "").split()),
+                "inputs": [vars(a) for a in cls.inputs],
+                "outputs": [vars(a) for a in cls.outputs],
+                "attributes": [vars(a) for a in cls.attributes]}
+
+    @classmethod
+    def function_proto(cls, opset, attrs, in_shapes):
+        """The FunctionProto a node with these attributes and input shapes calls."""
+        from onnx import helper
+
+        b = Body()
+        cls.body(b, cls.attrs_of(attrs), in_shapes)
+        overload = cls.overload(attrs, in_shapes)
+        generic = overload == ""
+        inputs = [a.name for a in cls.inputs if not a.variadic]
+        variadic = [a for a in cls.inputs if a.variadic]
+        if variadic:   # specialised to a count: P0, P1, ...
+            inputs += [f"{variadic[0].name}{i}" for i in range(len(in_shapes) - len(inputs))]
+        f = helper.make_function(
+            DOMAIN, cls.op_type, inputs, [a.name for a in cls.outputs], b.nodes,
+            [helper.make_opsetid("", opset)],
+            attributes=[a.name for a in cls.attributes if a.default is None] if generic else [],
+            attribute_protos=[helper.make_attribute(a.name, a.default) for a in cls.attributes
+                              if a.default is not None] if generic else [],
+            doc_string=" ".join((cls.__doc__ or "").split()))
+        f.overload = overload
+        return f
+
+
+def primitive(cls):
+    """Class decorator registering an NPU primitive under its class name."""
+    if not issubclass(cls, Primitive):
+        raise TypeError(f"{cls.__qualname__} must derive from Primitive")
+    name = cls.op_type or cls.__name__
+    if name in _primitives:
+        raise ValueError(f"NPU primitive {name!r} is defined twice")
+    cls.op_type = name
+    _primitives[name] = cls
+    return cls
+
+
+def get_primitive(op_type):
+    return _primitives.get(op_type)
+
+
+def all_primitives():
+    return dict(_primitives)
+
+
+def config_tag(*parts):
+    """A short, stable overload name for a specialised function body."""
+    return hashlib.sha1(repr(parts).encode()).hexdigest()[:10]
+
+
+class Body:
+    """Writes the node list of a function body: `b.op("Add", x, y)` returns the output name."""
+
+    def __init__(self):
+        self.nodes = []
+        self._n = 0
+
+    def _tmp(self, hint):
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def op(self, op_type, *inputs, out=None, **attrs):
+        from onnx import helper
+
+        from onnx import AttributeProto
+
+        out = out or self._tmp(op_type.lower())
+        plain = {k: v for k, v in attrs.items() if not isinstance(v, Ref)}
+        node = helper.make_node(op_type, [i or "" for i in inputs], [out], **plain)
+        for key, ref in attrs.items():
+            if isinstance(ref, Ref):
+                a = node.attribute.add()
+                a.name, a.ref_attr_name = key, ref.name
+                a.type = AttributeProto.INT if ref.type == "int" else AttributeProto.INTS
+        self.nodes.append(node)
+        return out
+
+    def const(self, value, out=None):
+        """An int64 constant (a scalar stays a scalar)."""
+        from onnx import numpy_helper
+
+        arr = np.asarray(value, dtype=np.int64)
+        return self.op("Constant", out=out, value=numpy_helper.from_array(arr))
+
+    def attr(self, name, kind, out=None):
+        """A Constant holding the calling node's attribute `name` ("int" or "ints")."""
+        key = "value_int" if kind == "int" else "value_ints"
+        return self.op("Constant", out=out or self._tmp(name), **{key: Ref(name, kind)})
+
+
+class ArrayModel:
+    """What the NumPy reference knows of the chip, and what it counts while running.
+
+    Each VMM weight is programmed into arrays of rows x cols cells (weight-stationary: one
+    tile per array); every row vector driven through a programmed array is one invocation.
+    """
+
+    def __init__(self, rows, cols):
+        self.rows, self.cols = rows, cols
+        self.programmed = {}         # VMM node -> its weight as the arrays hold it
+        self.reset()
+
+    def program(self, node, weight):
+        """The weight of a VMM node as held by its arrays: programmed on first use (as a
+        weight-stationary chip is, once), reused by every later inference."""
+        held = self.programmed.get(node)
+        if held is None or held[0] is not weight:     # a new node, or a new weight tensor
+            held = self.programmed[node] = (weight, weight.astype(np.float64))
+        return held[1]
+
+    def reset(self):
+        """Zero the counters of a run (programmed weights stay)."""
+        self.vmm_invocations = 0     # row vectors x tiles
+        self.macs = 0                # multiply-accumulates done by the arrays
+        self.tile_ids = set()        # distinct (weight, tile) pairs programmed
+        self.add_elements = 0        # element additions done by AddInTile
+        self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
+        self.seconds = {}            # primitive -> wall time in its reference
+
+    @property
+    def arrays(self):
+        return len(self.tile_ids)
+
+    def as_dict(self):
+        return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
+                "macs": self.macs, "add_elements": self.add_elements,
+                "moved_elements": self.moved_elements,
+                "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
+
+
+def static_numel(dims):
+    n = 1
+    for d in dims:
+        if not isinstance(d, int):
+            return None
+        n *= d
+    return n

@@ -1,0 +1,85 @@
+"""Im2Col: an image to the rows a crossbar array multiplies (seed 001's reshape_2)."""
+import numpy as np
+
+from .base import Arg, Attr, Primitive, primitive
+
+
+def out_size(size, k, s, d, p0, p1):
+    if not isinstance(size, int):
+        return None
+    return (size + p0 + p1 - (d * (k - 1) + 1)) // s + 1
+
+
+@primitive
+class Im2Col(Primitive):
+    """Unfolds every receptive field of an NCHW image into one row: row oh*OW + ow holds
+    X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] at column c*KH*KW + kh*KW + kw, zero
+    where that falls in the padding. Multiplying the rows by the kernel matrix
+    W.reshape(M, C*KH*KW)^T is the convolution."""
+
+    inputs = (Arg("X", "image [N, C, H, W]"),)
+    outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW]"),)
+    attributes = (
+        Attr("kernel_shape", "ints", "[KH, KW]"),
+        Attr("strides", "ints", "[sh, sw]", [1, 1]),
+        Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
+                             "(ONNX Conv's order)", [0, 0, 0, 0]),
+        Attr("dilations", "ints", "[dh, dw]", [1, 1]),
+    )
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        a = cls.attrs_of(attrs)
+        n, c, h, w = in_shapes[0]
+        (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
+        pt, pl, pb, pr = a["pads"]
+        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        rows = oh * ow if oh is not None and ow is not None else None
+        cols = c * kh * kw if isinstance(c, int) else None
+        return [[n, rows, cols]]
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        k, s = b.attr("kernel_shape", "ints"), b.attr("strides", "ints")
+        d, p = b.attr("dilations", "ints"), b.attr("pads", "ints")
+        i0, i1, i2, i4 = b.const([0]), b.const([1]), b.const([2]), b.const([4])
+        zero, one, pair0 = b.const(0), b.const(1), b.const([0, 0])
+        pads = b.op("Concat", pair0, b.op("Slice", p, i0, i2), pair0, b.op("Slice", p, i2, i4),
+                    axis=0)
+        xp = b.op("Pad", "X", pads)
+        hw = b.op("Slice", b.op("Shape", xp), i2, i4)
+        span = b.op("Add", b.op("Mul", b.op("Sub", k, one), d), one)
+        o = b.op("Add", b.op("Div", b.op("Sub", hw, span), s), one)      # [OH, OW]
+
+        def index(axis):   # [O, K]: the padded-image coordinate of output o, kernel tap k
+            pick = zero if axis == 0 else one
+            start = b.op("Mul", b.op("Range", zero, b.op("Gather", o, pick), one),
+                         b.op("Gather", s, pick))
+            tap = b.op("Mul", b.op("Range", zero, b.op("Gather", k, pick), one),
+                       b.op("Gather", d, pick))
+            return b.op("Add", b.op("Unsqueeze", start, i1), b.op("Unsqueeze", tap, i0))
+
+        g = b.op("Gather", xp, index(0), axis=2)                # [N, C, OH, KH, Wp]
+        g = b.op("Gather", g, index(1), axis=4)                 # [N, C, OH, KH, OW, KW]
+        t = b.op("Transpose", g, perm=[0, 2, 4, 1, 3, 5])       # [N, OH, OW, C, KH, KW]
+        rows = b.op("Unsqueeze", b.op("ReduceProd", o, keepdims=0), i0)
+        b.op("Reshape", t, b.op("Concat", i0, rows, b.const([-1]), axis=0), out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        x = inputs[0]
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
+        pt, pl, pb, pr = a["pads"]
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        oh = out_size(h, kh, sh, dh, pt, pb)
+        ow = out_size(w, kw, sw, dw, pl, pr)
+        out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
+        for i in range(kh):           # one strided view per kernel tap
+            for j in range(kw):
+                view = xp[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                          j * dw: j * dw + (ow - 1) * sw + 1: sw]
+                out[:, :, :, :, i, j] = view.transpose(0, 2, 3, 1)
+        array.moved_elements += out.size
+        return [out.reshape(n, oh * ow, c * kh * kw)]

@@ -1,0 +1,55 @@
+"""VMM: row vectors times a constant matrix programmed into a crossbar array."""
+import numpy as np
+
+from .base import DOUBLE, Arg, Attr, Primitive, primitive
+
+
+def _chunks(n, size):
+    return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+@primitive
+class VMM(Primitive):
+    """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W for every row k: one
+    vector-matrix multiplication per row on the array holding W. The lowering makes every
+    W one array tile (R <= rows, M <= cols); a bigger W is split over several arrays by the
+    reference, their partial products summed. An ideal array sums its R products exactly:
+    each output is rounded to X's type once (the body and the reference accumulate in
+    float64)."""
+
+    inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset)"),
+              Arg("W", "constant weight tile [R, M]"))
+    outputs = (Arg("Y", "[..., K, M]"),)
+    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0", 0),)
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0][:-1]) + [in_shapes[1][1]]]
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        start = b.op("Reshape", b.attr("row_offset", "int"), b.const([1]))
+        r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
+        x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
+        y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        b.op("CastLike", y, "X", out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        x, w = inputs
+        off = cls.attrs_of(attrs)["row_offset"]
+        r, m = w.shape
+        if x.shape[-1] < off + r:
+            raise ValueError(f"VMM: X has {x.shape[-1]} columns, row_offset {off} + "
+                             f"{r} weight rows do not fit")
+        x64 = x[..., off:off + r].astype(np.float64)
+        w64 = array.program(attrs.get("_node"), w)
+        vectors = int(np.prod(x64.shape[:-1]))
+        y = np.zeros(x64.shape[:-1] + (m,), dtype=np.float64)
+        for i, ri in _chunks(r, array.rows):          # one array per (row, column) tile
+            for j, mj in _chunks(m, array.cols):
+                y[..., j:j + mj] += x64[..., i:i + ri] @ w64[i:i + ri, j:j + mj]
+                array.tile_ids.add((attrs.get("_node"), i, j))
+                array.vmm_invocations += vectors
+                array.macs += vectors * ri * mj
+        return [y.astype(x.dtype)]

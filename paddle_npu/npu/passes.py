@@ -1,0 +1,150 @@
+"""Whole-graph passes run before the stage-2 mappers; each one usable on its own.
+
+    upgrade_opset(proto, minimum)     ModelProto at an opset the function bodies can use
+    name_nodes(model)                 every node a unique, readable name
+    fold_batchnorm(model)             Conv / Gemm followed by BatchNormalization -> one op
+    batchnorm_to_affine(model)        any other inference BatchNormalization -> Mul + Add
+"""
+import numpy as np
+import onnx_ir as ir
+
+from ..errors import ConversionError
+
+
+def upgrade_opset(proto, minimum):
+    """The model converted to opset `minimum` when it is older (onnx's version converter)."""
+    current = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if current >= minimum:
+        return proto
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, minimum)
+    except Exception as exc:  # the converter raises bare RuntimeErrors
+        raise ConversionError(f"cannot upgrade the model from opset {current} to {minimum} "
+                              f"(the NPU function bodies need it): {exc}") from None
+
+
+def name_nodes(model):
+    """Unnamed or clashing node names become `<op_type>_<index>`: lowered nodes are named
+    `<source node>/<part>`, so the source names must be unique."""
+    seen = set()
+    for i, node in enumerate(ir.traversal.RecursiveGraphIterator(model.graph)):
+        if not node.name or node.name in seen:
+            base = f"{node.op_type}_{i}"
+            name, n = base, 0
+            while name in seen:
+                n += 1
+                name = f"{base}_{n}"
+            node.name = name
+        seen.add(node.name)
+
+
+def _const(value):
+    return None if value is None or value.const_value is None else value.const_value.numpy()
+
+
+def _bn_params(bn):
+    """(scale, mean, beta) of an inference BatchNormalization, or None: y = (x - mean) *
+    scale + beta. Computed in the parameters' own precision, in the order runtimes fold
+    them, so that a folded model computes what a runtime's own fusion does."""
+    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") \
+            or len(bn.inputs) < 5 or bn.attributes.get_int("training_mode", 0):
+        return None
+    if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
+        return None
+    gamma, beta, mean, var = (_const(v) for v in bn.inputs[1:5])
+    if any(p is None for p in (gamma, beta, mean, var)):
+        return None
+    eps = bn.attributes.get_float("epsilon", 1e-5)
+    scale = gamma / np.sqrt(var + np.asarray(eps, var.dtype))
+    return scale, mean, beta
+
+
+def _initializer(graph, array, name):
+    base, n = name, 0
+    while name in graph.initializers:
+        n += 1
+        name = f"{base}_{n}"
+    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+    graph.register_initializer(value)
+    return value
+
+
+def _take_over(graph, bn, new):
+    """`new` replaces both the producer and the BatchNormalization, under BN's output name."""
+    out = bn.outputs[0]
+    ir.convenience.replace_all_uses_with(out, new.outputs[0], replace_graph_outputs=True)
+    name, out.name = out.name, None
+    new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = name, out.type, out.shape
+
+
+def fold_batchnorm(model):
+    """Fold an inference BatchNormalization into the Conv or Gemm feeding only it."""
+    graph, folded = model.graph, 0
+    for bn in list(graph):
+        params = _bn_params(bn)
+        x = bn.inputs[0] if bn.inputs else None
+        prod = x.producer() if x is not None else None
+        if params is None or prod is None or prod.graph is not graph or len(x.uses()) != 1 \
+                or x.is_graph_output() or prod.op_type not in ("Conv", "Gemm") \
+                or prod.domain not in ("", "ai.onnx"):
+            continue
+        scale, mean, beta = params
+        w = _const(prod.inputs[1])
+        has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
+        c = _const(prod.inputs[2]) if has_c else None
+        if w is None or (has_c and c is None):
+            continue
+        dtype = w.dtype
+        attrs = list(prod.attributes.values())
+        if prod.op_type == "Conv":
+            if w.shape[0] != scale.size:
+                continue
+            w2 = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+            b2 = ((c if c is not None else np.zeros_like(mean)) - mean) * scale + beta
+        else:
+            if x.shape is None or len(x.shape) != 2:
+                continue
+            trans_b = prod.attributes.get_int("transB", 0)
+            if w.shape[0 if trans_b else 1] != scale.size:
+                continue
+            w2 = w * (scale[:, None] if trans_b else scale[None, :])
+            c_eff = c * np.asarray(prod.attributes.get_float("beta", 1.0), c.dtype) \
+                if c is not None else np.zeros_like(mean)
+            b2 = np.broadcast_to((c_eff - mean) * scale + beta,
+                                 np.broadcast_shapes(c_eff.shape, scale.shape))
+            attrs = [a for a in attrs if a.name != "beta"]
+        new = ir.Node(prod.domain, prod.op_type,
+                      [prod.inputs[0], _initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
+                       _initializer(graph, np.ascontiguousarray(b2, dtype=dtype), f"{bn.name}.b")],
+                      attrs, name=prod.name, metadata_props={"paddle_npu.folded": bn.name})
+        graph.insert_before(prod, new)
+        _take_over(graph, bn, new)
+        graph.remove([bn, prod], safe=True)
+        folded += 1
+    return folded
+
+
+def batchnorm_to_affine(model):
+    """An inference BatchNormalization nothing could absorb -> x * scale + shift."""
+    graph, done = model.graph, 0
+    for bn in list(graph):
+        params = _bn_params(bn)
+        x = bn.inputs[0] if bn.inputs else None
+        if params is None or x is None or x.shape is None or len(x.shape) < 2:
+            continue
+        scale, mean, beta = params
+        bshape = (-1,) + (1,) * (len(x.shape) - 2)
+        s = _initializer(graph, scale.reshape(bshape), f"{bn.name}.scale")
+        t = _initializer(graph, (beta - mean * scale).reshape(bshape), f"{bn.name}.shift")
+        mul = ir.Node("", "Mul", [x, s], name=f"{bn.name}/scale")
+        add = ir.Node("", "Add", [mul.outputs[0], t], name=f"{bn.name}/shift")
+        mul.outputs[0].name = f"{bn.name}/scale"
+        mul.outputs[0].type, mul.outputs[0].shape = bn.outputs[0].type, bn.outputs[0].shape
+        graph.insert_before(bn, [mul, add])
+        _take_over(graph, bn, add)
+        graph.remove(bn, safe=True)
+        done += 1
+    return done

@@ -1,0 +1,147 @@
+"""The lowering report: per-layer costs, segments, what stayed plain and why; table and JSON."""
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .tiling import PlanCost
+
+
+@dataclass
+class LayerReport:
+    name: str                      # the source node
+    op_type: str
+    detail: str                    # "C=64 M=128 k=3x3 s=1 g=1 -> 32x32", ...
+    cost: PlanCost                 # the plan emitted
+    alternative: Optional[PlanCost] = None   # Conv: the other plan, for comparison
+
+    def as_dict(self):
+        d = {"name": self.name, "op_type": self.op_type, "detail": self.detail,
+             **self.cost.as_dict()}
+        if self.alternative is not None:
+            d["alternative"] = self.alternative.as_dict()
+        return d
+
+
+@dataclass
+class Segment:
+    index: int
+    device: str
+    nodes: List[str]
+    inputs: List[str] = field(default_factory=list)    # tensors it receives from elsewhere
+    outputs: List[str] = field(default_factory=list)   # tensors it hands to others / the host
+
+    def as_dict(self):
+        return {"index": self.index, "device": self.device, "nodes": len(self.nodes),
+                "first": self.nodes[0], "last": self.nodes[-1],
+                "inputs": self.inputs, "outputs": self.outputs}
+
+
+def _sum(costs, key):
+    return sum(getattr(c, key) for c in costs)
+
+
+@dataclass
+class Report:
+    target: dict
+    plan: str
+    layers: List[LayerReport]
+    segments: List[Segment]
+    devices: dict                   # device -> node count
+    plain: dict                     # op type -> {"npu": n, "cpu": n}
+    refusals: dict                  # source node -> reason it was not lowered
+    seconds: float = 0.0
+    preprocess: Optional[dict] = None   # what fuse_preprocess fused in front, if anything
+
+    def totals(self):
+        """Sums over the layers of the plan emitted."""
+        costs = [l.cost for l in self.layers]
+        rows, cols = self.target["array"]["rows"], self.target["array"]["cols"]
+        arrays = _sum(costs, "arrays")
+        weights = _sum(costs, "weights")
+        return {"arrays": arrays, "utilisation": round(weights / (arrays * rows * cols), 6)
+                if arrays else 0.0,
+                "vmm_invocations": _sum(costs, "vmm_invocations"), "macs": _sum(costs, "macs"),
+                "add_elements": _sum(costs, "add_elements"),
+                "weight_bytes": _sum(costs, "weight_bytes")}
+
+    def plan_totals(self):
+        """Totals under each plan (layers with one plan count it under both)."""
+        out = {}
+        for plan in ("packed", "per-channel"):
+            costs = []
+            for l in self.layers:
+                alt = l.alternative
+                costs.append(alt if alt is not None and alt.plan == plan else l.cost)
+            rows, cols = self.target["array"]["rows"], self.target["array"]["cols"]
+            arrays, weights = _sum(costs, "arrays"), _sum(costs, "weights")
+            util = round(weights / (arrays * rows * cols), 6) if arrays else 0.0
+            out[plan] = {"arrays": arrays, "utilisation": util,
+                         "vmm_invocations": _sum(costs, "vmm_invocations")}
+        return out
+
+    def as_dict(self):
+        count = self.target["array"]["count"]
+        totals = self.totals()
+        return {"target": self.target, "plan": self.plan, "seconds": round(self.seconds, 3),
+                "totals": totals, "plans": self.plan_totals(),
+                "fits_on_chip": (totals["arrays"] <= count) if count else None,
+                "layers": [l.as_dict() for l in self.layers],
+                "segments": [s.as_dict() for s in self.segments],
+                "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
+                "preprocess": self.preprocess}
+
+    def render(self):
+        """The terminal table."""
+        t = self.target
+        lines = [f"target {t['name']}: {t['array']['rows']} x {t['array']['cols']} arrays, "
+                 f"w{t['precision']['weight_bits']}/a{t['precision']['activation_bits']}; "
+                 f"plan {self.plan}", ""]
+        head = (f"{'layer':<34} {'op':<8} {'arrays':>7} {'util':>7} {'VMMs':>10} "
+                f"{'weight B':>10}   {'other plan: arrays':>18} {'util':>7} {'VMMs':>10}")
+        lines += [head, "-" * len(head)]
+        for l in self.layers:
+            c, a = l.cost, l.alternative
+            other = (f"{a.arrays:>18} {a.utilisation:>7.1%} {a.vmm_invocations:>10}"
+                     if a is not None else "")
+            lines.append(f"{l.name[-34:]:<34} {l.op_type:<8} {c.arrays:>7} {c.utilisation:>7.1%} "
+                         f"{c.vmm_invocations:>10} {c.weight_bytes:>10}   {other}")
+        tot = self.totals()
+        lines.append("-" * len(head))
+        lines.append(f"{'total':<34} {'':<8} {tot['arrays']:>7} {tot['utilisation']:>7.1%} "
+                     f"{tot['vmm_invocations']:>10} {tot['weight_bytes']:>10}")
+        plans = self.plan_totals()
+        pk, pc = plans["packed"], plans["per-channel"]
+        if pk["arrays"]:
+            lines.append(f"per-channel vs packed: {pc['arrays']} vs {pk['arrays']} arrays "
+                         f"({pc['arrays'] / pk['arrays']:.1f}x), {pc['vmm_invocations']} vs "
+                         f"{pk['vmm_invocations']} VMM invocations")
+        count = t["array"]["count"]
+        if count:
+            lines.append(f"chip has {count} arrays: "
+                         + ("fits" if tot["arrays"] <= count else
+                            f"needs {tot['arrays']}, weights must be reloaded"))
+        lines += ["", "segments:"]
+        for s in self.segments:
+            lines.append(f"  #{s.index} {s.device.upper():<4} {len(s.nodes):>5} nodes  "
+                         f"{s.nodes[0]} .. {s.nodes[-1]}")
+            if s.inputs:
+                lines.append(f"      in:  {', '.join(s.inputs[:8])}"
+                             + (f" (+{len(s.inputs) - 8})" if len(s.inputs) > 8 else ""))
+            if s.outputs:
+                lines.append(f"      out: {', '.join(s.outputs[:8])}"
+                             + (f" (+{len(s.outputs) - 8})" if len(s.outputs) > 8 else ""))
+        if self.plain:
+            lines += ["", "plain ONNX ops: " + ", ".join(
+                f"{op} ({', '.join(f'{d} {n}' for d, n in sorted(where.items()))})"
+                for op, where in sorted(self.plain.items()))]
+        if self.refusals:
+            reasons = {}
+            for name, why in self.refusals.items():
+                reasons.setdefault(why, []).append(name)
+            lines += ["", "not lowered:"]
+            for why, names in sorted(reasons.items()):
+                lines.append(f"  {len(names)} x {why} (e.g. {names[0]})")
+        if self.preprocess:
+            from ..preprocess import describe
+            lines += ["", describe(self.preprocess)]
+        lines.append(f"\nlowered in {self.seconds:.2f} s")
+        return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""Targets: what the chip has (array size, precision) and which ops its NPU and CPU run.
+
+A target file is JSON or TOML with the fields of `Target` (nested tables allowed):
+
+    name = "my-npu"
+    description = "256 x 256 RRAM arrays, MCU for the rest"
+    [array]
+    rows = 256
+    cols = 256
+    count = 64                    # arrays on the chip (0: as many as needed)
+    [precision]
+    weight_bits = 8
+    activation_bits = 8
+    [npu]
+    primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform"]
+    onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
+    [cpu]
+    onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
+    [preprocess]                               # used with --fuse-preprocess (preprocess.py)
+    mean = [123.675, 116.28, 103.53]
+    std = [58.395, 57.12, 57.375]
+    pixel_format = "bgr"
+
+`paddle-npu targets` lists the built-in presets; `--target` takes a preset name or a file.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import ConversionError
+
+ALL_PRIMITIVES = ("Im2Col", "VMM", "AddInTile", "DimTransform", "Scale", "ScaleLut",
+                  "SwapChannel")
+
+# Elementwise, activation, pooling and joining ops a vector unit beside the arrays runs.
+VECTOR_UNIT_OPS = (
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Sum",
+    "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "Concat", "Identity", "Dropout",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    rows: int = 256
+    cols: int = 256
+    array_count: int = 0                  # arrays on the chip; 0 = unbounded
+    weight_bits: int = 8
+    activation_bits: int = 8
+    primitives: tuple = ALL_PRIMITIVES
+    npu_ops: tuple = VECTOR_UNIT_OPS
+    cpu_ops: tuple = ("*",)
+    description: str = ""
+    source: str = "built-in"
+    preprocess: dict = field(default=None, compare=False)   # the file's [preprocess] table
+
+    def runs_primitive(self, op_type):
+        return op_type in self.primitives
+
+    def npu_runs(self, op_type, domain=""):
+        """Whether the NPU runs a node of this type (a primitive, or a listed plain op)."""
+        if domain == "ai.paddle_npu":
+            return op_type in self.primitives
+        return domain in ("", "ai.onnx") and op_type in self.npu_ops
+
+    def cpu_runs(self, op_type, domain=""):
+        if domain == "ai.paddle_npu":
+            return True          # the MCU can always run the NumPy-equivalent of a primitive
+        return "*" in self.cpu_ops or op_type in self.cpu_ops
+
+    def as_dict(self):
+        return {"name": self.name, "description": self.description, "source": self.source,
+                "array": {"rows": self.rows, "cols": self.cols, "count": self.array_count},
+                "precision": {"weight_bits": self.weight_bits,
+                              "activation_bits": self.activation_bits},
+                "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops)},
+                "cpu": {"onnx_ops": list(self.cpu_ops)},
+                **({"preprocess": dict(self.preprocess)} if self.preprocess else {})}
+
+
+PRESETS = {
+    "npu256": Target(
+        "npu256", description="default: 256 x 256 arrays, all primitives and a vector unit "
+                              "for elementwise / activation / pooling; the rest on the CPU"),
+    "npu64": Target(
+        "npu64", rows=64, cols=64,
+        description="small 64 x 64 arrays (exercises row and column tiling)"),
+    "npu256-vmm-only": Target(
+        "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),
+        description="the seed's cautious chip: arrays and Add In Tile only; Im2Col, "
+                    "DimTransform and every plain op run on the MCU"),
+}
+DEFAULT = "npu256"
+_ALIASES = {"default": DEFAULT}
+
+
+def list_targets():
+    return [PRESETS[name] for name in sorted(PRESETS)]
+
+
+def _positive(data, key, default):
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or \
+            (value == 0 and key in ("rows", "cols")):
+        raise ConversionError(f"target: {key} must be a positive integer, not {value!r}")
+    return value
+
+
+def _names(data, key, default, path):
+    value = data.get(key, default)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConversionError(f"{path}: {key} must be a list of op names")
+    return tuple(value)
+
+
+def target_from_dict(data, source="<dict>"):
+    """A Target from the (possibly nested) dict a JSON / TOML target file holds."""
+    if not isinstance(data, dict):
+        raise ConversionError(f"{source}: a target is a table / object")
+    base = PRESETS.get(data.get("base", DEFAULT))
+    if base is None:
+        raise ConversionError(f"{source}: unknown base preset {data['base']!r} "
+                              f"(known: {', '.join(sorted(PRESETS))})")
+    flat = {}
+    known = {"name", "description", "base", "array", "precision", "npu", "cpu", "preprocess"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
+    flat.update(data.get("array", {}))
+    flat.update(data.get("precision", {}))
+    npu, cpu = data.get("npu", {}), data.get("cpu", {})
+    from .ops import all_primitives
+
+    primitives = _names(npu, "primitives", base.primitives, source)
+    bad = sorted(set(primitives) - set(all_primitives()))
+    if bad:
+        raise ConversionError(f"{source}: unknown NPU primitives {bad} "
+                              f"(known: {sorted(all_primitives())})")
+    if "VMM" not in primitives:
+        raise ConversionError(f"{source}: an NPU without VMM has nothing to lower to")
+    preprocess = data.get("preprocess")
+    if preprocess is not None:
+        from ..preprocess import PreprocessSpec
+        PreprocessSpec.from_dict(preprocess, f"{source} [preprocess]")   # errors name the file
+    return Target(
+        name=str(data.get("name") or os.path.splitext(os.path.basename(source))[0]),
+        rows=_positive(flat, "rows", base.rows), cols=_positive(flat, "cols", base.cols),
+        array_count=_positive(flat, "count", base.array_count),
+        weight_bits=_positive(flat, "weight_bits", base.weight_bits),
+        activation_bits=_positive(flat, "activation_bits", base.activation_bits),
+        primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),
+        cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source),
+        description=str(data.get("description", "")), source=source, preprocess=preprocess)
+
+
+def _read_toml(path):
+    try:
+        import tomllib
+    except ImportError:    # Python < 3.11
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ConversionError(f"{path}: reading TOML needs Python 3.11+ or the tomli "
+                                  "package; write the target as JSON instead") from None
+    with open(path, "rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConversionError(f"{path}: not valid TOML ({exc})") from None
+
+
+def load_target(spec=None):
+    """A Target from a preset name (None: the default) or a .json / .toml file."""
+    if isinstance(spec, Target):
+        return spec
+    spec = _ALIASES.get(spec or DEFAULT, spec or DEFAULT)
+    if spec in PRESETS:
+        return PRESETS[spec]
+    if not os.path.exists(spec):
+        raise ConversionError(f"unknown target {spec!r}: not a preset "
+                              f"({', '.join(sorted(PRESETS))}) nor a file")
+    if spec.endswith(".toml"):
+        data = _read_toml(spec)
+    else:
+        try:
+            with open(spec, encoding="utf-8") as f:
+                data = json.load(f)
+        except ValueError as exc:
+            raise ConversionError(f"{spec}: not valid JSON ({exc})") from None
+    return target_from_dict(data, spec)

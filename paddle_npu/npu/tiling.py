@@ -1,0 +1,131 @@
+"""How a layer's weight matrix is cut into array tiles, and what that costs.
+
+A layer's kernel matrix has one row per input element of a receptive field (C*KH*KW for a
+Conv, K for a Gemm) and one column per output channel; with groups, group g owns rows
+[g*Cg*KK, (g+1)*Cg*KK) and columns [g*Mg, (g+1)*Mg). Every tile occupies one array
+(weight-stationary), fed the input columns [row_start, row_start + rows) and writing the
+output columns [col_start, col_start + cols).
+
+Plans:
+    per-channel  seed 001: one input channel's KH*KW rows per tile
+    packed       as many whole channels' KH*KW rows as fit the array's rows (a channel whose
+                 KH*KW exceeds them is split), output channels split over the columns; small
+                 groups (depthwise) go block-diagonally, as many groups per tile as fit
+"""
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+PLANS = ("packed", "per-channel")
+
+
+@dataclass(frozen=True)
+class Tile:
+    row_start: int
+    rows: int
+    col_start: int
+    cols: int
+    useful: int                                   # layer weights it holds (the rest are 0)
+    groups: Optional[Tuple[int, int]] = None      # block-diagonal: groups [g0, g1)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shape of a layer's kernel matrix."""
+    groups: int       # g
+    channels: int     # input channels per group (Cg; K for a Gemm)
+    taps: int         # KH*KW (1 for a Gemm)
+    outputs: int      # output channels per group (Mg)
+
+    @property
+    def group_rows(self):
+        return self.channels * self.taps
+
+
+def _chunks(n, size):
+    return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+def plan_tiles(geo, plan, rows, cols):
+    """The tiles of a layer under a plan, for arrays of rows x cols."""
+    if plan not in PLANS:
+        raise ValueError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
+    kk, gr = geo.taps, geo.group_rows
+    if plan == "packed" and geo.groups > 1 and gr <= rows and geo.outputs <= cols:
+        per = min(rows // gr, cols // geo.outputs)
+        tiles = []
+        for g0, n in _chunks(geo.groups, per):
+            tiles.append(Tile(g0 * gr, n * gr, g0 * geo.outputs, n * geo.outputs,
+                              n * gr * geo.outputs, (g0, g0 + n)))
+        return tiles
+    if kk > rows:            # one channel's taps need several arrays
+        row_ranges = [(c * kk + i, n) for c in range(geo.channels) for i, n in _chunks(kk, rows)]
+    else:
+        per = 1 if plan == "per-channel" else rows // kk
+        row_ranges = [(c * kk, n * kk) for c, n in _chunks(geo.channels, per)]
+    tiles = []
+    for g in range(geo.groups):
+        for r0, rn in row_ranges:
+            for c0, cn in _chunks(geo.outputs, cols):
+                tiles.append(Tile(g * gr + r0, rn, g * geo.outputs + c0, cn, rn * cn))
+    return tiles
+
+
+def group_matrix(weight, g, geo):
+    """Group g's kernel matrix [Cg*KH*KW, Mg] of a Conv weight [M, Cg, KH, KW]
+    (or of a Gemm weight already [K, N], with one group)."""
+    if weight.ndim == 2:
+        return weight
+    return weight[g * geo.outputs:(g + 1) * geo.outputs].reshape(geo.outputs, -1).T
+
+
+def tile_weight(weight, geo, tile):
+    """The [rows, cols] matrix programmed into a tile's array."""
+    import numpy as np
+
+    if tile.groups is not None:
+        g0, g1 = tile.groups
+        block = np.zeros((tile.rows, tile.cols), dtype=weight.dtype)
+        for g in range(g0, g1):
+            i, j = (g - g0) * geo.group_rows, (g - g0) * geo.outputs
+            block[i:i + geo.group_rows, j:j + geo.outputs] = group_matrix(weight, g, geo)
+        return block
+    g = tile.row_start // geo.group_rows
+    r0 = tile.row_start - g * geo.group_rows
+    c0 = tile.col_start - g * geo.outputs
+    return np.ascontiguousarray(group_matrix(weight, g, geo)[r0:r0 + tile.rows,
+                                                             c0:c0 + tile.cols])
+
+
+@dataclass
+class PlanCost:
+    plan: str
+    arrays: int
+    cells: int               # arrays x rows x cols
+    weights: int             # the layer's weights (cells holding them)
+    vectors: int             # row vectors per inference (N*OH*OW; N=1 when dynamic)
+    vmm_invocations: int     # arrays x vectors
+    macs: int                # useful multiply-accumulates
+    add_elements: int        # element additions in AddInTile (partials and bias)
+    weight_bytes: int        # the weights at the target's weight bits
+
+    @property
+    def utilisation(self):
+        return self.weights / self.cells if self.cells else 0.0
+
+    def as_dict(self):
+        d = dict(vars(self))
+        d["utilisation"] = round(self.utilisation, 6)
+        return d
+
+
+def plan_cost(tiles, plan, rows, cols, vectors, has_bias, weight_bits):
+    regions = {}
+    for t in tiles:
+        regions[(t.col_start, t.cols)] = regions.get((t.col_start, t.cols), 0) + 1
+    adds = sum((n - 1) * w for (_, w), n in regions.items())
+    width = sum(w for (_, w) in regions)
+    adds = (adds + (width if has_bias else 0)) * vectors
+    weights = sum(t.useful for t in tiles)
+    return PlanCost(plan, len(tiles), len(tiles) * rows * cols, weights, vectors,
+                    len(tiles) * vectors, weights * vectors, adds,
+                    (weights * weight_bits + 7) // 8)

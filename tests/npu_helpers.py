@@ -1,0 +1,57 @@
+"""Small ONNX models built in the tests of stage 2, and running them three ways."""
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.npu import DOMAIN, Reference
+
+TOL = 1e-5
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    """A ModelProto; inputs/outputs are (name, shape) float tensors (shape None: unknown)."""
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def serialized(m):
+    return ir.serde.serialize_model(m).SerializeToString() if isinstance(m, ir.Model) \
+        else m.SerializeToString()
+
+
+def three_way(original, lowered, feeds, target):
+    """(ORT original, ORT lowered, NumPy reference outputs, Reference) on the same feeds."""
+    _, want = run_onnx(serialized(original), feeds)
+    low = serialized(lowered)
+    _, got = run_onnx(low, feeds)
+    ref = Reference(low, target)
+    return want, got, ref.run(feeds), ref
+
+
+def assert_close(got, want, what):
+    a = agreement(got, want)
+    assert np.shape(got) == np.shape(want), f"{what}: shape {np.shape(got)} != {np.shape(want)}"
+    assert a["rel_diff"] <= TOL, f"{what}: {a}"
+
+
+def op_types(lowered):
+    """{(domain, op_type)} of the main graph's nodes."""
+    return {(n.domain or "", n.op_type) for n in lowered.graph}
+
+
+def npu_ops(lowered):
+    return {t for d, t in op_types(lowered) if d == DOMAIN}
+
+
+def checked(lowered):
+    """The lowered model passes onnx.checker with its functions."""
+    proto = ir.serde.serialize_model(lowered)
+    onnx.checker.check_model(proto, full_check=False)
+    return proto

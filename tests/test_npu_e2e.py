@@ -1,0 +1,124 @@
+"""Stage 1 + stage 2 end to end: Paddle exports (the example and the CI zoo) converted, lowered
+and verified three ways (onnxruntime before / after, NumPy reference) within 1e-5 relative;
+and the `paddle-npu lower / verify / targets / convert --npu` command line."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import zoo
+from conftest import EXAMPLE
+from paddle_npu.api import export
+from paddle_npu.npu import DOMAIN, lower, verify
+
+CI_MODELS = zoo.select("ci")
+# per-channel plans of the bigger models have thousands of VMM nodes, which onnxruntime's
+# function inlining loads slowly: the per-channel plan runs end to end on the small ones
+PER_CHANNEL = ["lenet", "det_head", "control_flow", "tiny_bert"]
+
+
+@pytest.fixture(scope="session")
+def zoo_onnx(zoo_dir):
+    done = {}
+
+    def get(name):
+        if name not in done:
+            info = zoo.export(name, "legacy", os.path.join(zoo_dir, name, "legacy"))
+            ref = np.load(os.path.join(info["dir"], "reference.npz"))
+            feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+            done[name] = export(os.path.join(info["dir"], info["model_file"])), feeds
+        return done[name]
+    return get
+
+
+def _check(result):
+    assert result["ok"], json.dumps(result["outputs"], indent=1)
+    for out in result["outputs"]:
+        assert out["onnxruntime"]["rel_diff"] <= 1e-5, out
+        assert out["reference"]["rel_diff"] <= 1e-5, out
+
+
+def test_example_model_three_plans_agree():
+    onnx_bytes = export(os.path.join(EXAMPLE, "legacy", "model.pdmodel"))
+    ref = np.load(os.path.join(EXAMPLE, "reference_io.npz"))
+    feeds = {"x": ref["in_x"][:16]}
+    for target in ("npu256", "npu64", "npu256-vmm-only"):
+        for plan in ("packed", "per-channel"):
+            lowered, report = lower(onnx_bytes, target, plan)
+            result = verify(onnx_bytes, lowered, target, feeds=feeds)
+            _check(result)
+            assert result["array"]["arrays"] == report.totals()["arrays"]
+            assert result["array"]["vmm_invocations"] == 16 * report.totals()["vmm_invocations"]
+    # the lowered model still classifies the digits as Paddle did
+    lowered, _ = lower(onnx_bytes, "npu256")
+    from npu_helpers import serialized
+    from paddle_npu.compare import run_onnx
+    _, (logits,) = run_onnx(serialized(lowered), {"x": ref["in_x"]})
+    assert (logits.argmax(1) == ref["out_0"].argmax(1)).all()
+
+
+@pytest.mark.parametrize("name", CI_MODELS)
+def test_zoo_model_lowers_and_verifies(zoo_onnx, name):
+    onnx_bytes, feeds = zoo_onnx(name)
+    lowered, report = lower(onnx_bytes, "npu256")
+    kinds = {(n.domain or "", n.op_type) for n in lowered.graph}
+    assert not {("", "Conv"), ("", "BatchNormalization")} & kinds     # all became primitives
+    _check(verify(onnx_bytes, lowered, "npu256", feeds=feeds))
+    assert all(n.metadata_props["paddle_npu.device"] in ("npu", "cpu") for n in lowered.graph)
+    vmms = [n for n in lowered.graph if n.domain == DOMAIN and n.op_type == "VMM"]
+    assert len(vmms) == report.totals()["arrays"]
+
+
+@pytest.mark.parametrize("name", PER_CHANNEL)
+def test_zoo_model_per_channel_on_small_arrays(zoo_onnx, name):
+    onnx_bytes, feeds = zoo_onnx(name)
+    lowered, report = lower(onnx_bytes, "npu64", "per-channel")
+    _check(verify(onnx_bytes, lowered, "npu64", feeds=feeds))
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "paddle_npu", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_cli_convert_lower_verify_targets(tmp_path):
+    model = os.path.join(EXAMPLE, "legacy", "model.pdmodel")
+    plain, lowered = tmp_path / "digits.onnx", tmp_path / "digits.npu.onnx"
+    assert cli("convert", model, "-o", plain).returncode == 0
+    report = tmp_path / "r.json"
+    res = cli("lower", plain, "--target", "npu64", "-o", lowered, "--plan", "per-channel",
+              "--report", report, "--verify")
+    assert res.returncode == 0, res.stderr
+    assert "per-channel vs packed" in res.stdout and "agrees" in res.stdout
+    data = json.loads(report.read_text())
+    assert data["plan"] == "per-channel" and data["target"]["name"] == "npu64"
+    res = cli("verify", plain, lowered, "--target", "npu64", "--json",
+              "--inputs", os.path.join(EXAMPLE, "reference_io.npz"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["worst_rel_diff"] <= 1e-5
+    both = tmp_path / "both.onnx"
+    res = cli("convert", model, "-o", both, "--npu", "npu256",
+              "--reference", os.path.join(EXAMPLE, "reference_io.npz"))
+    assert res.returncode == 0, res.stderr
+    assert "agrees" in res.stdout
+    import onnx
+    assert any(n.domain == DOMAIN for n in onnx.load(str(both)).graph.node)
+    res = cli("targets")
+    assert res.returncode == 0 and "npu256" in res.stdout and "(default)" in res.stdout
+    res = cli("targets", "--json", "--ops")
+    assert {p["op_type"] for p in json.loads(res.stdout)["primitives"]} >= \
+        {"Im2Col", "VMM", "AddInTile", "DimTransform"}
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    res = cli("lower", tmp_path / "missing.onnx", "-o", tmp_path / "x.onnx")
+    assert res.returncode == 2 and "does not exist" in res.stderr
+    assert "Traceback" not in res.stderr
+    (tmp_path / "t.json").write_text('{"array": {"rows": -1}}')
+    plain = tmp_path / "d.onnx"
+    cli("convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o", plain)
+    res = cli("lower", plain, "--target", tmp_path / "t.json", "-o", tmp_path / "x.onnx")
+    assert res.returncode == 2 and "positive integer" in res.stderr

@@ -1,0 +1,183 @@
+"""The NPU operator set: each primitive's ONNX function body (run by onnxruntime) against its
+NumPy reference and against an independent formula, and what the reference counts."""
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
+from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=()):
+    """onnxruntime on a one-node model calling the primitive's function body."""
+    prim = get_primitive(op_type)
+    names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
+    shapes = [None if x is None else list(x.shape) for x in inputs]
+    node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
+    node.overload = prim.overload(attrs, shapes)
+    fn = prim.function_proto(opset, attrs, shapes)
+    feeds = {n: x for n, x, k in zip(names, inputs, range(len(inputs)))
+             if x is not None and k not in consts}
+    inits = [numpy_helper.from_array(x, n) for n, x, k in zip(names, inputs, range(len(inputs)))
+             if x is not None and k in consts]
+    out_shape = prim.infer(shapes, attrs)[0]
+    graph = helper.make_graph(
+        [node], "p",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, feeds[n].shape) for n in feeds],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                helper.make_opsetid(DOMAIN, VERSION)],
+                          functions=[fn])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    return run_onnx(m.SerializeToString(), feeds)[1][0]
+
+
+def test_every_primitive_has_a_complete_schema():
+    prims = all_primitives()
+    assert {"Im2Col", "VMM", "AddInTile", "DimTransform"} <= set(prims)
+    for name, p in prims.items():
+        s = p.schema()
+        assert s["domain"] == DOMAIN and s["version"] == VERSION and s["op_type"] == name
+        assert s["doc"] and s["inputs"] and s["outputs"]
+        for a in s["inputs"] + s["outputs"] + s["attributes"]:
+            assert a["doc"], (name, a["name"])
+        for hook in ("infer", "body", "reference"):
+            assert callable(getattr(p, hook)), (name, hook)
+
+
+def conv_by_loops(x, w, stride, pads, dil):
+    """Direct convolution, the formula written out (independent of Im2Col)."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    y = np.zeros((n, m, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i * dil[0]: i * dil[0] + (oh - 1) * stride[0] + 1: stride[0],
+                       j * dil[1]: j * dil[1] + (ow - 1) * stride[1] + 1: stride[1]]
+            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j])
+    return y
+
+
+@st.composite
+def im2col_cases(draw):
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    s = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    d = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    p = [draw(st.integers(0, 2)) for _ in range(4)]
+    h = draw(st.integers(max(1, d[0] * (kh - 1) + 1 - p[0] - p[2]), 12))
+    w = draw(st.integers(max(1, d[1] * (kw - 1) + 1 - p[1] - p[3]), 12))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    return n, c, h, w, [kh, kw], s, p, d
+
+
+@SETTINGS
+@given(im2col_cases())
+def test_im2col_body_reference_and_formula_agree(case):
+    n, c, h, w, k, s, p, d = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    prim = get_primitive("Im2Col")
+    array = ArrayModel(8, 8)
+    ref = prim.reference(array, [x], attrs)[0]
+    assert list(ref.shape) == prim.infer([list(x.shape)], attrs)[0]
+    body = run_primitive("Im2Col", [x], attrs)
+    np.testing.assert_array_equal(body, ref)              # pure data movement: exact
+    wt = rng.standard_normal((3, c, *k)).astype(np.float32)
+    conv = ref.astype(np.float64) @ wt.reshape(3, -1).T.astype(np.float64)
+    want = conv_by_loops(x, wt, s, p, d)
+    got = conv.transpose(0, 2, 1).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    assert array.moved_elements == ref.size
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 40), st.integers(1, 30), st.integers(1, 30),
+       st.integers(0, 10), st.sampled_from([(4, 4), (16, 8), (256, 256)]))
+def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, k, off + r + extra)).astype(np.float32)
+    w = rng.standard_normal((r, m)).astype(np.float32)
+    want = x[..., off:off + r].astype(np.float64) @ w.astype(np.float64)
+    array = ArrayModel(*grid)
+    ref = get_primitive("VMM").reference(array, [x, w], {"row_offset": off, "_node": "v"})[0]
+    body = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,))
+    assert agreement(ref, want)["rel_diff"] <= 1e-7
+    assert agreement(body, want)["rel_diff"] <= 1e-7
+    tiles = -(-r // grid[0]) * -(-m // grid[1])
+    assert array.arrays == tiles
+    assert array.vmm_invocations == tiles * 2 * k
+    assert array.macs == 2 * k * r * m
+
+
+def test_vmm_default_row_offset_comes_from_the_function():
+    x = np.arange(12, dtype=np.float32).reshape(1, 2, 6)
+    w = np.ones((3, 2), dtype=np.float32)
+    np.testing.assert_array_equal(run_primitive("VMM", [x, w], {}, consts=(1,)),
+                                  x[..., :3] @ w)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("layout", [
+    [(0, 5), (0, 5), (0, 5)],             # row-tile partials of one output
+    [(0, 4), (4, 3), (7, 2)],             # column tiles side by side
+    [(0, 4), (4, 3), (0, 4), (4, 3)],     # both
+    [(2, 3), (0, 4)],                     # overlapping and unordered
+    [(1, 2)],                             # one partial inside a wider row (gap)
+])
+def test_add_in_tile_places_and_sums(layout, bias):
+    rng = np.random.default_rng(2)
+    width = max(o + w for o, w in layout) + (1 if layout == [(1, 2)] else 0)
+    parts = [rng.standard_normal((2, 3, w)).astype(np.float32) for _, w in layout]
+    b = rng.standard_normal(width).astype(np.float32) if bias else None
+    want = np.zeros((2, 3, width))
+    for (o, w), p in zip(layout, parts):
+        want[..., o:o + w] += p
+    if bias:
+        want += b
+    attrs = {"offsets": [o for o, _ in layout], "width": width}
+    array = ArrayModel(4, 4)
+    ref = get_primitive("AddInTile").reference(array, [b] + parts, attrs)[0]
+    body = run_primitive("AddInTile", [b] + parts, attrs)
+    np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(body, want, rtol=1e-6, atol=1e-6)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.randoms(use_true_random=False))
+def test_dim_transform_is_transpose_then_reshape(dims, rnd):
+    x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
+    perm = list(range(len(dims)))
+    rnd.shuffle(perm)
+    moved = [dims[p] for p in perm]
+    shape = [0] + [-1] if len(dims) > 1 else [-1]
+    attrs = {"perm": perm, "shape": shape}
+    want = np.transpose(x, perm).reshape([moved[0], -1] if len(dims) > 1 else [-1])
+    prim = get_primitive("DimTransform")
+    ref = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(run_primitive("DimTransform", [x], attrs), want)
+    assert prim.infer([dims], attrs)[0] == list(want.shape)
+
+
+def test_symbolic_batch_survives_shape_inference_of_primitives():
+    im2col = get_primitive("Im2Col").infer(
+        [["N", 3, 8, 8]], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})[0]
+    assert im2col == ["N", 64, 27]
+    dt = get_primitive("DimTransform").infer([["N", 64, 5]], {"perm": [0, 2, 1],
+                                                             "shape": [0, 5, 8, 8]})[0]
+    assert dt == ["N", 5, 8, 8]
+    flat = get_primitive("DimTransform").infer([["N", 4, 2, 2]], {"perm": [0, 1, 2, 3],
+                                                                 "shape": [0, -1]})[0]
+    assert flat == ["N", 16]

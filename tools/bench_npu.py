@@ -1,0 +1,120 @@
+"""Stage-2 benchmark: the per-channel plan (seed 001) against the packed plan on real models.
+
+For each model (zoo exports, converted by stage 1): arrays used, utilisation and VMM
+invocations under both plans and their ratio, the lowering time of each plan, and the
+NumPy reference's throughput (useful MACs per second) running the lowered model.
+
+    python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
+                              [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import zoo  # noqa: E402
+from paddle_npu.api import export  # noqa: E402
+from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
+from paddle_npu.npu.pipeline import load_proto  # noqa: E402
+
+
+def _feeds(info):
+    ref = np.load(os.path.join(info["dir"], "reference.npz"))
+    return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+
+
+def bench_model(name, target, cache, reference_plans, repeat):
+    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
+    onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
+    feeds = _feeds(info)
+    batch = next(iter(feeds.values())).shape[0]
+    row = {"model": name, "target": target.name, "batch": batch, "plans": {}}
+    for plan in ("packed", "per-channel"):
+        t0 = time.perf_counter()
+        lowered, report = lower(onnx_bytes, target, plan)
+        seconds = time.perf_counter() - t0
+        totals = report.totals()
+        entry = {"lower_seconds": round(seconds, 3), "nodes": len(list(lowered.graph)),
+                 "arrays": totals["arrays"], "utilisation": totals["utilisation"],
+                 "vmm_invocations": totals["vmm_invocations"], "macs": totals["macs"],
+                 "segments": len(report.segments)}
+        if plan in reference_plans:
+            ref = Reference(load_proto(lowered), target)
+            best, prims = None, None
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                ref.run(feeds)
+                took = time.perf_counter() - t0
+                if best is None or took < best:
+                    best, prims = took, sum(ref.array.seconds.values())
+            macs = totals["macs"] * batch
+            entry.update({"reference_seconds": round(best, 4),
+                          "reference_gmac_s": round(macs / best / 1e9, 3),
+                          "primitives_seconds": round(prims, 4),
+                          "primitives_gmac_s": round(macs / prims / 1e9, 3),
+                          "reference_arrays": ref.array.arrays,
+                          "reference_vmm_invocations": ref.array.vmm_invocations})
+        row["plans"][plan] = entry
+    pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
+    row["ratio"] = {"arrays": round(pc["arrays"] / pk["arrays"], 2),
+                    "vmm_invocations": round(pc["vmm_invocations"] / pk["vmm_invocations"], 2)}
+    return row
+
+
+def render(rows):
+    lines = []
+    head = (f"{'model':<20} {'plan':<12} {'arrays':>8} {'util':>7} {'VMM invocations':>16} "
+            f"{'lower s':>8} {'nodes':>7} {'ref s':>8} {'ref GMAC/s':>10} {'prim GMAC/s':>11}")
+    lines += [head, "-" * len(head)]
+    for r in rows:
+        for plan, e in r["plans"].items():
+            ref = (f"{e['reference_seconds']:>8.3f} {e['reference_gmac_s']:>10.2f} "
+                   f"{e['primitives_gmac_s']:>11.2f}") if "reference_seconds" in e else ""
+            lines.append(f"{r['model']:<20} {plan:<12} {e['arrays']:>8} {e['utilisation']:>7.1%} "
+                         f"{e['vmm_invocations']:>16} {e['lower_seconds']:>8.2f} {e['nodes']:>7} "
+                         f"{ref}")
+        lines.append(f"{'':<20} {'ratio pc/pk':<12} {r['ratio']['arrays']:>7.1f}x {'':>7} "
+                     f"{r['ratio']['vmm_invocations']:>15.1f}x")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet50,mobilenet_v3_large")
+    ap.add_argument("--target", default="npu256")
+    ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
+                    os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
+    ap.add_argument("--reference-plans", default="packed",
+                    help="plans whose lowered model the NumPy reference runs (comma-separated)")
+    ap.add_argument("--repeat", type=int, default=3, help="reference runs, the best is kept")
+    ap.add_argument("--json", help="also write the numbers here")
+    args = ap.parse_args(argv)
+    target = load_target(args.target)
+    rows = []
+    for name in args.models.split(","):
+        rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
+                                args.repeat))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    print(f"target {target.name}: {target.rows} x {target.cols} arrays")
+    print(render(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if "resnet50" in args.models.split(",") and target.rows == target.cols == 256:
+        r = next(r for r in rows if r["model"] == "resnet50")
+        ok = r["ratio"]["arrays"] >= 10
+        print(f"ResNet-50: packed uses {r['ratio']['arrays']:.1f}x fewer arrays than per-channel "
+              f"(target >= 10x): {'met' if ok else 'NOT met'}")
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
