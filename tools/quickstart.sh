@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The Quickstart's main job on the example model shipped in examples/digits_cnn (a small CNN
 # trained on scikit-learn's digits by tools/train_example.py): set up .venv (runtime
-# dependencies only, no Paddle), convert both Paddle formats to ONNX and check each against
-# the outputs Paddle itself recorded (reference_io.npz).
+# dependencies only, no Paddle), then Paddle -> ONNX -> NPU:
+#   1. convert both Paddle formats to ONNX, each checked against the outputs Paddle recorded;
+#   2. lower to the NPU's primitives on the default 256x256-array target, with the cost report
+#      (out/quickstart/npu_report.json), and verify the lowered model against the ONNX one in
+#      onnxruntime and in the NumPy NPU reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+.venv/bin/python -m pip install -q -e . 2>&1 | grep -v -e '^ *!!' -e 'WheelFile' || true
 OUT=${OUT:-out/quickstart}
+REF=examples/digits_cnn/reference_io.npz
 mkdir -p "$OUT"
 for fmt in legacy pir; do
     model=examples/digits_cnn/$fmt/model.$([ $fmt = legacy ] && echo pdmodel || echo json)
-    echo "== $model"
-    .venv/bin/paddle-npu inspect "$model" | head -n 8
-    .venv/bin/paddle-npu convert "$model" -o "$OUT/digits_$fmt.onnx" \
-        --reference examples/digits_cnn/reference_io.npz
+    echo "== Paddle -> ONNX: $model"
+    .venv/bin/paddle-npu inspect "$model" | head -n 6
+    .venv/bin/paddle-npu convert "$model" -o "$OUT/digits_$fmt.onnx" --reference "$REF"
     echo
 done
+echo "== ONNX -> NPU (target npu256)"
+.venv/bin/paddle-npu lower "$OUT/digits_pir.onnx" --target npu256 -o "$OUT/digits_npu.onnx" \
+    --report "$OUT/npu_report.json"
+echo
+echo "== verify: ONNX model vs lowered model (onnxruntime and the NumPy NPU reference)"
+.venv/bin/paddle-npu verify "$OUT/digits_pir.onnx" "$OUT/digits_npu.onnx"
