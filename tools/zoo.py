@@ -334,6 +334,37 @@ def _det_head():
     return DetHead()
 
 
+@_register("face_embed", [("x", (None, 3, 32, 32))], ci=False, batch=2,
+           tags=("nnie", "face", "batch_norm", "pca", "l2norm", "multi_output"))
+def _face_embed():
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class FaceEmbed(nn.Layer):
+        """A face-recognition tail as seed 002 deploys it: conv stem, an FC with BatchNorm1D,
+        a PCA projection straight after it (no non-linearity between), then the "+1" L2
+        normalisation x / sqrt(|x|^2 + 1) and the plain one, x / max(|x|, 1e-12)."""
+
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2D(3, 8, 3, 2, 1), nn.BatchNorm2D(8)
+            self.c2, self.b2 = nn.Conv2D(8, 16, 3, 2, 1), nn.BatchNorm2D(16)
+            self.fc, self.bn = nn.Linear(16 * 8 * 8, 64), nn.BatchNorm1D(64)
+            self.pca = nn.Linear(64, 32)
+
+        def forward(self, x):
+            h = F.relu(self.b1(self.c1(x)))
+            h = F.relu(self.b2(self.c2(h)))
+            e = self.pca(self.bn(self.fc(paddle.flatten(h, 1))))
+            plus1 = e / paddle.sqrt(paddle.sum(e * e, axis=1, keepdim=True) + 1.0)
+            # F.normalize's own formula (its legacy to_static form does not trace)
+            plain = e / paddle.clip(paddle.linalg.norm(e, p=2, axis=1, keepdim=True), min=1e-12)
+            return plus1, plain
+
+    return FaceEmbed()
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
@@ -847,16 +878,20 @@ def select(spec: str) -> List[str]:
     return names
 
 
-def check_models(names, fmts, out, tolerance) -> int:
-    """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table."""
+def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
+    """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table;
+    with `npu`, stage 2 too: the lowered model vs the ONNX one (onnxruntime and the NumPy
+    NPU reference, on the zoo's test input)."""
     sys.path.insert(0, str(ZOO_FILE.parent.parent))
     import onnx
 
     from paddle_npu import export as to_onnx
     from paddle_npu.compare import agreement, run_onnx
 
+    npu_head = f" {'npu nodes':>9} {'arrays':>6} {'npu diff':>9} {'lower s':>7}" if npu else ""
     print(f"{'model':22} {'format':7} {'paddle ops':>10} {'onnx nodes':>10} {'opset':>5} "
-          f"{'max abs diff':>12} {'rel diff':>9} {'cosine':>9} {'convert s':>9}  status", flush=True)
+          f"{'max abs diff':>12} {'rel diff':>9} {'cosine':>9} {'convert s':>9}{npu_head}  status",
+          flush=True)
     bad = 0
     for name in names:
         for fmt in fmts:
@@ -873,10 +908,20 @@ def check_models(names, fmts, out, tolerance) -> int:
                 stats = [agreement(o, ref[f"out_{i}"]) for i, o in enumerate(outs)]
                 worst = max(stats, key=lambda s: s["rel_diff"])
                 ok = len(outs) == info["num_outputs"] and worst["rel_diff"] <= tolerance
+                npu_cols = ""
+                if npu:
+                    from paddle_npu import npu as stage2
+                    t = time.time()
+                    lowered, report = stage2.lower(data, target=npu, plan=plan)
+                    lower_s = time.time() - t
+                    v = stage2.verify(data, lowered, target=npu, feeds=feeds)
+                    ok = ok and v["ok"]
+                    npu_cols = (f" {len(list(lowered.graph)):>9} {v['array']['arrays']:>6} "
+                                f"{v['worst_rel_diff']:>9.1e} {lower_s:>7.2f}")
                 print(f"{row} {info['paddle_ops']:>10} {len(proto.graph.node):>10} "
                       f"{proto.opset_import[0].version:>5} {worst['max_abs_diff']:>12.2e} "
                       f"{worst['rel_diff']:>9.1e} {min(s['cosine'] for s in stats):>9.6f} "
-                      f"{secs:>9.2f}  {'ok' if ok else 'MISMATCH'}", flush=True)
+                      f"{secs:>9.2f}{npu_cols}  {'ok' if ok else 'MISMATCH'}", flush=True)
             except Exception as exc:   # one failing model must not hide the others
                 ok = False
                 print(f"{row} {'':>10} {'':>10} {'':>5} {'':>12} {'':>9} {'':>9} {'':>9}  "
@@ -902,6 +947,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ck.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
     ck.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest max abs diff relative to the output's scale")
+    ck.add_argument("--npu", metavar="TARGET",
+                    help="also lower to this NPU target and verify (stage 2, tolerance 1e-5)")
+    ck.add_argument("--plan", default="packed", help="the Conv plan for --npu")
     one = sub.add_parser("_export-one")
     one.add_argument("name")
     one.add_argument("format", choices=FORMATS)
@@ -923,7 +971,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         raise SystemExit(f"unknown formats: {bad}")
     if a.cmd == "check":
-        return check_models(select(a.models), fmts, Path(a.out), a.tolerance)
+        return check_models(select(a.models), fmts, Path(a.out), a.tolerance, a.npu, a.plan)
     failures, warnings = [], []
     print(f"{'model':24} {'format':7} {'status':9} {'ops':>6} {'seconds':>8}", flush=True)
     for name in select(a.models):
