@@ -5,7 +5,8 @@
 #   1. convert both Paddle formats to ONNX, each checked against the outputs Paddle recorded;
 #   2. lower to the NPU's primitives on the default 256x256-array target, with the cost report
 #      (out/quickstart/npu_report.json), and verify the lowered model against the ONNX one in
-#      onnxruntime and in the NumPy NPU reference.
+#      onnxruntime and in the NumPy NPU reference;
+#   3. the same with image preprocessing fused in (--fuse-preprocess): raw uint8 images in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -28,3 +29,7 @@ echo "== ONNX -> NPU (target npu256)"
 echo
 echo "== verify: ONNX model vs lowered model (onnxruntime and the NumPy NPU reference)"
 .venv/bin/paddle-npu verify "$OUT/digits_pir.onnx" "$OUT/digits_npu.onnx"
+echo
+echo "== the same, taking raw uint8 images (digits 0..16 scaled by 1/16 inside the model)"
+.venv/bin/paddle-npu lower "$OUT/digits_pir.onnx" --target npu256 -o "$OUT/digits_npu_raw.onnx" \
+    --fuse-preprocess --scale 0.0625 --verify | tail -n 12
