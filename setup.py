@@ -18,6 +18,7 @@ setup(
         "onnxruntime>=1.17",      # verification (convert --reference, lower --verify)
     ],
     extras_require={
+        "plot": ["matplotlib>=3.5"],     # quant-report --plot as PNG (an SVG is written without it)
         "test": [
             "pytest>=7",
             "hypothesis>=6",
