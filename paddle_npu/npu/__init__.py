@@ -17,10 +17,11 @@ _LAZY = {"DOMAIN": ".ops", "VERSION": ".ops", "all_primitives": ".ops",
          "Report": ".report"}
 
 
-def lower(model, target=None, plan="packed", preprocess=None):
+def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
+          disable=()):
     """(ir.Model, Report) of a model lowered for a target; see npu/pipeline.py."""
     from .pipeline import lower as _lower
-    return _lower(model, target, plan, preprocess)
+    return _lower(model, target, plan, preprocess, marks, enable, disable)
 
 
 def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5):

@@ -35,12 +35,25 @@ def add_commands(sub):
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser("run-segments", help="run a segmented plan (lower --segments DIR)",
+                       description="Run the per-segment ONNX models of DIR in the order of "
+                                   "DIR/manifest.json, passing tensors between them.")
+    p.add_argument("dir", help="the directory `--segments` wrote")
+    p.add_argument("--inputs", required=True, metavar="NPZ",
+                   help="the model's inputs, keyed by input name")
+    p.add_argument("--outputs", required=True, metavar="NPZ",
+                   help="where to write the model's outputs, keyed by output name")
+    p.set_defaults(func=cmd_run_segments)
+
     p = sub.add_parser("targets", help="list the built-in NPU targets",
                        description="The built-in target presets; --target also takes a .json "
                                    "or .toml file with the same fields (see `--json`).")
     p.add_argument("--json", action="store_true", help="the full descriptions as JSON")
     p.add_argument("--ops", action="store_true", help="also list the NPU primitives' schemas")
     p.set_defaults(func=cmd_targets)
+
+    from .quant.cli import add_commands as add_quant_commands   # issue 7: calibrate, ...
+    add_quant_commands(sub)
 
 
 def add_lowering_options(p, target_flag="--target"):
@@ -56,6 +69,27 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
+    from .quant.cli import add_quant_options     # issue 7: --quantize, --calibration, ...
+    add_quant_options(p)
+    g = p        # restructuring, placement marks and segments (seed 002); `p` may be a group
+    g.add_argument("--restruct", metavar="PASS,...", default="",
+                   help="restruct passes to run besides the target's own "
+                        "(bn_collapse, merge_linear, l2norm, fc_to_conv)")
+    g.add_argument("--no-restruct", metavar="PASS,...", default="",
+                   help="restruct passes to switch off")
+    g.add_argument("--cpu-nodes", metavar="GLOB,...", default="",
+                   help="run the nodes whose names match on the CPU (as a `_cpu` suffix does)")
+    g.add_argument("--hp-nodes", metavar="GLOB,...", default="",
+                   help="run the nodes whose names match at 16 bits (as `_hp`; compile mode 2)")
+    g.add_argument("--cpu-ops", metavar="TYPE,...", default="",
+                   help="run every node of these op types on the CPU")
+    g.add_argument("--compile-mode", type=int, default=None, metavar="0|1|2",
+                   help="0: all at the target's precision (default), 1: all at 16 bits, "
+                        "2: user-defined (`_hp` / --hp-nodes at 16 bits)")
+    g.add_argument("--marks", metavar="FILE", help="marks from a .json/.toml file "
+                   "(cpu_nodes, hp_nodes, cpu_ops, compile_mode)")
+    g.add_argument("--segments", metavar="DIR",
+                   help="also write one ONNX model per segment and DIR/manifest.json")
 
 
 def _lower_and_save(source, output, args, quiet=False):
@@ -64,9 +98,25 @@ def _lower_and_save(source, output, args, quiet=False):
 
     from ..preprocess import spec_from_args
 
+    from .marks import marks_from_args
+    from .restruct import ORDER
+
+    marks = marks_from_args(args)
+    split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
+    if getattr(args, "quantize", None):          # issue 7: the integer lowering
+        from .quant.cli import lower_for
+        lower = lower_for(args)                  # noqa: F811
     model, report = lower(source, args.target, args.plan,
-                          preprocess=spec_from_args(args, args.target))
+                          preprocess=spec_from_args(args, args.target), marks=marks,
+                          enable=split(getattr(args, "restruct", "")),
+                          disable=split(getattr(args, "no_restruct", "")))
     save_model(model, output)
+    if getattr(args, "segments", None):
+        from .segments import emit_segments
+        manifest = emit_segments(model, report, args.segments)
+        if not quiet:
+            print(f"wrote {len(manifest['segments'])} segments to {args.segments} "
+                  f"({' -> '.join(s['device'].upper() for s in manifest['segments'])})")
     if not quiet:
         print(report.render())
         print(f"wrote {output}")
@@ -137,4 +187,20 @@ def cmd_targets(args):
             for a in s["attributes"]:
                 default = "required" if a["default"] is None else f"default {a['default']}"
                 print(f"  attr    {a['name']} ({a['type']}, {default}): {a['doc']}")
+    return 0
+
+
+def cmd_run_segments(args):
+    import numpy as np
+
+    from .segments import run_segments
+
+    with np.load(args.inputs) as data:
+        feeds = {k: data[k] for k in data.files}
+    trace = []
+    outs = run_segments(args.dir, feeds, trace)
+    np.savez(args.outputs, **outs)
+    for index, device, seconds in trace:
+        print(f"  #{index} {device.upper():<4} {seconds * 1000:8.2f} ms")
+    print(f"wrote {args.outputs} ({', '.join(outs)})")
     return 0

@@ -18,6 +18,8 @@ SEGMENT_KEY = "paddle_npu.segment"
 
 def place(node, target):
     """'npu', 'cpu', or None when neither runs it."""
+    if node.metadata_props.get("paddle_npu.mark") == "cpu":   # the user's mark (marks.py)
+        return "cpu" if target.cpu_runs(node.op_type, node.domain) else None
     if target.npu_runs(node.op_type, node.domain):
         return "npu"
     if target.cpu_runs(node.op_type, node.domain):

@@ -80,35 +80,57 @@ def _take_over(graph, bn, new):
     new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = name, out.type, out.shape
 
 
-def fold_batchnorm(model):
-    """Fold an inference BatchNormalization into the Conv or Gemm feeding only it."""
+def _fold_refusal(bn, params, x, prod, graph):
+    """Why a BatchNormalization cannot fold into its producer, or None."""
+    if params is None:
+        return "not an inference BatchNormalization with constant parameters"
+    if prod is None or prod.graph is not graph:
+        return "its input is a model input or comes from outside the graph"
+    if prod.op_type not in ("Conv", "Gemm") or prod.domain not in ("", "ai.onnx"):
+        return f"it follows {prod.op_type} ({prod.name}), not a Conv or Gemm"
+    if len(x.uses()) != 1 or x.is_graph_output():
+        return f"{prod.name}'s output is also read elsewhere"
+    return None
+
+
+def fold_batchnorm(model, refusals=None, folded_names=None):
+    """Fold an inference BatchNormalization into the Conv or Gemm feeding only it.
+    refusals: a dict filled with node name -> why it stayed; folded_names: a list filled
+    with "<producer>+<bn>" per fold. Returns how many folded."""
     graph, folded = model.graph, 0
+    refusals = {} if refusals is None else refusals
     for bn in list(graph):
+        if bn.op_type != "BatchNormalization":
+            continue
         params = _bn_params(bn)
         x = bn.inputs[0] if bn.inputs else None
         prod = x.producer() if x is not None else None
-        if params is None or prod is None or prod.graph is not graph or len(x.uses()) != 1 \
-                or x.is_graph_output() or prod.op_type not in ("Conv", "Gemm") \
-                or prod.domain not in ("", "ai.onnx"):
+        why = _fold_refusal(bn, params, x, prod, graph)
+        if why is not None:
+            refusals[bn.name] = why
             continue
         scale, mean, beta = params
         w = _const(prod.inputs[1])
         has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
         c = _const(prod.inputs[2]) if has_c else None
         if w is None or (has_c and c is None):
+            refusals[bn.name] = f"{prod.name}'s weight or bias is not a constant"
             continue
         dtype = w.dtype
         attrs = list(prod.attributes.values())
         if prod.op_type == "Conv":
             if w.shape[0] != scale.size:
+                refusals[bn.name] = "its channel count differs from the Conv's"
                 continue
             w2 = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
             b2 = ((c if c is not None else np.zeros_like(mean)) - mean) * scale + beta
         else:
             if x.shape is None or len(x.shape) != 2:
+                refusals[bn.name] = "the Gemm's output is not known to be 2-D"
                 continue
             trans_b = prod.attributes.get_int("transB", 0)
             if w.shape[0 if trans_b else 1] != scale.size:
+                refusals[bn.name] = "its channel count differs from the Gemm's"
                 continue
             w2 = w * (scale[:, None] if trans_b else scale[None, :])
             c_eff = c * np.asarray(prod.attributes.get_float("beta", 1.0), c.dtype) \
@@ -119,11 +141,14 @@ def fold_batchnorm(model):
         new = ir.Node(prod.domain, prod.op_type,
                       [prod.inputs[0], _initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
                        _initializer(graph, np.ascontiguousarray(b2, dtype=dtype), f"{bn.name}.b")],
-                      attrs, name=prod.name, metadata_props={"paddle_npu.folded": bn.name})
+                      attrs, name=prod.name,
+                      metadata_props={**dict(prod.metadata_props), "paddle_npu.folded": bn.name})
         graph.insert_before(prod, new)
         _take_over(graph, bn, new)
         graph.remove([bn, prod], safe=True)
         folded += 1
+        if folded_names is not None:
+            folded_names.append(f"{prod.name}+{bn.name} -> {new.name}")
     return folded
 
 

@@ -15,7 +15,7 @@ from .context import LowerContext
 from .functions import attach_functions
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import partition
-from .passes import batchnorm_to_affine, fold_batchnorm, name_nodes, upgrade_opset
+from .passes import batchnorm_to_affine, name_nodes, upgrade_opset
 from .registry import get_onnx_mapper
 from .report import Report
 from .target import load_target
@@ -63,11 +63,14 @@ def prepare(model):
     return m
 
 
-def lower(model, target=None, plan="packed", preprocess=None):
+def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
+          disable=()):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
-    model first (raw uint8 images in; see paddle_npu/preprocess.py)."""
+    model first (raw uint8 images in; see paddle_npu/preprocess.py).
+    marks: a marks.Marks (CPU / 16-bit placement, compile_mode); enable / disable: restruct
+    passes to switch on / off beyond the target's own (restruct.py)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     start = time.perf_counter()
@@ -77,8 +80,16 @@ def lower(model, target=None, plan="packed", preprocess=None):
     if preprocess is not None:   # Transpose / Slice / Scale / ScaleLut / SwapChannel in front
         from ..preprocess import fuse_preprocess
         m, fused = fuse_preprocess(m, preprocess, primitives=True)
-    fold_batchnorm(m)
+    from .marks import apply_marks, marked_sources, propagate
+    from .restruct import reinfer, restruct
+    from .segments import check_segment_cap
+
+    mark_result = apply_marks(m, marks)
+    passes = restruct(m, target, enable, disable)     # bn_collapse is fold_batchnorm
+    if any(p.fired for p in passes if p.name != "bn_collapse"):
+        m = reinfer(m)
     batchnorm_to_affine(m)
+    marked = marked_sources(m)
 
     ctx = LowerContext(m, target, plan)
     for node in list(m.graph):
@@ -94,7 +105,9 @@ def lower(model, target=None, plan="packed", preprocess=None):
 
     common_passes.RemoveUnusedNodesPass()(m)
     common_passes.RemoveUnusedFunctionsPass()(m)
+    propagate(m, marked)
     segments = partition(m, target)
+    check_segment_cap(segments, target)
     attach_functions(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
 
@@ -106,5 +119,6 @@ def lower(model, target=None, plan="packed", preprocess=None):
             where = plain.setdefault(node.op_type, {})
             where[dev] = where.get(dev, 0) + 1
     report = Report(target.as_dict(), plan, ctx.layers, segments, devices, plain,
-                    ctx.refusals, time.perf_counter() - start, preprocess=fused)
+                    ctx.refusals, time.perf_counter() - start, preprocess=fused,
+                    restruct=[p.as_dict() for p in passes], marks=mark_result.as_dict())
     return m, report

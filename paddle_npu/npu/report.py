@@ -50,6 +50,8 @@ class Report:
     refusals: dict                  # source node -> reason it was not lowered
     seconds: float = 0.0
     preprocess: Optional[dict] = None   # what fuse_preprocess fused in front, if anything
+    restruct: Optional[list] = None     # restruct.py: per pass, what fired and what refused
+    marks: Optional[dict] = None        # marks.py: compile_mode, CPU-marked and 16-bit nodes
 
     def totals(self):
         """Sums over the layers of the plan emitted."""
@@ -87,7 +89,7 @@ class Report:
                 "layers": [l.as_dict() for l in self.layers],
                 "segments": [s.as_dict() for s in self.segments],
                 "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
-                "preprocess": self.preprocess}
+                "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks}
 
     def render(self):
         """The terminal table."""
@@ -143,5 +145,12 @@ class Report:
         if self.preprocess:
             from ..preprocess import describe
             lines += ["", describe(self.preprocess)]
+        for p in self.restruct or ():
+            if p["fired"] or p["refused"]:
+                lines.append(f"restruct {p['pass']}: {len(p['fired'])} rewritten"
+                             + "".join(f"\n  refused {n}: {why}" for n, why in p["refused"].items()))
+        if self.marks and (self.marks["cpu"] or self.marks["hp"] or self.marks["compile_mode"]):
+            lines.append(f"marks: compile_mode {self.marks['compile_mode']}; "
+                         f"{len(self.marks['cpu'])} on the CPU, {len(self.marks['hp'])} at 16 bits")
         lines.append(f"\nlowered in {self.seconds:.2f} s")
         return "\n".join(lines)

@@ -16,6 +16,11 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
     [cpu]
     onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
+    [restruct]                                 # seed 002's restructuring (restruct.py)
+    passes = ["bn_collapse", "fc_to_conv"]     # run by default
+    fc_followers = ["Softmax"]                 # an FC feeding anything else becomes a 1x1 Conv
+    broadcast = false                          # no broadcast / Tile: Concat repeats instead
+    max_npu_segments = 8                       # 0: no limit
     [preprocess]                               # used with --fuse-preprocess (preprocess.py)
     mean = [123.675, 116.28, 103.53]
     std = [58.395, 57.12, 57.375]
@@ -55,6 +60,13 @@ class Target:
     description: str = ""
     source: str = "built-in"
     preprocess: dict = field(default=None, compare=False)   # the file's [preprocess] table
+    # restructuring (restruct.py, seed 002): the passes run by default, the ops an FC may feed
+    # ("*": any; else the FC becomes a 1x1 Conv), whether elementwise ops broadcast, and how
+    # many NPU segments the chip may run (0: no limit)
+    restruct: tuple = ("bn_collapse",)
+    fc_followers: tuple = ("*",)
+    broadcast: bool = True
+    max_npu_segments: int = 0
 
     def runs_primitive(self, op_type):
         return op_type in self.primitives
@@ -77,6 +89,9 @@ class Target:
                               "activation_bits": self.activation_bits},
                 "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops)},
                 "cpu": {"onnx_ops": list(self.cpu_ops)},
+                "restruct": {"passes": list(self.restruct), "fc_followers": list(self.fc_followers),
+                             "broadcast": self.broadcast,
+                             "max_npu_segments": self.max_npu_segments},
                 **({"preprocess": dict(self.preprocess)} if self.preprocess else {})}
 
 
@@ -91,6 +106,12 @@ PRESETS = {
         "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),
         description="the seed's cautious chip: arrays and Add In Tile only; Im2Col, "
                     "DimTransform and every plain op run on the MCU"),
+    "nnie": Target(
+        "nnie", npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
+        restruct=("bn_collapse", "merge_linear", "l2norm", "fc_to_conv"),
+        fc_followers=("Softmax",), broadcast=False, max_npu_segments=8,
+        description="HiSilicon NNIE-like (seed 002): an FC may only feed softmax, no "
+                    "broadcast or Tile, at most 8 NPU segments; restruct passes on"),
 }
 DEFAULT = "npu256"
 _ALIASES = {"default": DEFAULT}
@@ -124,7 +145,8 @@ def target_from_dict(data, source="<dict>"):
         raise ConversionError(f"{source}: unknown base preset {data['base']!r} "
                               f"(known: {', '.join(sorted(PRESETS))})")
     flat = {}
-    known = {"name", "description", "base", "array", "precision", "npu", "cpu", "preprocess"}
+    known = {"name", "description", "base", "array", "precision", "npu", "cpu", "preprocess",
+             "restruct"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
@@ -144,7 +166,23 @@ def target_from_dict(data, source="<dict>"):
     if preprocess is not None:
         from ..preprocess import PreprocessSpec
         PreprocessSpec.from_dict(preprocess, f"{source} [preprocess]")   # errors name the file
+    rs = data.get("restruct", {})
+    if not isinstance(rs, dict):
+        raise ConversionError(f"{source}: restruct is a table / object")
+    from .restruct import ORDER
+    passes = _names(rs, "passes", base.restruct, source)
+    bad = sorted(set(passes) - set(ORDER))
+    if bad:
+        raise ConversionError(f"{source}: unknown restruct passes {bad} (known: {list(ORDER)})")
+    broadcast = rs.get("broadcast", base.broadcast)
+    if not isinstance(broadcast, bool):
+        raise ConversionError(f"{source}: restruct.broadcast must be true or false")
+    restruct_fields = dict(restruct=passes, broadcast=broadcast,
+                           fc_followers=_names(rs, "fc_followers", base.fc_followers, source),
+                           max_npu_segments=_positive(rs, "max_npu_segments",
+                                                      base.max_npu_segments))
     return Target(
+        **restruct_fields,
         name=str(data.get("name") or os.path.splitext(os.path.basename(source))[0]),
         rows=_positive(flat, "rows", base.rows), cols=_positive(flat, "cols", base.cols),
         array_count=_positive(flat, "count", base.array_count),

@@ -1,0 +1,265 @@
+"""User placement marks (seed 002): which nodes run on the CPU, which at 16-bit precision.
+
+A node is marked
+    for the CPU  when its name ends in `_cpu`, matches a `cpu_nodes` glob or its op type is in
+                 `cpu_ops`;
+    16-bit       when its name ends in `_hp` or matches an `hp_nodes` glob.
+The same can come from a config file (JSON / TOML: cpu_nodes, hp_nodes, cpu_ops, compile_mode)
+or the command line (`--cpu-nodes`, `--hp-nodes`, `--cpu-ops`, `--compile-mode`).
+
+compile_mode (as NNIE's mapper has it):
+    0  every layer at the target's precision (low precision; `_hp` marks are an error)
+    1  every layer at 16 bits (high precision; `_hp` marks are an error)
+    2  user-defined: `_hp` layers at 16 bits, the rest at the target's precision
+
+The seed's rules for `_cpu`, as they map to an ONNX graph (which has no data layers and no
+in-place ops):
+    1. not on the data layer: a model input cannot be marked;
+    2. not right after a data / custom / proposal layer: a CPU-marked node may not read a
+       model input, the output of a custom-domain node, or a proposal-like op's output
+       (NonMaxSuppression, RoiAlign, MaxRoiPool);
+    3. not on an in-place activation: in ONNX an activation whose input comes from a node and
+       is read by nothing else is the in-place one; mark the node feeding it instead;
+    4. an in-place activation after a CPU node goes to the CPU with it: an activation
+       directly fed by a CPU-marked node (its only reader) follows it;
+    5. a CPU node may not be followed by an upsample (Resize / Upsample).
+
+Marks are node metadata: `paddle_npu.mark` = "cpu" (with `paddle_npu.mark_reason`),
+`paddle_npu.precision` = "16"; lowering copies them to the nodes a marked node becomes.
+"""
+import fnmatch
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import ConversionError
+
+MARK_KEY = "paddle_npu.mark"
+REASON_KEY = "paddle_npu.mark_reason"
+PRECISION_KEY = "paddle_npu.precision"
+COMPILE_MODES = {0: "every layer at the target's precision",
+                 1: "every layer at 16 bits",
+                 2: "user-defined: `_hp` layers at 16 bits"}
+ACTIVATIONS = ("Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
+               "HardSwish", "Elu", "Selu", "Softplus", "Softsign", "ThresholdedRelu", "Gelu",
+               "Mish", "Celu")
+PROPOSAL_OPS = ("NonMaxSuppression", "RoiAlign", "MaxRoiPool")
+UPSAMPLE_OPS = ("Resize", "Upsample")
+_STD = ("", "ai.onnx", "ai.paddle_npu")
+
+
+class MarkError(ConversionError):
+    """A mark breaks one of the seed's rules."""
+
+
+@dataclass
+class Marks:
+    cpu_nodes: tuple = ()       # globs over node names
+    hp_nodes: tuple = ()
+    cpu_ops: tuple = ()         # op types
+    compile_mode: int = 0
+
+    def __post_init__(self):
+        if self.compile_mode not in COMPILE_MODES or isinstance(self.compile_mode, bool):
+            raise MarkError(f"compile_mode must be 0, 1 or 2, not {self.compile_mode!r}")
+
+    @classmethod
+    def from_dict(cls, data, source="<dict>"):
+        if not isinstance(data, dict):
+            raise MarkError(f"{source}: marks are a table / object")
+        known = {"cpu_nodes", "hp_nodes", "cpu_ops", "compile_mode"}
+        bad = sorted(set(data) - known)
+        if bad:
+            raise MarkError(f"{source}: unknown mark fields {bad} (known: {sorted(known)})")
+        out = {}
+        for key in ("cpu_nodes", "hp_nodes", "cpu_ops"):
+            v = data.get(key, ())
+            if isinstance(v, str):
+                v = split_list(v)
+            if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                raise MarkError(f"{source}: {key} must be a list of strings")
+            out[key] = tuple(v)
+        mode = data.get("compile_mode", 0)
+        if not isinstance(mode, int) or isinstance(mode, bool):
+            raise MarkError(f"{source}: compile_mode must be 0, 1 or 2, not {mode!r}")
+        return cls(compile_mode=mode, **out)
+
+    @classmethod
+    def from_file(cls, path):
+        if not os.path.exists(path):
+            raise MarkError(f"{path}: marks file does not exist")
+        if path.endswith(".toml"):
+            from .target import _read_toml
+            data = _read_toml(path)
+        else:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except ValueError as exc:
+                raise MarkError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(data.get("marks", data), path)
+
+    def merged(self, other):
+        """These marks plus other's lists; other's compile_mode wins when not 0."""
+        return Marks(self.cpu_nodes + other.cpu_nodes, self.hp_nodes + other.hp_nodes,
+                     self.cpu_ops + other.cpu_ops, other.compile_mode or self.compile_mode)
+
+    def as_dict(self):
+        return {"cpu_nodes": list(self.cpu_nodes), "hp_nodes": list(self.hp_nodes),
+                "cpu_ops": list(self.cpu_ops), "compile_mode": self.compile_mode}
+
+
+def split_list(text):
+    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+
+
+@dataclass
+class MarkResult:
+    compile_mode: int
+    cpu: dict = field(default_factory=dict)      # node -> why it is on the CPU
+    hp: list = field(default_factory=list)       # nodes at 16 bits (compile_mode 2)
+
+    def as_dict(self):
+        return {"compile_mode": self.compile_mode,
+                "compile_mode_meaning": COMPILE_MODES[self.compile_mode],
+                "cpu": dict(self.cpu), "hp": list(self.hp)}
+
+
+def _users(value):
+    return [u for u, _ in value.uses()]
+
+
+def _is_inplace_activation(node):
+    """An activation a Caffe graph would run in place: fed by a node, its only reader."""
+    if node.op_type not in ACTIVATIONS or node.domain not in ("", "ai.onnx"):
+        return False
+    x = node.inputs[0] if node.inputs else None
+    if x is None or x.producer() is None or x.is_graph_output():
+        return False
+    return len({u for u in _users(x)}) == 1
+
+
+def apply_marks(model, marks=None):
+    """Mark the nodes of an ir.Model (before lowering) and enforce the rules; returns a
+    MarkResult. Raises MarkError naming the node and the rule it breaks."""
+    marks = marks or Marks()
+    graph = model.graph
+    mode = marks.compile_mode
+    result = MarkResult(mode)
+    inputs = {v.name for v in graph.inputs}
+    for pattern in marks.cpu_nodes:
+        hit = [n for n in inputs if fnmatch.fnmatchcase(n, pattern)]
+        if hit:
+            raise MarkError(f"'{hit[0]}' is the model's input (the data layer): it cannot be "
+                            f"marked _cpu (--cpu-nodes {pattern})")
+    hp, cpu = [], {}
+    for node in graph:
+        name = node.name or ""
+        if name.endswith("_hp"):
+            hp.append((node, "name ends in _hp"))
+        else:
+            pat = next((p for p in marks.hp_nodes if fnmatch.fnmatchcase(name, p)), None)
+            if pat is not None:
+                hp.append((node, f"--hp-nodes {pat}"))
+        if name.endswith("_cpu"):
+            cpu[node] = "name ends in _cpu"
+        else:
+            pat = next((p for p in marks.cpu_nodes if fnmatch.fnmatchcase(name, p)), None)
+            if pat is not None:
+                cpu[node] = f"--cpu-nodes {pat}"
+            elif node.op_type in marks.cpu_ops:
+                cpu[node] = f"--cpu-ops {node.op_type}"
+    if hp and mode != 2:
+        node, why = hp[0]
+        raise MarkError(f"node '{node.name}' is marked _hp ({why}) but compile_mode is {mode}: "
+                        "_hp (16-bit) marks are only allowed with compile_mode = 2 "
+                        "(user-defined precision); compile_mode 0 runs every layer at the "
+                        "target's precision and 1 every layer at 16 bits")
+    for node, why in cpu.items():
+        for v in node.inputs:
+            if v is None:
+                continue
+            if v.name in inputs:
+                raise MarkError(f"node '{node.name}' is marked _cpu ({why}) but reads the model "
+                                f"input '{v.name}' directly: a _cpu node may not follow the "
+                                "data layer")
+            prod = v.producer()
+            if prod is None:
+                continue
+            if prod.domain not in _STD:
+                raise MarkError(f"node '{node.name}' is marked _cpu ({why}) but follows the "
+                                f"custom node '{prod.name}' ({prod.domain}::{prod.op_type}): "
+                                "a _cpu node may not follow a custom layer")
+            if prod.op_type in PROPOSAL_OPS:
+                raise MarkError(f"node '{node.name}' is marked _cpu ({why}) but follows the "
+                                f"proposal node '{prod.name}' ({prod.op_type}): a _cpu node "
+                                "may not follow a proposal layer")
+        if _is_inplace_activation(node):
+            src = node.inputs[0].producer()
+            raise MarkError(f"node '{node.name}' is marked _cpu ({why}) but is an in-place "
+                            f"activation ({node.op_type} is the only reader of "
+                            f"'{src.name}''s output): _cpu cannot mark an in-place activation; "
+                            f"mark '{src.name}' instead and the activation follows it to the "
+                            "CPU")
+    # rule 4: in-place activations follow their CPU node (transitively)
+    todo = list(cpu)
+    while todo:
+        node = todo.pop()
+        for out in node.outputs:
+            for user in _users(out):
+                if user not in cpu and _is_inplace_activation(user):
+                    cpu[user] = f"in-place activation after the _cpu node '{node.name}'"
+                    todo.append(user)
+    for node, why in cpu.items():
+        for out in node.outputs:
+            for user in _users(out):
+                if user.op_type in UPSAMPLE_OPS:
+                    raise MarkError(f"node '{node.name}' runs on the CPU ({why}) and is "
+                                    f"followed by the upsample '{user.name}' "
+                                    f"({user.op_type}): a _cpu node may not be followed by an "
+                                    "upsample")
+    for node, why in cpu.items():
+        node.metadata_props[MARK_KEY] = "cpu"
+        node.metadata_props[REASON_KEY] = why
+        result.cpu[node.name] = why
+    if mode == 1:
+        hp = [(n, "compile_mode 1") for n in graph]
+    for node, _ in hp:
+        node.metadata_props[PRECISION_KEY] = "16"
+    result.hp = [n.name for n, _ in hp] if mode == 2 else []
+    return result
+
+
+def marked_sources(model):
+    """{node name: its mark metadata} before lowering replaces the marked nodes."""
+    keys = (MARK_KEY, REASON_KEY, PRECISION_KEY)
+    return {n.name: {k: n.metadata_props[k] for k in keys if k in n.metadata_props}
+            for n in model.graph if any(k in n.metadata_props for k in keys)}
+
+
+def propagate(model, table, source_key="paddle_npu.source"):
+    """After lowering: nodes made from a marked source node carry its marks."""
+    for node in model.graph:
+        src = node.metadata_props.get(source_key)
+        for key, value in table.get(src, {}).items():
+            node.metadata_props.setdefault(key, value)
+
+
+def marks_from_args(args):
+    """Marks from the command line (--marks FILE first, then the flags), or None."""
+    marks = Marks()
+    path = getattr(args, "marks", None)
+    if path:
+        marks = Marks.from_file(path)
+    flags = Marks(split_list(getattr(args, "cpu_nodes", "")),
+                  split_list(getattr(args, "hp_nodes", "")),
+                  split_list(getattr(args, "cpu_ops", "")),
+                  0 if getattr(args, "compile_mode", None) is None else
+                  _mode(args.compile_mode))
+    return marks.merged(flags)
+
+
+def _mode(value):
+    if value not in COMPILE_MODES:
+        raise MarkError(f"compile_mode must be 0, 1 or 2, not {value!r}")
+    return value

@@ -1,0 +1,214 @@
+"""Integer primitives of a quantised NPU model (issue 7): Quantize, Dequantize, QVMM,
+Requantize.
+
+The arithmetic, one convention everywhere (symmetric, zero point 0):
+
+    Quantize     q = saturate(round_half_even(x / s))           float -> int8 / int16
+    QVMM         acc = sum over r of x_q[r] * w_q[r, m]         exact, int32 (int64 acc_bits=64)
+    AddInTile    acc = sum of the row tiles' partials + bias_q  (the existing primitive, exact
+                 on integers: its float64 accumulator holds them without rounding)
+    Requantize   y = saturate(round_half_away(acc * M[m] / 2^shift[m]))   per output column;
+                 M and D = 2^shift are int64 constants, the product is int64
+    Dequantize   x = float32(q) * s
+
+Every body uses only ops whose integer (or IEEE float32) semantics are exact and the same in
+onnxruntime and NumPy (Div of float32, Round half to even, int64 Mul / Add / Div of
+non-negative values, MatMul of integers held exactly in float64), so the NumPy references
+below and onnxruntime running the bodies give bit-identical integers.
+"""
+import numpy as np
+
+from .base import DOUBLE, Arg, Attr, Primitive, primitive
+
+INT8, INT16, INT32, INT64, FLOAT = 3, 5, 6, 7, 1
+_INT_OF_BITS = {8: (INT8, np.int8), 16: (INT16, np.int16)}
+_ACC_OF_BITS = {32: (INT32, np.int32), 64: (INT64, np.int64)}
+
+
+def qrange(bits):
+    """(qmin, qmax) of a signed integer of `bits` bits."""
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _int_type(bits):
+    if bits not in _INT_OF_BITS:
+        raise ValueError(f"{bits}-bit integers are not supported (8 or 16)")
+    return _INT_OF_BITS[bits]
+
+
+def _float_const(b, value):
+    from onnx import numpy_helper
+
+    return b.op("Constant", value=numpy_helper.from_array(np.asarray(value, np.float32)))
+
+
+def quantize_array(x, scale, bits):
+    """The NumPy Quantize: saturate(round_half_even(x / scale)) as int8 / int16."""
+    lo, hi = qrange(bits)
+    x = np.asarray(x, np.float32)
+    q = np.rint(x / np.float32(scale))
+    return np.clip(q, lo, hi).astype(_int_type(bits)[1])
+
+
+@primitive
+class Quantize(Primitive):
+    """Y = saturate(round_half_even(X / S)) as a signed integer of `bits` bits (zero point 0):
+    what ONNX QuantizeLinear computes for int8, for int16 as well."""
+
+    inputs = (Arg("X", "float tensor"), Arg("S", "scale, a float32 scalar"))
+    outputs = (Arg("Y", "int8 / int16 tensor of X's shape"),)
+    attributes = (Attr("bits", "int", "8 or 16", 8),)
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        return f"b{cls.attrs_of(attrs)['bits']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        bits = attrs["bits"]
+        lo, hi = qrange(bits)
+        x = b.op("Cast", "X", to=FLOAT)
+        q = b.op("Round", b.op("Div", x, b.op("Cast", "S", to=FLOAT)))
+        q = b.op("Clip", q, _float_const(b, lo), _float_const(b, hi))
+        b.op("Cast", q, to=_int_type(bits)[0], out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        x, s = inputs
+        array.moved_elements += x.size
+        return [quantize_array(x, s, cls.attrs_of(attrs)["bits"])]
+
+
+@primitive
+class Dequantize(Primitive):
+    """Y = float32(X) * S: an integer tensor back to real values (DequantizeLinear)."""
+
+    inputs = (Arg("X", "int8 / int16 tensor"), Arg("S", "scale, a float32 scalar"))
+    outputs = (Arg("Y", "float32 tensor of X's shape"),)
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        b.op("Mul", b.op("Cast", "X", to=FLOAT), b.op("Cast", "S", to=FLOAT), out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        x, s = inputs
+        return [x.astype(np.float32) * np.float32(s)]
+
+
+def _chunks(n, size):
+    return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+@primitive
+class QVMM(Primitive):
+    """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W on integers: int8 (or int16)
+    rows times the int8 (int16) matrix held by the array, summed exactly into an
+    `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones). The body multiplies
+    in float64, which holds every such sum exactly (|sum| < 2^53)."""
+
+    inputs = (Arg("X", "integer rows [..., K, R_total]"),
+              Arg("W", "constant integer weight tile [R, M]"))
+    outputs = (Arg("Y", "[..., K, M], int32 / int64"),)
+    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0", 0),
+                  Attr("acc_bits", "int", "accumulator width: 32 or 64", 32))
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0][:-1]) + [in_shapes[1][1]]]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        return f"acc{a['acc_bits']}_o{a['row_offset']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        start = b.const([attrs["row_offset"]])      # specialised: no attribute references
+        r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
+        x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
+        y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        b.op("Cast", y, to=_ACC_OF_BITS[attrs["acc_bits"]][0], out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        x, w = inputs
+        a = cls.attrs_of(attrs)
+        off, acc_type = a["row_offset"], _ACC_OF_BITS[a["acc_bits"]][1]
+        r, m = w.shape
+        if x.shape[-1] < off + r:
+            raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
+                             f"{r} weight rows do not fit")
+        x64 = x[..., off:off + r].astype(np.int64)
+        w64 = array.program(attrs.get("_node"), w).astype(np.int64)
+        vectors = int(np.prod(x64.shape[:-1]))
+        y = np.zeros(x64.shape[:-1] + (m,), dtype=np.int64)
+        for i, ri in _chunks(r, array.rows):
+            for j, mj in _chunks(m, array.cols):
+                y[..., j:j + mj] += x64[..., i:i + ri] @ w64[i:i + ri, j:j + mj]
+                array.tile_ids.add((attrs.get("_node"), i, j))
+                array.vmm_invocations += vectors
+                array.macs += vectors * ri * mj
+        info = np.iinfo(acc_type)
+        if y.size and (y.min() < info.min or y.max() > info.max):
+            raise OverflowError(f"QVMM {attrs.get('_node')}: the {a['acc_bits']}-bit "
+                                f"accumulator overflows")
+        return [y.astype(acc_type)]
+
+
+def requantize_array(acc, mult, div, bits, relu=0):
+    """The NumPy Requantize (see the module docstring)."""
+    p = acc.astype(np.int64) * mult.astype(np.int64)
+    d = div.astype(np.int64)
+    q = np.sign(p) * ((np.abs(p) + d // 2) // d)
+    lo, hi = qrange(bits)
+    return np.clip(q, 0 if relu else lo, hi).astype(_int_type(bits)[1])
+
+
+@primitive
+class Requantize(Primitive):
+    """Y = saturate(round_half_away_from_zero(Acc * M / D)) per output column (the last
+    axis), D = 2^shift: the accumulator rescaled to the next tensor's int8 / int16 grid by
+    a fixed-point multiplier, as integer NPUs do (no float on the way). relu=1 saturates at
+    0 below (a fused ReLU)."""
+
+    inputs = (Arg("Acc", "int32 / int64 accumulator [..., M]"),
+              Arg("M", "int64 multiplier per column [M]"),
+              Arg("D", "int64 divisor 2^shift per column [M]"))
+    outputs = (Arg("Y", "int8 / int16 [..., M]"),)
+    attributes = (Attr("bits", "int", "8 or 16", 8),
+                  Attr("relu", "int", "1: saturate at 0 from below", 0))
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        return f"b{a['bits']}r{a['relu']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        lo, hi = qrange(attrs["bits"])
+        lo = 0 if attrs["relu"] else lo
+        p = b.op("Mul", b.op("Cast", "Acc", to=INT64), "M")
+        half = b.op("Div", "D", b.const(2))
+        q = b.op("Div", b.op("Add", b.op("Abs", p), half), "D")
+        q = b.op("Mul", b.op("Sign", p), q)
+        q = b.op("Min", b.op("Max", q, b.const(lo)), b.const(hi))
+        b.op("Cast", q, to=_int_type(attrs["bits"])[0], out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        acc, mult, div = inputs
+        a = cls.attrs_of(attrs)
+        return [requantize_array(acc, mult, div, a["bits"], a["relu"])]

@@ -1,0 +1,169 @@
+"""Layer-by-layer accuracy of a quantised model against its float model.
+
+For every quantised layer, the float model's tensor and the quantised model's tensor of the
+same name (the layer's output; after a fused ReLU, the ReLU's) on the same inputs:
+
+    cosine       <f, q> / (|f| |q|)
+    SQNR (dB)    10 log10(sum f^2 / sum (f - q)^2)      (inf when equal)
+    max abs diff
+    drop (dB)    SQNR of the layer's input - SQNR of its output
+    added NSR    noise-to-signal power ratio of the output minus that of the input: the noise
+                 the layer itself adds; the ranking `--auto-hp N` promotes by (worst first)
+
+Errors accumulate: a layer's numbers include what its inputs brought. The suggestion per
+layer: int16 (`_hp`) when 16 bits is on the chip and the layer adds the noise, `_cpu` (float
+on the CPU) when even that is not enough (the 16-bit SQNR is measured when a run with the
+layer at 16 bits is given).
+"""
+import math
+
+import numpy as np
+
+SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
+
+
+def metrics(f, q):
+    f = np.asarray(f, np.float64).reshape(-1)
+    q = np.asarray(q, np.float64).reshape(-1)
+    noise = float(np.sum((f - q) ** 2))
+    signal = float(np.sum(f ** 2))
+    nf, nq = math.sqrt(signal), math.sqrt(float(np.sum(q ** 2)))
+    cos = float(np.dot(f, q) / (nf * nq)) if nf > 0 and nq > 0 else float(nf == nq)
+    sqnr = SQNR_CAP if noise == 0 else (10 * math.log10(signal / noise) if signal > 0
+                                        else -SQNR_CAP)
+    return {"cosine": cos, "sqnr_db": min(sqnr, SQNR_CAP),
+            "max_abs_diff": float(np.max(np.abs(f - q))) if f.size else 0.0}
+
+
+def _run(model_bytes, feeds, names, batch=128):
+    from .calibrate import run_batches, session_with_all
+    import onnx
+
+    proto = onnx.load_from_string(model_bytes)
+    present = {v for n in proto.graph.node for v in n.output} | \
+        {i.name for i in proto.graph.input}
+    names = [n for n in dict.fromkeys(names) if n in present]
+    sess = session_with_all(proto, names)
+    out = {}
+    for part in run_batches(sess, feeds, batch):
+        for k, v in part.items():
+            out.setdefault(k, []).append(v)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def layer_report(float_model, quant_model, feeds, records=None):
+    """{"layers": [...graph order...], "outputs": [...]}: per-layer metrics of the quantised
+    model (path / proto / ir.Model, run by onnxruntime through its function bodies)."""
+    from ..pipeline import load_proto
+    from .qlower import records_of
+
+    fproto, qproto = load_proto(float_model), load_proto(quant_model)
+    records = records if records is not None else records_of(qproto)
+    if records is None:
+        raise ValueError("the model carries no quantisation records (not quantised?)")
+    outputs = [o.name for o in qproto.graph.output]
+    names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
+    fvals = _run(fproto.SerializeToString(), feeds, names)
+    qvals = _run(qproto.SerializeToString(), feeds, names)
+    for k, v in feeds.items():
+        fvals.setdefault(k, v)
+        qvals.setdefault(k, v)
+
+    def sq(name):
+        if name in fvals and name in qvals:
+            return metrics(fvals[name], qvals[name])["sqnr_db"]
+        return SQNR_CAP
+
+    layers = []
+    for r in records:
+        if r["output"] not in fvals or r["output"] not in qvals:
+            continue
+        m = metrics(fvals[r["output"]], qvals[r["output"]])
+        m.update(layer=r["layer"], op=r["op"], bits=r["bits"], tensor=r["output"],
+                 input_sqnr_db=sq(r["input"]))
+        m["drop_db"] = m["input_sqnr_db"] - m["sqnr_db"]
+        m["added_nsr"] = 10 ** (-m["sqnr_db"] / 10) - 10 ** (-m["input_sqnr_db"] / 10)
+        layers.append(m)
+    outs = [dict(metrics(fvals[n], qvals[n]), name=n) for n in outputs
+            if n in fvals and n in qvals]
+    return {"layers": layers, "outputs": outs, "_float": {n: fvals[n] for n in outputs
+                                                          if n in fvals},
+            "_quant": {n: qvals[n] for n in outputs if n in qvals}}
+
+
+def worst_layers(report, n=None):
+    """The layers, most sensitive first: largest noise-to-signal ratio added by the layer
+    itself (its output's NSR minus its input's), then lowest SQNR."""
+    ranked = sorted(report["layers"], key=lambda m: (-m["added_nsr"], m["sqnr_db"]))
+    return ranked if n is None else ranked[:n]
+
+
+def suggest(layer, hp_available=True):
+    if layer["bits"] == 16:
+        return "already 16-bit: mark `_cpu` (float on the CPU) if still too lossy"
+    if layer["sqnr_db"] >= 30 and layer["added_nsr"] < 1e-4:
+        return "fine at int8"
+    return "mark `_hp` (16-bit)" if hp_available else "mark `_cpu` (float on the CPU)"
+
+
+def render(report, top=None):
+    lines = [f"{'layer':<28} {'op':<6} {'bits':>4} {'cosine':>9} {'SQNR dB':>8} "
+             f"{'drop dB':>8} {'max|diff|':>10}  suggestion"]
+    for m in worst_layers(report, top):
+        lines.append(f"{m['layer'][-28:]:<28} {m['op'][:6]:<6} {m['bits']:>4} "
+                     f"{m['cosine']:>9.6f} {m['sqnr_db']:>8.2f} {m['drop_db']:>8.2f} "
+                     f"{m['max_abs_diff']:>10.4g}  {suggest(m)}")
+    for o in report["outputs"]:
+        lines.append(f"output {o['name']}: cosine {o['cosine']:.6f}, SQNR "
+                     f"{o['sqnr_db']:.2f} dB, max abs diff {o['max_abs_diff']:.4g}")
+    return "\n".join(lines)
+
+
+def plot_sqnr(reports, path):
+    """Per-layer SQNR (graph order) of one or more reports {label: report} as PNG; without
+    matplotlib an SVG is written next to it instead. Returns the path written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        svg = path.rsplit(".", 1)[0] + ".svg"
+        _write_svg(reports, svg)
+        return svg
+    fig, ax = plt.subplots(figsize=(max(6, 0.25 * max(len(r["layers"]) for r in
+                                                          reports.values())), 4))
+    for label, rep in reports.items():
+        ax.plot([m["sqnr_db"] for m in rep["layers"]], marker="o", ms=3, label=label)
+    first = next(iter(reports.values()))["layers"]
+    ax.set_xticks(range(len(first)))
+    ax.set_xticklabels([m["layer"][-18:] for m in first], rotation=90, fontsize=6)
+    ax.set_ylabel("SQNR vs float (dB)")
+    ax.set_title("per-layer SQNR of the quantised model")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _write_svg(reports, path):
+    w, h, pad = 800, 360, 40
+    n = max(len(r["layers"]) for r in reports.values())
+    vals = [m["sqnr_db"] for r in reports.values() for m in r["layers"]] or [0]
+    top = max(vals) + 5
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">',
+             f'<text x="{pad}" y="20" font-size="14">per-layer SQNR (dB), 0..{top:.0f}</text>']
+    for k, (label, rep) in enumerate(reports.items()):
+        pts = " ".join(
+            f"{pad + i * (w - 2 * pad) / max(n - 1, 1):.1f},"
+            f"{h - pad - max(m['sqnr_db'], 0) / top * (h - 2 * pad):.1f}"
+            for i, m in enumerate(rep["layers"]))
+        c = colors[k % len(colors)]
+        parts.append(f'<polyline fill="none" stroke="{c}" points="{pts}"/>')
+        parts.append(f'<text x="{w - 200}" y="{20 + 16 * k}" fill="{c}" font-size="12">'
+                     f'{label}</text>')
+    parts.append("</svg>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts))

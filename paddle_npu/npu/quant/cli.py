@@ -1,0 +1,196 @@
+"""Command line of the integer precision work (issue 7). Imports stay light here: the
+parser of `paddle-npu --help` is built from this module.
+
+    paddle-npu calibrate MODEL --data CALIB.npz -o TABLE.json [--method mse|percentile|absmax]
+    paddle-npu lower MODEL -o OUT.onnx --quantize int8 --calibration TABLE.json
+              [--precision PREC.txt] [--qdq QDQ.onnx] [--auto-hp N --data CALIB.npz]
+    paddle-npu quant-report MODEL --calibration TABLE.json --data EVAL.npz [--auto-hp N]
+              [--plot SQNR.png] [--json OUT.json]
+"""
+
+
+def add_quant_options(p):
+    g = p.add_argument_group("integer precision (issue 7)")
+    g.add_argument("--quantize", choices=("int8", "int16"), default=None,
+                   help="lower to integer primitives: weights per output channel, "
+                        "activations per tensor, at this default width (`_hp` layers and "
+                        "those in --precision at 16 bits)")
+    g.add_argument("--calibration", metavar="TABLE",
+                   help="the calibration table (`paddle-npu calibrate`); not needed for a "
+                        "model that is already quantised (QDQ), whose scales are kept")
+    g.add_argument("--precision", metavar="FILE",
+                   help="per-layer precision: lines `LAYER int16` (or JSON {layer: int16})")
+    g.add_argument("--qdq", metavar="OUT.onnx",
+                   help="also write the model as standard QDQ ONNX with the same scales")
+    g.add_argument("--auto-hp", type=int, default=0, metavar="N",
+                   help="promote the N most sensitive layers to 16 bits (needs --data)")
+    g.add_argument("--data", metavar="NPZ",
+                   help="inputs for --auto-hp's sensitivity run (keyed by input name)")
+
+
+def add_commands(sub):
+    p = sub.add_parser("calibrate", help="record activation ranges for integer lowering",
+                       description="Run a calibration set through a float ONNX model and "
+                                   "write per-tensor ranges (min/max, absmax, 99.99th "
+                                   "percentile, MSE-optimal threshold) as an editable JSON "
+                                   "table; `threshold` is what int8 uses.")
+    p.add_argument("model", help="the float .onnx model")
+    p.add_argument("--data", required=True, metavar="NPZ",
+                   help="calibration inputs: an .npz keyed by input name (or in_<name>) "
+                        "with a leading sample axis")
+    p.add_argument("-o", "--output", required=True, help="the table to write (.json)")
+    p.add_argument("--method", choices=("mse", "percentile", "absmax"), default="mse",
+                   help="which statistic becomes `threshold` (default mse)")
+    p.add_argument("--limit", type=int, default=None, help="use the first N samples only")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("quant-report", help="layer-by-layer float vs quantised accuracy",
+                       description="Quantise MODEL with TABLE, run float and quantised on the "
+                                   "data and print per-layer cosine / SQNR / max abs diff, "
+                                   "worst layers first, with a suggestion per layer.")
+    p.add_argument("model", help="the float .onnx model")
+    p.add_argument("--calibration", metavar="TABLE", help="the calibration table")
+    p.add_argument("--data", required=True, metavar="NPZ", help="evaluation inputs (.npz)")
+    p.add_argument("--labels", default="labels",
+                   help="npz key of class labels: also print top-1 accuracy (default labels)")
+    p.add_argument("--quantize", choices=("int8", "int16"), default="int8")
+    p.add_argument("--target", default=None, help="target preset or file")
+    p.add_argument("--plan", default="packed")
+    p.add_argument("--precision", metavar="FILE", help="per-layer precision table")
+    p.add_argument("--auto-hp", type=int, default=0, metavar="N",
+                   help="also promote the N most sensitive layers to 16 bits and compare")
+    p.add_argument("--write-precision", metavar="FILE",
+                   help="write the promoted layers as a precision table")
+    p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
+    p.add_argument("--top", type=int, default=None, help="show only the N worst layers")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    p.set_defaults(func=cmd_quant_report)
+
+
+def _bits(args):
+    return 16 if args.quantize == "int16" else 8
+
+
+def lower_for(args):
+    """A `lower`-compatible function doing the quantised lowering with args' options."""
+    def _lower(source, target=None, plan="packed", preprocess=None, **kw):
+        from .accuracy import render
+        from .qdq import export_qdq
+        from .qlower import quantized_lower
+
+        precision = args.precision
+        if getattr(args, "auto_hp", 0):
+            if not args.data:
+                raise SystemExit("paddle-npu: --auto-hp needs --data (inputs to measure on)")
+            result = auto_hp(source, args.calibration, args.data, args.auto_hp,
+                             _bits(args), target, plan, precision, **kw)
+            model, report, records = result["model"], result["report"], result["records"]
+            print(f"--auto-hp {args.auto_hp}: 16-bit layers "
+                  f"{', '.join(result['promoted']) or '(none)'}")
+            print(render(result["after"]))
+        else:
+            model, report, records = quantized_lower(source, args.calibration, _bits(args),
+                                                     target, plan, precision, preprocess, **kw)
+        n16 = sum(r["bits"] == 16 for r in records)
+        print(f"quantised {len(records)} matrix layers: {len(records) - n16} at int8, "
+              f"{n16} at int16")
+        if args.qdq:
+            import onnx
+            proto = export_qdq(source, records)
+            onnx.save(proto, args.qdq)
+            print(f"wrote {args.qdq} (QDQ)")
+        return model, report
+    return _lower
+
+
+def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
+            **kw):
+    """Quantise, rank the layers by the noise they add, promote the N worst int8 layers to
+    16 bits and quantise again. Returns a dict with both reports and the final model."""
+    from ..pipeline import load_proto
+    from .accuracy import layer_report, worst_layers
+    from .calibrate import load_feeds, load_precision
+    from .qlower import quantized_lower
+
+    proto = load_proto(model)
+    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
+    m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
+    before = layer_report(proto, m, feeds, records)
+    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8][:n]
+    prec = dict(load_precision(precision)) if precision else {}
+    prec.update({name: "int16" for name in worst})
+    m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
+    after = layer_report(proto, m2, feeds, records2)
+    return {"model": m2, "report": report2, "records": records2, "promoted": worst,
+            "precision": prec, "before": before, "after": after, "model_before": m}
+
+
+def _accuracy(outs, labels):
+    import numpy as np
+    return float((np.asarray(outs).argmax(-1) == labels).mean())
+
+
+def cmd_calibrate(args):
+    from .calibrate import calibrate, save_table
+
+    table = calibrate(args.model, args.data, method=args.method, limit=args.limit)
+    save_table(table, args.output)
+    print(f"calibrated {len(table['tensors'])} tensors on {table['samples']} samples "
+          f"(threshold = {args.method}); wrote {args.output}")
+    return 0
+
+
+def cmd_quant_report(args):
+    import json
+
+    import numpy as np
+
+    from ..pipeline import load_proto
+    from .accuracy import layer_report, plot_sqnr, render
+    from .calibrate import load_feeds
+    from .qlower import quantized_lower
+
+    proto = load_proto(args.model)
+    feeds = load_feeds(proto, args.data)
+    arrays = np.load(args.data)
+    labels = arrays[args.labels] if args.labels in arrays.files else None
+    kw = {"target": args.target, "plan": args.plan}
+    m, _, records = quantized_lower(proto, args.calibration, _bits(args), args.target,
+                                    args.plan, args.precision)
+    rep = layer_report(proto, m, feeds, records)
+    print(render(rep, args.top))
+    out = {"layers": rep["layers"], "outputs": rep["outputs"]}
+    reports = {args.quantize: rep}
+    if labels is not None and rep["_float"]:
+        name = next(iter(rep["_float"]))
+        out["accuracy"] = {"float": _accuracy(rep["_float"][name], labels),
+                           args.quantize: _accuracy(rep["_quant"][name], labels)}
+        print(f"top-1 accuracy: float {out['accuracy']['float']:.4f}, {args.quantize} "
+              f"{out['accuracy'][args.quantize]:.4f}")
+    if args.auto_hp:
+        res = auto_hp(proto, args.calibration, feeds, args.auto_hp, _bits(args),
+                      precision=args.precision, **kw)
+        after = res["after"]
+        print(f"\n--auto-hp {args.auto_hp}: promoted to int16: {', '.join(res['promoted'])}")
+        print(render(after, args.top))
+        out["auto_hp"] = {"promoted": res["promoted"], "layers": after["layers"],
+                          "outputs": after["outputs"]}
+        reports[f"{args.quantize} + {args.auto_hp} at int16"] = after
+        if labels is not None and after["_quant"]:
+            name = next(iter(after["_quant"]))
+            out["auto_hp"]["accuracy"] = _accuracy(after["_quant"][name], labels)
+            print(f"top-1 accuracy with auto-hp: {out['auto_hp']['accuracy']:.4f}")
+        if args.write_precision:
+            with open(args.write_precision, "w", encoding="utf-8") as f:
+                f.write("# layers promoted by --auto-hp (paddle-npu quant-report)\n")
+                for name, p in res["precision"].items():
+                    f.write(f"{name} {p}\n")
+            print(f"wrote {args.write_precision}")
+    if args.plot:
+        written = plot_sqnr(reports, args.plot)
+        note = "" if written == args.plot else " (matplotlib is not installed: SVG instead)"
+        print(f"wrote {written}{note}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0

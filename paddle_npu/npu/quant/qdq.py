@@ -1,0 +1,220 @@
+"""QDQ models in and out.
+
+strip_qdq     a model that is already quantised (Paddle quantize_linear / dequantize_linear,
+              mapped by stage 1 to QuantizeLinear / DequantizeLinear): the float model, a
+              calibration table holding its activation scales (threshold = scale * qmax)
+              and its weights' scales, so the quantised lowering keeps them.
+export_qdq    the float model with the quantised lowering's scales as standard QDQ
+              (QuantizeLinear / DequantizeLinear around each matrix layer, int8 / int16
+              weights per output channel, int32 bias), for onnxruntime and other runtimes.
+"""
+import numpy as np
+import onnx_ir as ir
+
+from ...errors import ConversionError
+from .calibrate import FORMAT
+
+_QMAX = {ir.DataType.INT8: 127, ir.DataType.UINT8: 255, ir.DataType.INT16: 32767}
+
+
+def _const(value):
+    return None if value is None or value.const_value is None else value.const_value.numpy()
+
+
+def _is(node, op):
+    return node.op_type == op and node.domain in ("", "ai.onnx")
+
+
+def _axis_shape(ndim, axis, n):
+    shape = [1] * ndim
+    shape[axis] = n
+    return shape
+
+
+def strip_qdq(model):
+    """(model, table or None, {weight name: scales}) with every QuantizeLinear /
+    DequantizeLinear folded away (in place)."""
+    graph = model.graph
+    tensors, weight_scales = {}, {}
+    for node in list(graph):
+        if not _is(node, "DequantizeLinear"):
+            continue
+        x, s = _const(node.inputs[0]), _const(node.inputs[1])
+        zp = _const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \
+            else None
+        axis = node.attributes.get_int("axis", 1)
+        if x is not None and s is not None:            # a quantised weight
+            if zp is not None and np.any(zp != 0):
+                raise ConversionError(f"{node.name}: asymmetric weights (zero point != 0) "
+                                      "are not supported")
+            w = x.astype(np.float32)
+            scale = s.astype(np.float32)
+            if scale.ndim == 1 and x.ndim > 0:
+                ax = axis % x.ndim
+                w = w * scale.reshape(_axis_shape(x.ndim, ax, scale.size))
+            else:
+                w = w * scale
+            out = node.outputs[0]
+            value = ir.Value(name=out.name, type=ir.TensorType(ir.DataType.FLOAT),
+                             shape=ir.Shape(w.shape), const_value=ir.tensor(w, name=out.name))
+            name = out.name
+            out.name = None
+            value.name = name
+            graph.register_initializer(value)
+            ir.convenience.replace_all_uses_with(out, value, replace_graph_outputs=True)
+            graph.remove(node, safe=True)
+            weight_scales[name] = scale.reshape(-1)
+            continue
+        q = node.inputs[0].producer()
+        if q is None or not _is(q, "QuantizeLinear") or s is None or s.size != 1:
+            continue
+        if zp is not None and np.any(zp != 0):
+            raise ConversionError(f"{node.name}: asymmetric activations (zero point != 0) "
+                                  "are not supported")
+        qmax = _QMAX.get(node.inputs[0].dtype, 127)
+        thr = float(s.reshape(())) * qmax     # float64: thr / qmax gives s back exactly
+        entry = {"min": -thr, "max": thr, "absmax": thr, "threshold": thr,
+                 "from": "quantized model"}
+        src = q.inputs[0]
+        tensors[src.name] = entry
+        tensors[node.outputs[0].name] = entry
+        ir.convenience.replace_all_uses_with(node.outputs[0], src, replace_graph_outputs=True)
+        graph.remove(node, safe=True)
+        if not q.outputs[0].uses():
+            graph.remove(q, safe=True)
+    if not tensors and not weight_scales:
+        return model, None, {}
+    table = {"format": FORMAT, "model": None, "samples": 0, "method": "quantized model",
+             "tensors": tensors, "precision": {}}
+    return model, table, weight_scales
+
+
+def _weight_axis(node):
+    if _is(node, "Conv"):
+        return 0
+    if _is(node, "Gemm"):
+        return 0 if node.attributes.get_int("transB", 0) else 1
+    return 1        # MatMul: [K, N]
+
+
+def _init(graph, array, name):
+    base, n = name, 0
+    while name in graph.initializers:
+        n += 1
+        name = f"{base}_{n}"
+    array = np.ascontiguousarray(array)
+    v = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                 shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+    graph.register_initializer(v)
+    return v
+
+
+def _qdq_pair(graph, value, scale, bits, name):
+    """QuantizeLinear -> DequantizeLinear of `value`; returns (q output, dq output)."""
+    zp = _init(graph, np.zeros((), np.int8 if bits == 8 else np.int16), f"{name}/zp")
+    s = _init(graph, np.asarray(scale, np.float32), f"{name}/scale")
+    q = ir.Node("", "QuantizeLinear", [value, s, zp], name=f"{name}/q")
+    q.outputs[0].name = f"{name}/q"
+    q.outputs[0].type = ir.TensorType(ir.DataType.INT8 if bits == 8 else ir.DataType.INT16)
+    q.outputs[0].shape = value.shape
+    dq = ir.Node("", "DequantizeLinear", [q.outputs[0], s, zp], name=f"{name}/dq")
+    dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    dq.outputs[0].shape = value.shape
+    dq.outputs[0].name = f"{name}/dq"
+    return q, dq
+
+
+def export_qdq(model, records):
+    """A QDQ ModelProto of the float `model` with the scales of the quantised lowering's
+    `records` (qlower.records_of)."""
+    import onnx
+
+    from ..passes import batchnorm_to_affine, fold_batchnorm
+    from ..pipeline import prepare
+
+    m = prepare(model)
+    m, _, _ = strip_qdq(m)
+    fold_batchnorm(m)              # the weights the lowering quantised
+    batchnorm_to_affine(m)
+    graph = m.graph
+    nodes = {n.name: n for n in graph}
+    values = {v.name: v for n in graph for v in n.outputs if v.name}
+    values.update({v.name: v for v in graph.inputs})
+    for r in records:
+        node = nodes.get(r["layer"])
+        if node is None:
+            raise ConversionError(f"export_qdq: layer {r['layer']!r} is not in the model")
+        bits = r["bits"]
+        qmax = (1 << (bits - 1)) - 1
+        # input
+        x = node.inputs[0]
+        q, dq = _qdq_pair(graph, x, r["s_x"], bits, f"{r['layer']}/x")
+        graph.insert_before(node, [q, dq])
+        node.replace_input_with(0, dq.outputs[0])
+        # weight, per output channel, as the lowering derived it
+        w = _const(node.inputs[1]).astype(np.float64)
+        axis = _weight_axis(node)
+        if _is(node, "Gemm") and node.attributes.get_float("alpha", 1.0) != 1.0:
+            raise ConversionError(f"export_qdq: {node.name}: Gemm alpha != 1")
+        other = tuple(i for i in range(w.ndim) if i != axis)
+        colmax = np.abs(w).max(axis=other)
+        s_w = (np.where(colmax > 0, colmax, 1.0) / qmax).astype(np.float32)
+        shape = _axis_shape(w.ndim, axis, s_w.size)
+        wq = np.clip(np.rint(w / s_w.astype(np.float64).reshape(shape)), -qmax, qmax)
+        wq = wq.astype(np.int8 if bits == 8 else np.int16)
+        wv = _init(graph, wq, f"{r['layer']}/wq")
+        sv = _init(graph, s_w, f"{r['layer']}/w_scale")
+        dqw = ir.Node("", "DequantizeLinear", [wv, sv], attributes=[ir.AttrInt64("axis", axis)],
+                      name=f"{r['layer']}/w_dq")
+        dqw.outputs[0].name = f"{r['layer']}/w_dq"
+        dqw.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+        dqw.outputs[0].shape = ir.Shape(w.shape)
+        graph.insert_before(node, dqw)
+        node.replace_input_with(1, dqw.outputs[0])
+        # bias in the accumulator's integers
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            b = _const(node.inputs[2])
+            if b is not None and b.size == s_w.size:
+                sb = np.float64(np.float32(r["s_x"])) * s_w.astype(np.float64)
+                bq = np.rint(b.reshape(-1).astype(np.float64) / sb).astype(
+                    np.int32 if bits == 8 else np.int64)
+                if bits == 8:
+                    bv, bs = _init(graph, bq, f"{r['layer']}/bq"), \
+                        _init(graph, sb.astype(np.float32), f"{r['layer']}/b_scale")
+                    dqb = ir.Node("", "DequantizeLinear", [bv, bs],
+                                  attributes=[ir.AttrInt64("axis", 0)],
+                                  name=f"{r['layer']}/b_dq")
+                    dqb.outputs[0].name = f"{r['layer']}/b_dq"
+                    dqb.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+                    dqb.outputs[0].shape = ir.Shape([bq.size])
+                    graph.insert_before(node, dqb)
+                    node.replace_input_with(2, dqb.outputs[0])
+                else:      # DequantizeLinear has no int64: the int16 layer's bias as floats
+                    node.replace_input_with(2, _init(
+                        graph, (bq * sb).astype(np.float32), f"{r['layer']}/b_f"))
+        # output (after the fused ReLU)
+        y = values.get(r["output"])
+        if y is None:
+            raise ConversionError(f"export_qdq: tensor {r['output']!r} is not in the model")
+        users = list(y.uses())
+        q, dq = _qdq_pair(graph, y, r["s_y"], bits, f"{r['layer']}/y")
+        producer = y.producer()
+        at = list(graph).index(producer) + 1 if producer is not None else 0
+        nodes_now = list(graph)
+        if at < len(nodes_now):
+            graph.insert_before(nodes_now[at], [q, dq])
+        else:
+            graph.extend([q, dq])
+        for user, idx in users:
+            user.replace_input_with(idx, dq.outputs[0])
+        if y.is_graph_output():
+            i = [o is y for o in graph.outputs].index(True)
+            graph.outputs[i] = dq.outputs[0]
+            name, y.name = y.name, f"{y.name}/float"
+            dq.outputs[0].name = name
+    proto = ir.serde.serialize_model(m)
+    if any(r["bits"] == 16 for r in records):   # int16 QuantizeLinear needs opset 21
+        from ..passes import upgrade_opset
+        proto = upgrade_opset(proto, 21)
+    onnx.checker.check_model(proto)
+    return proto

@@ -1,0 +1,258 @@
+"""Issue 7: integer primitives, calibration, quantised lowering, QDQ export, accuracy report."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from paddle_npu.npu.ops import DOMAIN, get_primitive
+from paddle_npu.npu.ops.quant import quantize_array, requantize_array
+from paddle_npu.npu.quant.accuracy import layer_report, worst_layers
+from paddle_npu.npu.quant.calibrate import calibrate, load_table, save_table
+from paddle_npu.npu.quant.qdq import export_qdq
+from paddle_npu.npu.quant.qlower import fixed_point, quantized_lower, records_of
+from paddle_npu.npu.reference import Reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "digits_cnn")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+def run_primitive(op, inputs, attrs, out_type):
+    """onnxruntime running one primitive through its function body."""
+    prim = get_primitive(op)
+    names = [f"i{k}" for k in range(len(inputs))]
+    node = helper.make_node(op, names, ["y"], domain=DOMAIN, **attrs)
+    node.overload = prim.overload(attrs, [list(a.shape) for a in inputs])
+    f = prim.function_proto(17, attrs, [list(a.shape) for a in inputs])
+    g = helper.make_graph(
+        [node], "t",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, inputs)],
+        [helper.make_tensor_value_info("y", out_type, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(DOMAIN, 1)], functions=[f])
+    m.ir_version = 10
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, dict(zip(names, inputs)))[0]
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_quantize_body_equals_reference(bits):
+    rng = np.random.default_rng(0)
+    s = np.float32(0.05)
+    # ties (k + 0.5) * s, saturation far out, and plain values
+    x = np.concatenate([rng.standard_normal(500) * 3, (np.arange(-20, 20) + 0.5) * s,
+                        [1e6, -1e6, 0.0]]).astype(np.float32)
+    got = run_primitive("Quantize", [x, np.asarray(s)], {"bits": bits},
+                        onnx.TensorProto.INT8 if bits == 8 else onnx.TensorProto.INT16)
+    want = quantize_array(x, s, bits)
+    assert np.array_equal(got, want)
+    hi = 127 if bits == 8 else 32767
+    assert want.max() == hi and want.min() == -hi - 1        # saturates
+    # ONNX QuantizeLinear computes the same for int8 (the QDQ export relies on it)
+    if bits == 8:
+        q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+        g = helper.make_graph([q], "t", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_tensor_value_info("y", 3, x.shape)],
+                              [onnx.numpy_helper.from_array(np.asarray(s), "s"),
+                               onnx.numpy_helper.from_array(np.zeros((), np.int8), "z")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        got = ort.InferenceSession(m.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("bits,relu", [(8, 0), (8, 1), (16, 0)])
+def test_requantize_body_equals_reference(bits, relu):
+    rng = np.random.default_rng(1)
+    acc = rng.integers(-2 ** 24, 2 ** 24, size=(3, 5, 6)).astype(np.int32)
+    real = rng.uniform(1e-6, 1e-3, 6) if bits == 8 else rng.uniform(1e-4, 1e-1, 6)
+    mult, div = fixed_point(real, 2 ** 25)
+    assert np.all(np.abs(mult / div - real) <= real * 2.0 ** -29)
+    got = run_primitive("Requantize", [acc, mult, div], {"bits": bits, "relu": relu},
+                        onnx.TensorProto.INT8 if bits == 8 else onnx.TensorProto.INT16)
+    want = requantize_array(acc, mult, div, bits, relu)
+    assert np.array_equal(got, want)
+    exact = acc.astype(np.float64) * mult / div              # rounding half away from zero
+    ref = np.clip(np.sign(exact) * np.floor(np.abs(exact) + 0.5), 0 if relu else -(1 << bits - 1),
+                  (1 << bits - 1) - 1)
+    assert np.array_equal(want, ref)
+
+
+def test_qvmm_body_equals_reference_and_exact_int32():
+    rng = np.random.default_rng(2)
+    x = rng.integers(-128, 128, size=(2, 7, 300)).astype(np.int8)
+    w = rng.integers(-127, 128, size=(200, 40)).astype(np.int8)
+    got = run_primitive("QVMM", [x, w], {"row_offset": 50, "acc_bits": 32},
+                        onnx.TensorProto.INT32)
+    want = x[..., 50:250].astype(np.int64) @ w.astype(np.int64)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    from paddle_npu.npu.ops import ArrayModel
+    ref = get_primitive("QVMM").reference(ArrayModel(64, 16), [x, w],
+                                          {"row_offset": 50, "acc_bits": 32})[0]
+    assert np.array_equal(ref, want)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The example CNN as ONNX, a calibration table from 512 TRAIN images, the test split."""
+    from train_example import load_digits_split
+
+    from paddle_npu import export
+
+    d = tmp_path_factory.mktemp("digits")
+    path = str(d / "digits.onnx")
+    export(os.path.join(EXAMPLE, "legacy", "model.pdmodel"),
+           os.path.join(EXAMPLE, "legacy", "model.pdiparams"), save_file=path)
+    (xtr, _), _ = load_digits_split()
+    np.savez(d / "calib.npz", x=xtr[:512])
+    table = calibrate(path, str(d / "calib.npz"))
+    save_table(table, str(d / "table.json"))
+    ref = np.load(os.path.join(EXAMPLE, "reference_io.npz"))
+    return {"dir": d, "onnx": path, "table": str(d / "table.json"), "x": ref["in_x"],
+            "labels": ref["labels"]}
+
+
+def expose(proto, names):
+    """Make intermediate tensors graph outputs, with the types the model records for them."""
+    types = {v.name: v.type.tensor_type.elem_type for v in proto.graph.value_info}
+    for n in names:
+        proto.graph.output.append(helper.make_tensor_value_info(n, types[n], None))
+
+
+def _ort(proto, feeds):
+    s = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def test_calibration_table(digits):
+    table = load_table(digits["table"])
+    e = table["tensors"]["x"]
+    assert e["min"] == 0.0 and e["max"] == 1.0 and e["absmax"] == 1.0
+    for e in table["tensors"].values():
+        assert e["min"] <= e["max"] and 0 < e["threshold"] <= e["absmax"] + 1e-6
+        assert e["percentile"] <= e["absmax"] + 1e-6 and e["mse"] <= e["absmax"] + 1e-6
+    assert table["samples"] == 512
+
+
+def test_digits_int8_accuracy_and_bit_true_simulator(digits):
+    m, _, records = quantized_lower(digits["onnx"], digits["table"])
+    assert [r["bits"] for r in records] == [8, 8, 8, 8]
+    proto = ir.serde.serialize_model(m)
+    ops = {n.op_type for n in proto.graph.node}
+    assert "VMM" not in ops and {"Quantize", "QVMM", "Requantize", "Dequantize"} <= ops
+    x = digits["x"]
+    (fl,) = _ort(onnx.load(digits["onnx"]), {"x": x})
+    # every integer tensor, and the output: onnxruntime (bodies) == NumPy simulator, exactly
+    names = [n.output[0] for n in proto.graph.node
+             if n.op_type in ("Quantize", "QVMM", "AddInTile", "Requantize")]
+    expose(proto, names)
+    got = _ort(proto, {"x": x})
+    sim = Reference(proto, None).run({"x": x})
+    assert len(got) == len(sim) == 1 + len(names)
+    for a, b, name in zip(got, sim, ["out"] + names):
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    acc_f = (fl.argmax(1) == digits["labels"]).mean()
+    acc_q = (got[0].argmax(1) == digits["labels"]).mean()
+    assert acc_f == pytest.approx(0.9805, abs=1e-3)
+    assert acc_q >= acc_f - 0.01
+
+
+def test_hp_layers_and_precision_table_improve(digits, tmp_path):
+    feeds = {"x": digits["x"][:128]}
+    m8, _, r8 = quantized_lower(digits["onnx"], digits["table"])
+    rep8 = layer_report(digits["onnx"], m8, feeds, r8)
+    worst = [w["layer"] for w in worst_layers(rep8)][:2]
+    prec = tmp_path / "prec.txt"
+    prec.write_text("".join(f"{w} int16\n" for w in worst))
+    m16, _, r16 = quantized_lower(digits["onnx"], digits["table"], precision=str(prec))
+    assert {r["layer"] for r in r16 if r["bits"] == 16} == set(worst)
+    assert all(r["acc_bits"] == 64 for r in r16 if r["bits"] == 16)
+    rep16 = layer_report(digits["onnx"], m16, feeds, r16)
+    assert rep16["outputs"][0]["sqnr_db"] > rep8["outputs"][0]["sqnr_db"] + 1.0
+    # int16 layers are bit-true too
+    proto = ir.serde.serialize_model(m16)
+    assert np.array_equal(_ort(proto, feeds)[0], Reference(proto, None).run(feeds)[0])
+    # a node named `_hp` is 16-bit without any table
+    model = onnx.load(digits["onnx"])
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    conv.name = "first_conv_hp"
+    from paddle_npu.npu.marks import Marks
+    _, _, rh = quantized_lower(model, digits["table"], marks=Marks(compile_mode=2))
+    assert [r["bits"] for r in rh if r["layer"] == "first_conv_hp"] == [16]
+    assert [r["bits"] for r in rh if r["layer"] != "first_conv_hp"] == [8, 8, 8]
+
+
+def test_qdq_export_agrees_with_simulator(digits):
+    """Where the arithmetic is the same the int8 tensors are equal: the Quantize of a tensor
+    both compute from the same float values (the model input; inputs fed by exact int8
+    chains). Where it is not: the QDQ model requantises a layer's output from a float32
+    convolution of the dequantised values with round-half-even, the NPU from the exact
+    int32 accumulator with a fixed-point multiplier and round-half-away -- near-ties land
+    one step apart (at most 1 LSB, rarely), and those differences then reach later layers'
+    inputs through pooling."""
+    m, _, records = quantized_lower(digits["onnx"], digits["table"])
+    qdq = export_qdq(digits["onnx"], records)
+    proto = ir.serde.serialize_model(m)
+    for r in records:
+        qdq.graph.output.extend([helper.make_tensor_value_info(f"{r['layer']}/{t}/q", 3, None)
+                                 for t in ("x", "y")])
+        expose(proto, [f"{r['layer']}/{t}" for t in ("quantize", "requantize")])
+    x = digits["x"]
+    got_q = dict(zip([o.name for o in qdq.graph.output], _ort(qdq, {"x": x})))
+    got_s = dict(zip([o.name for o in proto.graph.output], Reference(proto, None).run({"x": x})))
+    first = records[0]["layer"]
+    assert np.array_equal(got_q[f"{first}/x/q"], got_s[f"{first}/quantize"])     # exact
+    for r in records:
+        yq, ys = got_q[f"{r['layer']}/y/q"], got_s[f"{r['layer']}/requantize"]
+        if yq.ndim == 4:
+            ys = ys.transpose(0, 2, 1).reshape(yq.shape)
+        diff = np.abs(yq.astype(np.int32) - ys)
+        assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, r["layer"]
+    out_q, out_s = got_q[qdq.graph.output[0].name], got_s[proto.graph.output[0].name]
+    assert (out_q.argmax(1) == out_s.argmax(1)).mean() > 0.99
+
+
+def test_quantized_model_keeps_its_scales(digits):
+    """A QDQ model (what stage 1 makes of Paddle's quantize/dequantize_linear) lowers without
+    calibration, keeping its activation and weight scales: the same integers as before."""
+    m, _, records = quantized_lower(digits["onnx"], digits["table"])
+    qdq = export_qdq(digits["onnx"], records)
+    m2, _, records2 = quantized_lower(qdq, None)
+    for a, b in zip(records, records2):
+        assert b["weight_scales_kept"] and a["layer"] == b["layer"]
+        assert a["s_x"] == b["s_x"] and a["s_y"] == b["s_y"]
+    x = {"x": digits["x"][:64]}
+    p1, p2 = ir.serde.serialize_model(m), ir.serde.serialize_model(m2)
+    assert np.array_equal(_ort(p1, x)[0], _ort(p2, x)[0])
+
+
+def test_cli_calibrate_lower_report(digits, tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "paddle_npu", *a], env=env,  # noqa
+                                    capture_output=True, text=True, cwd=tmp_path)
+    r = run("calibrate", digits["onnx"], "--data", str(digits["dir"] / "calib.npz"),
+            "-o", "t.json", "--method", "percentile")
+    assert r.returncode == 0, r.stderr
+    assert json.load(open(tmp_path / "t.json"))["method"] == "percentile"
+    r = run("lower", digits["onnx"], "-o", "q.onnx", "--quantize", "int8",
+            "--calibration", "t.json", "--qdq", "qdq.onnx")
+    assert r.returncode == 0, r.stderr
+    assert records_of(str(tmp_path / "q.onnx")) and os.path.exists(tmp_path / "qdq.onnx")
+    ref = os.path.join(EXAMPLE, "reference_io.npz")
+    r = run("quant-report", digits["onnx"], "--calibration", "t.json", "--data", ref,
+            "--auto-hp", "1", "--plot", "sqnr.png", "--json", "rep.json")
+    assert r.returncode == 0, r.stderr
+    rep = json.load(open(tmp_path / "rep.json"))
+    assert rep["accuracy"]["int8"] >= rep["accuracy"]["float"] - 0.01
+    assert len(rep["auto_hp"]["promoted"]) == 1
+    assert "SQNR" in r.stdout and (os.path.exists(tmp_path / "sqnr.png") or
+                                   os.path.exists(tmp_path / "sqnr.svg"))

@@ -1,0 +1,123 @@
+"""Issue 7's evidence: integer precision on the NPU, float vs int8 vs int8 + N layers at int16.
+
+    python tools/quant_report.py [--zoo DIR] [--models lenet,resnet18,...] [--auto-hp 2]
+                                 [--out DIR]
+
+digits CNN (examples/digits_cnn): calibrated on 512 images of its TRAIN split (regenerated
+with scikit-learn's load_digits exactly as tools/train_example.py splits it), evaluated on
+the test split in reference_io.npz: top-1 accuracy float / int8 / int8 + auto-hp, and the
+output's cosine and SQNR against float.
+zoo models (random weights, from `python tools/zoo.py export --formats legacy --out DIR`):
+calibrated on 64 seeded normal inputs, evaluated on 32 others: output cosine / SQNR.
+Every quantised model is run by onnxruntime through the primitives' function bodies (the
+integer arithmetic); the NumPy simulator is checked bit-exact against it on the digits.
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+def _convert(model_dir, out):
+    from paddle_npu import export
+
+    export(os.path.join(model_dir, "model.pdmodel"), os.path.join(model_dir, "model.pdiparams"),
+           save_file=out)
+    return out
+
+
+def _row(label, rep, acc=None):
+    o = rep["outputs"][0]
+    extra = f"  top-1 {acc:.4f}" if acc is not None else ""
+    return f"  {label:<26} output cosine {o['cosine']:.6f}  SQNR {o['sqnr_db']:6.2f} dB{extra}"
+
+
+def evaluate(name, onnx_path, calib, evalset, n_hp, labels=None, plot=None):
+    from paddle_npu.npu.quant.accuracy import plot_sqnr
+    from paddle_npu.npu.quant.calibrate import calibrate
+    from paddle_npu.npu.quant.cli import auto_hp
+
+    table = calibrate(onnx_path, calib)
+    res = auto_hp(onnx_path, table, evalset, n_hp)
+    before, after = res["before"], res["after"]
+    print(f"{name}: {len(before['layers'])} quantised layers; promoted to int16: "
+          f"{', '.join(res['promoted'])}")
+    acc = {}
+    if labels is not None:
+        key = next(iter(before["_float"]))
+        acc = {"float": float((before["_float"][key].argmax(-1) == labels).mean()),
+               "int8": float((before["_quant"][key].argmax(-1) == labels).mean()),
+               "hp": float((after["_quant"][key].argmax(-1) == labels).mean())}
+        print(f"  {'float':<26} top-1 {acc['float']:.4f}")
+    print(_row("int8", before, acc.get("int8")))
+    print(_row(f"int8 + {n_hp} layers int16", after, acc.get("hp")))
+    if plot:
+        print(f"  plot: {plot_sqnr({'int8': before, f'+{n_hp} int16': after}, plot)}")
+    return res, acc
+
+
+def digits(out_dir, n_hp):
+    from train_example import load_digits_split
+
+    from paddle_npu.npu.quant.qlower import quantized_lower
+    from paddle_npu.npu.reference import Reference
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    example = os.path.join(ROOT, "examples", "digits_cnn")
+    onnx_path = _convert(os.path.join(example, "legacy"), os.path.join(out_dir, "digits.onnx"))
+    (xtr, _), _ = load_digits_split()
+    ref = np.load(os.path.join(example, "reference_io.npz"))
+    res, _ = evaluate("digits_cnn", onnx_path, {"x": xtr[:512]}, {"x": ref["in_x"]}, n_hp,
+                      labels=ref["labels"], plot=os.path.join(out_dir, "digits_sqnr.png"))
+    # the simulator against onnxruntime on the same quantised model
+    proto = ir.serde.serialize_model(res["model"])
+    sim = Reference(proto, None).run({"x": ref["in_x"]})[0]
+    got = ort.InferenceSession(proto.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": ref["in_x"]})[0]
+    print(f"  simulator vs onnxruntime (function bodies): bit-exact "
+          f"{np.array_equal(sim, got)}")
+    del quantized_lower
+
+
+def zoo(zoo_dir, models, out_dir, n_hp):
+    for name in models:
+        d = os.path.join(zoo_dir, name, "legacy")
+        if not os.path.isdir(d):
+            print(f"{name}: not exported in {zoo_dir} (python tools/zoo.py export --models "
+                  f"{name} --formats legacy --out {zoo_dir})")
+            continue
+        onnx_path = _convert(d, os.path.join(out_dir, f"{name}.onnx"))
+        import onnx
+        shape = [dim.dim_value or 1 for dim in
+                 onnx.load(onnx_path).graph.input[0].type.tensor_type.shape.dim]
+        iname = onnx.load(onnx_path).graph.input[0].name
+        rng = np.random.default_rng(1)
+        calib = {iname: rng.standard_normal([64] + shape[1:]).astype(np.float32)}
+        evalset = {iname: rng.standard_normal([32] + shape[1:]).astype(np.float32)}
+        evaluate(name, onnx_path, calib, evalset, n_hp)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--zoo", default=None, help="a tools/zoo.py export directory")
+    ap.add_argument("--models", default="lenet,resnet18,mobilenet_v1,squeezenet1_0")
+    ap.add_argument("--auto-hp", type=int, default=2)
+    ap.add_argument("--out", default=None, help="where models and plots go (default: temp)")
+    args = ap.parse_args(argv)
+    out = args.out or tempfile.mkdtemp(prefix="quant_report_")
+    os.makedirs(out, exist_ok=True)
+    digits(out, args.auto_hp)
+    if args.zoo:
+        zoo(args.zoo, [m for m in args.models.split(",") if m], out, args.auto_hp)
+    print(f"files in {out}")
+
+
+if __name__ == "__main__":
+    main()
