@@ -4,6 +4,7 @@ import onnx_ir as ir
 
 from .errors import ConversionError, UnsupportedOpsError
 from .mappers.registry import get_mapper
+from .naming import UniqueNames
 
 MIN_OPSET, MAX_OPSET = 7, 21
 
@@ -56,7 +57,7 @@ class ExportContext:
         self._graphs = [[]]            # nodes of the graph being built, innermost last
         self._current = None           # (paddle op, its index) being mapped
         self._node_count = {}
-        self._value_names = set(program.params) | set(program.inputs)
+        self._unique_value_name = UniqueNames(set(program.params) | set(program.inputs))
         self._op_index = {}
         for block in program.blocks:
             for i, op in enumerate(block.ops):
@@ -191,14 +192,6 @@ class ExportContext:
         n = self._node_count.get(base, 0)
         self._node_count[base] = n + 1
         return base if n == 0 else f"{base}_{n}"
-
-    def _unique_value_name(self, base):
-        name, n = base, 0
-        while name in self._value_names:
-            n += 1
-            name = f"{base}_{n}"
-        self._value_names.add(name)
-        return name
 
     def _where(self):
         if self._current is None:

@@ -37,11 +37,10 @@ type followed by the model's own Cast back is merged into one Cast (or none).
 
 This module is imported by the command line's parser: it imports nothing heavy at load.
 """
-import json
-import os
 from dataclasses import asdict, dataclass
 
 from .errors import ConversionError
+from .naming import UniqueNames
 
 PIXEL_FORMATS = ("rgb", "bgr", "gray")
 CHANNEL_FORMATS = ("nchw", "nhwc")
@@ -229,17 +228,8 @@ def add_arguments(parser):
 
 def read_config(path):
     """The preprocess table of a .json / .toml file (its [preprocess] table if it has one)."""
-    if not os.path.exists(path):
-        raise ConversionError(f"{path}: preprocess config does not exist")
-    if path.endswith(".toml"):
-        from .npu.target import _read_toml
-        data = _read_toml(path)
-    else:
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except ValueError as exc:
-            raise ConversionError(f"{path}: not valid JSON ({exc})") from None
+    from .naming import read_settings
+    data = read_settings(path, "preprocess config")
     if isinstance(data, dict) and isinstance(data.get("preprocess"), dict):
         data = data["preprocess"]
     PreprocessSpec.from_dict(data, path)      # errors name the file
@@ -355,18 +345,7 @@ class _Chain:
 
         self.ir, self.graph = ir, graph
         self.nodes = []
-        self.names = {v.name for v in graph.inputs} | set(graph.initializers)
-        for node in ir.traversal.RecursiveGraphIterator(graph):
-            self.names.add(node.name)
-            self.names.update(v.name for v in node.outputs if v.name)
-
-    def unique(self, base):
-        name, n = base, 0
-        while name in self.names:
-            n += 1
-            name = f"{base}_{n}"
-        self.names.add(name)
-        return name
+        self.unique = UniqueNames.of_graph(graph)
 
     def const(self, array, suffix):
         import numpy as np

@@ -3,11 +3,10 @@
 import json
 
 import numpy as np
-import onnx_ir as ir
 import pytest
 from onnx import helper
 
-from npu_helpers import model, serialized, three_way, assert_close
+from npu_helpers import model, three_way, assert_close
 from paddle_npu.npu import lower
 from paddle_npu.npu.marks import Marks, MarkError, apply_marks
 from paddle_npu.npu.pipeline import prepare

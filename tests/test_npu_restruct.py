@@ -15,7 +15,8 @@ from paddle_npu.compare import run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower, verify
 from paddle_npu.npu.pipeline import prepare
-from paddle_npu.npu.restruct import PASSES, concat_broadcast, selected, _Names
+from paddle_npu.naming import UniqueNames
+from paddle_npu.npu.restruct import PASSES, concat_broadcast, selected
 from paddle_npu.npu.target import load_target, target_from_dict
 
 NNIE = load_target("nnie")
@@ -175,7 +176,7 @@ def test_concat_broadcast_counts(count):
     g = ir.Graph([], [], nodes=[], opset_imports={"": 17})
     x = ir.Value(name="n", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 1, 1, 1]))
     g.inputs.append(x)
-    nodes, out = concat_broadcast(g, _Names(g), x, count, 1, "b", [2, count, 1, 1],
+    nodes, out = concat_broadcast(g, UniqueNames.of_graph(g), x, count, 1, "b", [2, count, 1, 1],
                                   ir.DataType.FLOAT)
     g.extend(nodes)
     assert all(n.op_type == "Concat" and len(n.inputs) <= 32 for n in nodes)

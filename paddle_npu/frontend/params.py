@@ -19,7 +19,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 

@@ -99,7 +99,6 @@ def _lower_and_save(source, output, args, quiet=False):
     from ..preprocess import spec_from_args
 
     from .marks import marks_from_args
-    from .restruct import ORDER
 
     marks = marks_from_args(args)
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731

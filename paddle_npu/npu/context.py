@@ -3,6 +3,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..naming import UniqueNames
 from .ops import DOMAIN, get_primitive
 
 SOURCE_KEY = "paddle_npu.source"        # metadata: the node a lowered node came from
@@ -43,9 +44,7 @@ class LowerContext:
         self.layers = []            # cost records of lowered layers, in graph order
         self.refusals = {}          # source node name -> why it was not lowered
         self._source = None
-        self._names = {v.name for v in self.graph.inputs} | set(self.graph.initializers)
-        for node in ir.traversal.RecursiveGraphIterator(self.graph):
-            self._names.update(v.name for v in node.outputs if v.name)
+        self._names = UniqueNames.of_graph(self.graph)
 
     # --- facts about values ----------------------------------------------------------------
     @staticmethod
@@ -75,12 +74,7 @@ class LowerContext:
 
     # --- building -------------------------------------------------------------------------
     def unique_name(self, base):
-        name, n = base, 0
-        while name in self._names:
-            n += 1
-            name = f"{base}_{n}"
-        self._names.add(name)
-        return name
+        return self._names(base)
 
     def initializer(self, array, suffix):
         name = self.unique_name(f"{self._source.name}/{suffix}")
@@ -133,7 +127,7 @@ class LowerContext:
                 raise ConversionError(f"lowering {node.name}: an output must be a new node's")
             ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
             old.name = None
-            self._names.discard(new.name)
+            self._names.taken.discard(new.name)
             new.name = name
             if want is not None and (got is None or len(want) != len(got) or None in got):
                 new.shape = old.shape      # what inference knew beats an unknown dim

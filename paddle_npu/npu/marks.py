@@ -28,8 +28,6 @@ Marks are node metadata: `paddle_npu.mark` = "cpu" (with `paddle_npu.mark_reason
 `paddle_npu.precision` = "16"; lowering copies them to the nodes a marked node becomes.
 """
 import fnmatch
-import json
-import os
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError
@@ -86,17 +84,8 @@ class Marks:
 
     @classmethod
     def from_file(cls, path):
-        if not os.path.exists(path):
-            raise MarkError(f"{path}: marks file does not exist")
-        if path.endswith(".toml"):
-            from .target import _read_toml
-            data = _read_toml(path)
-        else:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
-            except ValueError as exc:
-                raise MarkError(f"{path}: not valid JSON ({exc})") from None
+        from ..naming import read_settings
+        data = read_settings(path, "marks file", MarkError)
         return cls.from_dict(data.get("marks", data), path)
 
     def merged(self, other):

@@ -24,6 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..naming import UniqueNames
 from .passes import _initializer, fold_batchnorm
 
 ORDER = ("bn_collapse", "merge_linear", "l2norm", "fc_to_conv")
@@ -104,22 +105,6 @@ def _attr_type(v):
     if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
         return ir.AttributeType.INTS
     raise TypeError(v)
-
-
-class _Names:
-    def __init__(self, graph):
-        self.used = {v.name for v in graph.inputs} | set(graph.initializers)
-        for node in ir.traversal.RecursiveGraphIterator(graph):
-            self.used.add(node.name)
-            self.used.update(v.name for v in node.outputs if v.name)
-
-    def __call__(self, base):
-        name, n = base, 0
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
 
 
 def _take_output(old, new):
@@ -236,7 +221,7 @@ NONLINEAR = ("Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmo
 def merge_linear(model, target):
     """Consecutive FCs (only Identity / Dropout between) -> one FC; repeated to a fixpoint."""
     graph, res = model.graph, PassResult("merge_linear")
-    names = _Names(graph)
+    names = UniqueNames.of_graph(graph)
     changed = True
     while changed:
         changed = False
@@ -308,7 +293,7 @@ def _fc_followers(target):
 def fc_to_conv(model, target):
     """Every FC that is not the model's last op -> Reshape [N, K, 1, 1], 1x1 Conv, Flatten."""
     graph, res = model.graph, PassResult("fc_to_conv")
-    names = _Names(graph)
+    names = UniqueNames.of_graph(graph)
     allowed = _fc_followers(target)
     for node in list(graph):
         if node.graph is not graph or not _std(node, "Gemm", "MatMul"):
@@ -485,7 +470,7 @@ def concat_broadcast(graph, names, value, count, axis, base, dims, dtype):
 def l2norm(model, target):
     """L2 normalisation of [N, C] features -> ops the target's NPU has."""
     graph, res = model.graph, PassResult("l2norm")
-    names = _Names(graph)
+    names = UniqueNames.of_graph(graph)
     needed = ["Mul", "Sqrt", "Div"]
     broadcast = getattr(target, "broadcast", True)
     if not broadcast:

@@ -28,7 +28,6 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
 
 `paddle-npu targets` lists the built-in presets; `--target` takes a preset name or a file.
 """
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -193,22 +192,6 @@ def target_from_dict(data, source="<dict>"):
         description=str(data.get("description", "")), source=source, preprocess=preprocess)
 
 
-def _read_toml(path):
-    try:
-        import tomllib
-    except ImportError:    # Python < 3.11
-        try:
-            import tomli as tomllib
-        except ImportError:
-            raise ConversionError(f"{path}: reading TOML needs Python 3.11+ or the tomli "
-                                  "package; write the target as JSON instead") from None
-    with open(path, "rb") as f:
-        try:
-            return tomllib.load(f)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConversionError(f"{path}: not valid TOML ({exc})") from None
-
-
 def load_target(spec=None):
     """A Target from a preset name (None: the default) or a .json / .toml file."""
     if isinstance(spec, Target):
@@ -219,12 +202,5 @@ def load_target(spec=None):
     if not os.path.exists(spec):
         raise ConversionError(f"unknown target {spec!r}: not a preset "
                               f"({', '.join(sorted(PRESETS))}) nor a file")
-    if spec.endswith(".toml"):
-        data = _read_toml(spec)
-    else:
-        try:
-            with open(spec, encoding="utf-8") as f:
-                data = json.load(f)
-        except ValueError as exc:
-            raise ConversionError(f"{spec}: not valid JSON ({exc})") from None
-    return target_from_dict(data, spec)
+    from ..naming import read_settings
+    return target_from_dict(read_settings(spec, "target file"), spec)

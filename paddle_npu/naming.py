@@ -1,0 +1,56 @@
+"""Unique names, and reading JSON/TOML settings files: small things every stage needs."""
+import json
+import os
+
+from .errors import ConversionError
+
+
+class UniqueNames:
+    """`names(base)` returns base, or base_1, base_2, ... the first one not taken yet."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken)
+
+    @classmethod
+    def of_graph(cls, graph):
+        """Every name an onnx_ir graph (and its sub-graphs) already uses."""
+        import onnx_ir as ir
+
+        taken = {v.name for v in graph.inputs} | set(graph.initializers)
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            taken.add(node.name)
+            taken.update(v.name for v in node.outputs if v.name)
+        return cls(taken)
+
+    def __call__(self, base):
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def read_settings(path, what, error=ConversionError):
+    """A .json or .toml settings file as a dict; `error(message)` when it can't be read."""
+    if not os.path.exists(path):
+        raise error(f"{path}: {what} does not exist")
+    if path.endswith(".toml"):
+        try:
+            import tomllib
+        except ImportError:    # Python < 3.11
+            try:
+                import tomli as tomllib
+            except ImportError:
+                raise error(f"{path}: reading TOML needs Python 3.11+ or the tomli package; "
+                            "write it as JSON instead") from None
+        with open(path, "rb") as f:
+            try:
+                return tomllib.load(f)
+            except tomllib.TOMLDecodeError as exc:
+                raise error(f"{path}: not valid TOML ({exc})") from None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
