@@ -256,3 +256,51 @@ def test_cli_calibrate_lower_report(digits, tmp_path):
     assert len(rep["auto_hp"]["promoted"]) == 1
     assert "SQNR" in r.stdout and (os.path.exists(tmp_path / "sqnr.png") or
                                    os.path.exists(tmp_path / "sqnr.svg"))
+
+
+def _random_chain(depth=12, width=8, seed=0):
+    """A deep, narrow random-weight Conv+ReLU chain (He init) -> GAP -> MatMul: like the
+    zoo's mobilenet_v1, it amplifies a perturbation layer by layer, so an early layer's
+    rounding noise shows up as large SQNR drops in the late layers."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, x, c = [], [], "x", 3
+    for i in range(depth):
+        w = (rng.standard_normal((width, c, 3, 3)) * np.sqrt(2 / (9 * c))).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], name=f"conv{i}",
+                                      pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        x, c = f"r{i}", width
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("MatMul", ["flat", "fcw"], ["y"], name="fc")]
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((width, 10)) / np.sqrt(width)).astype(np.float32), "fcw"))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", 1, ["n", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", 1, ["n", 10])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_auto_hp_ranks_by_measured_output_sensitivity():
+    """In an amplifying chain the layers with the largest added noise are the late ones, yet
+    promoting them buys little: auto-hp measures what each promotion does to the output."""
+    from paddle_npu.npu.quant.cli import auto_hp
+
+    model = _random_chain()
+    rng = np.random.default_rng(1)
+    table = calibrate(model, {"x": rng.standard_normal((64, 3, 8, 8)).astype(np.float32)})
+    feeds = {"x": rng.standard_normal((32, 3, 8, 8)).astype(np.float32)}
+    added = auto_hp(model, table, feeds, 2, rank="added")
+    measured = auto_hp(model, table, feeds, 2)
+    before = measured["before"]["outputs"][0]["sqnr_db"]
+    assert added["before"]["outputs"][0]["sqnr_db"] == pytest.approx(before)
+    sens = measured["sensitivity"]
+    assert set(sens) == {r["layer"] for r in measured["before"]["layers"]}
+    assert measured["promoted"] == sorted(sens, key=lambda k: -sens[k])[:2]
+    assert set(measured["promoted"]) != set(added["promoted"])
+    after_m = measured["after"]["outputs"][0]["sqnr_db"]
+    after_a = added["after"]["outputs"][0]["sqnr_db"]
+    assert after_m > before + 1.5, (before, after_m)
+    assert after_m > after_a + 1.5, (after_a, after_m)

@@ -7,8 +7,12 @@ same name (the layer's output; after a fused ReLU, the ReLU's) on the same input
     SQNR (dB)    10 log10(sum f^2 / sum (f - q)^2)      (inf when equal)
     max abs diff
     drop (dB)    SQNR of the layer's input - SQNR of its output
-    added NSR    noise-to-signal power ratio of the output minus that of the input: the noise
-                 the layer itself adds; the ranking `--auto-hp N` promotes by (worst first)
+    added NSR    noise-to-signal power ratio of the output minus that of the input: roughly
+                 the noise the layer itself adds, plus what it amplifies of its input's
+                 (the report's order, worst first). `--auto-hp N` does not promote by it: in
+                 a deep chain that amplifies perturbations (the random-weight mobilenet_v1)
+                 the late layers top this list while the early ones cause the noise, so it
+                 measures each layer's promotion end to end (cli.layer_sensitivity)
 
 Errors accumulate: a layer's numbers include what its inputs brought. The suggestion per
 layer: int16 (`_hp`) when 16 bits is on the chip and the layer adds the noise, `_cpu` (float

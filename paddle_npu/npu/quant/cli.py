@@ -58,7 +58,8 @@ def add_commands(sub):
     p.add_argument("--plan", default="packed")
     p.add_argument("--precision", metavar="FILE", help="per-layer precision table")
     p.add_argument("--auto-hp", type=int, default=0, metavar="N",
-                   help="also promote the N most sensitive layers to 16 bits and compare")
+                   help="also promote the N most sensitive layers to 16 bits and compare "
+                        "(sensitivity: the output's SQNR with each layer alone at 16 bits)")
     p.add_argument("--write-precision", metavar="FILE",
                    help="write the promoted layers as a precision table")
     p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
@@ -103,26 +104,91 @@ def lower_for(args):
     return _lower
 
 
-def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
-            **kw):
-    """Quantise, rank the layers by the noise they add, promote the N worst int8 layers to
-    16 bits and quantise again. Returns a dict with both reports and the final model."""
+SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
+
+
+def _output_sqnr(fouts, qouts):
+    """SQNR (dB) over all the model's outputs together."""
+    import math
+
+    import numpy as np
+
+    signal = noise = 0.0
+    for name, f in fouts.items():
+        if name not in qouts:
+            continue
+        f = np.asarray(f, np.float64)
+        signal += float(np.sum(f ** 2))
+        noise += float(np.sum((f - np.asarray(qouts[name], np.float64)) ** 2))
+    if noise == 0:
+        return float("inf")
+    return 10 * math.log10(signal / noise) if signal > 0 else -float("inf")
+
+
+def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="packed",
+                      precision=None, samples=SENSITIVITY_SAMPLES, **kw):
+    """{layer: output SQNR (dB) of the quantised model with that layer alone promoted to 16
+    bits}, measured end to end (one quantised lowering and run per layer, on the first
+    `samples` inputs). This, not a layer's own SQNR drop, says what promoting it buys: in a
+    deep chain that amplifies perturbations, an early layer's rounding noise grows layer by
+    layer, so the late layers show the large drops while the early ones are the cause."""
+    import onnx_ir as ir
+
     from ..pipeline import load_proto
-    from .accuracy import layer_report, worst_layers
+    from .accuracy import _run
     from .calibrate import load_feeds, load_precision
     from .qlower import quantized_lower
 
     proto = load_proto(model)
     feeds = data if isinstance(data, dict) else load_feeds(proto, data)
+    if samples:
+        feeds = {k: v[:samples] for k, v in feeds.items()}
+    outputs = [o.name for o in proto.graph.output]
+    fouts = _run(proto.SerializeToString(), feeds, outputs)
+    base = dict(load_precision(precision)) if precision else {}
+    out = {}
+    for name in layers:
+        m, _, _ = quantized_lower(proto, table, bits, target, plan, {**base, name: "int16"},
+                                  **kw)
+        qouts = _run(ir.serde.serialize_model(m).SerializeToString(), feeds, outputs)
+        out[name] = _output_sqnr(fouts, qouts)
+    return out
+
+
+def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
+            rank="measured", **kw):
+    """Quantise, rank the int8 layers by sensitivity, promote the N most sensitive to 16 bits
+    and quantise again. rank="measured" (default): by the model output's SQNR with each layer
+    alone promoted (`layer_sensitivity`, one extra quantised run per layer); rank="added":
+    by the noise each layer's output adds over its input's in one run (`worst_layers`:
+    cheap, but blind to how much the layers downstream amplify a layer's noise). Returns a
+    dict with both reports and the final model."""
+    from ..pipeline import load_proto
+    from .accuracy import layer_report, worst_layers
+    from .calibrate import load_feeds, load_precision
+    from .qlower import quantized_lower
+
+    if rank not in ("measured", "added"):
+        raise ValueError(f"unknown ranking {rank!r} (measured / added)")
+    proto = load_proto(model)
+    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
     m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
     before = layer_report(proto, m, feeds, records)
-    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8][:n]
+    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
+    sens = None
+    if rank == "measured" and n > 0 and worst:
+        sens = layer_sensitivity(proto, table, feeds, worst, bits, target, plan, precision,
+                                 **kw)
+        order = {name: i for i, name in enumerate(worst)}
+        worst = sorted(worst, key=lambda name: (-sens[name], order[name]))
+    worst = worst[:n]
     prec = dict(load_precision(precision)) if precision else {}
     prec.update({name: "int16" for name in worst})
     m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
     after = layer_report(proto, m2, feeds, records2)
     return {"model": m2, "report": report2, "records": records2, "promoted": worst,
-            "precision": prec, "before": before, "after": after, "model_before": m}
+            "precision": prec, "before": before, "after": after, "model_before": m,
+            "sensitivity": sens}
 
 
 def _accuracy(outs, labels):
