@@ -17,3 +17,23 @@ def zoo_dir(tmp_path_factory):
         os.makedirs(path, exist_ok=True)
         return path
     return str(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="session")
+def zoo_onnx(zoo_dir):
+    """zoo_onnx(name, fmt="legacy") -> (ONNX bytes from our converter, the zoo's test feeds)."""
+    import numpy as np
+
+    import zoo
+    from paddle_npu.api import export
+
+    done = {}
+
+    def get(name, fmt="legacy"):
+        if (name, fmt) not in done:
+            info = zoo.export(name, fmt, os.path.join(zoo_dir, name, fmt))
+            ref = np.load(os.path.join(info["dir"], "reference.npz"))
+            feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+            done[name, fmt] = export(os.path.join(info["dir"], info["model_file"])), feeds
+        return done[name, fmt]
+    return get

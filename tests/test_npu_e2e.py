@@ -20,20 +20,6 @@ CI_MODELS = zoo.select("ci")
 PER_CHANNEL = ["lenet", "det_head", "control_flow", "tiny_bert"]
 
 
-@pytest.fixture(scope="session")
-def zoo_onnx(zoo_dir):
-    done = {}
-
-    def get(name):
-        if name not in done:
-            info = zoo.export(name, "legacy", os.path.join(zoo_dir, name, "legacy"))
-            ref = np.load(os.path.join(info["dir"], "reference.npz"))
-            feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
-            done[name] = export(os.path.join(info["dir"], info["model_file"])), feeds
-        return done[name]
-    return get
-
-
 def _check(result):
     assert result["ok"], json.dumps(result["outputs"], indent=1)
     for out in result["outputs"]:
@@ -61,7 +47,7 @@ def test_example_model_three_plans_agree():
 
 
 @pytest.mark.parametrize("name", CI_MODELS)
-def test_zoo_model_lowers_and_verifies(zoo_onnx, name):
+def test_zoo_onnx_lowers_and_verifies(zoo_onnx, name):
     onnx_bytes, feeds = zoo_onnx(name)
     lowered, report = lower(onnx_bytes, "npu256")
     kinds = {(n.domain or "", n.op_type) for n in lowered.graph}
@@ -73,7 +59,7 @@ def test_zoo_model_lowers_and_verifies(zoo_onnx, name):
 
 
 @pytest.mark.parametrize("name", PER_CHANNEL)
-def test_zoo_model_per_channel_on_small_arrays(zoo_onnx, name):
+def test_zoo_onnx_per_channel_on_small_arrays(zoo_onnx, name):
     onnx_bytes, feeds = zoo_onnx(name)
     lowered, report = lower(onnx_bytes, "npu64", "per-channel")
     _check(verify(onnx_bytes, lowered, "npu64", feeds=feeds))

@@ -1,6 +1,5 @@
 """Restruct passes (seed 002): each fires on a real zoo model and keeps its outputs within
 1e-5 relative (onnxruntime before / after), and refuses where it must, with its reason."""
-import os
 
 import numpy as np
 import onnx
@@ -8,9 +7,7 @@ import onnx_ir as ir
 import pytest
 from onnx import helper
 
-import zoo
 from npu_helpers import assert_close, model
-from paddle_npu.api import export
 from paddle_npu.compare import run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower, verify
@@ -20,20 +17,6 @@ from paddle_npu.npu.restruct import PASSES, concat_broadcast, selected
 from paddle_npu.npu.target import load_target, target_from_dict
 
 NNIE = load_target("nnie")
-
-
-@pytest.fixture(scope="module")
-def zoo_model(zoo_dir):
-    done = {}
-
-    def get(name):
-        if name not in done:
-            info = zoo.export(name, "legacy", os.path.join(zoo_dir, name, "legacy"))
-            ref = np.load(os.path.join(info["dir"], "reference.npz"))
-            feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
-            done[name] = export(os.path.join(info["dir"], info["model_file"])), feeds
-        return done[name]
-    return get
 
 
 def _run_pass(onnx_bytes, name, target=NNIE):
@@ -57,8 +40,8 @@ def _ops(proto):
     return [n.op_type for n in proto.graph.node]
 
 
-def test_bn_collapse_on_det_head(zoo_model):
-    onnx_bytes, feeds = zoo_model("det_head")
+def test_bn_collapse_on_det_head(zoo_onnx):
+    onnx_bytes, feeds = zoo_onnx("det_head")
     after, res = _run_pass(onnx_bytes, "bn_collapse")
     assert len(res.fired) == 3 and "BatchNormalization" not in _ops(after)
     _same_outputs(onnx_bytes, after, feeds)
@@ -75,12 +58,12 @@ def test_bn_collapse_refuses_bn_after_add():
     assert res.refused == {"bn": "it follows Add (add), not a Conv or Gemm"}
 
 
-def test_merge_linear_on_lenet_and_face_embed(zoo_model):
-    onnx_bytes, feeds = zoo_model("lenet")          # three Linear layers, nothing between
+def test_merge_linear_on_lenet_and_face_embed(zoo_onnx):
+    onnx_bytes, feeds = zoo_onnx("lenet")          # three Linear layers, nothing between
     after, res = _run_pass(onnx_bytes, "merge_linear")
     assert len(res.fired) == 2 and _ops(after).count("Gemm") == 1
     _same_outputs(onnx_bytes, after, feeds)
-    onnx_bytes, feeds = zoo_model("face_embed")     # FC + BatchNorm1D + PCA
+    onnx_bytes, feeds = zoo_onnx("face_embed")     # FC + BatchNorm1D + PCA
     m = prepare(onnx_bytes)
     PASSES["bn_collapse"](m, NNIE)
     res = PASSES["merge_linear"](m, NNIE)
@@ -107,8 +90,8 @@ def test_merge_linear_refuses_through_relu_and_shared_output():
         "fc1": "its output h is also a model output: merging would compute it twice"}
 
 
-def test_fc_to_conv_on_lenet(zoo_model):
-    onnx_bytes, feeds = zoo_model("lenet")
+def test_fc_to_conv_on_lenet(zoo_onnx):
+    onnx_bytes, feeds = zoo_onnx("lenet")
     after, res = _run_pass(onnx_bytes, "fc_to_conv")
     # the first two FCs feed another FC; the last is the model's last op and stays
     assert len(res.fired) == 2
@@ -128,8 +111,8 @@ def test_fc_to_conv_refuses_rank3_input():
     assert res.refused == {"fc": "its input x has rank 3: only [N, K] inputs become a 1x1 Conv"}
 
 
-def test_l2norm_plus_one_and_plain_on_face_embed(zoo_model):
-    onnx_bytes, feeds = zoo_model("face_embed")
+def test_l2norm_plus_one_and_plain_on_face_embed(zoo_onnx):
+    onnx_bytes, feeds = zoo_onnx("face_embed")
     after, res = _run_pass(onnx_bytes, "l2norm")
     assert len(res.fired) == 2, res
     assert "a=1, concat broadcast" in res.fired[0] and "min 1e-12" in res.fired[1]
@@ -145,8 +128,8 @@ def test_l2norm_plus_one_and_plain_on_face_embed(zoo_model):
     _same_outputs(onnx_bytes, after, feeds)
 
 
-def test_l2norm_refusals(zoo_model):
-    onnx_bytes, _ = zoo_model("face_embed")
+def test_l2norm_refusals(zoo_onnx):
+    onnx_bytes, _ = zoo_onnx("face_embed")
     _, res = _run_pass(onnx_bytes, "l2norm", load_target("npu256"))
     assert res.fired == []
     assert res.refused["elementwise_div_21/Div"] == \
@@ -201,10 +184,10 @@ def test_pass_selection_and_switches():
         target_from_dict({"restruct": {"passes": ["pca"]}})
 
 
-def test_face_embed_lowered_for_nnie(zoo_model):
+def test_face_embed_lowered_for_nnie(zoo_onnx):
     """All four passes by default on the NNIE preset: the whole model then runs on the NPU
     (norms included) and verifies three ways."""
-    onnx_bytes, feeds = zoo_model("face_embed")
+    onnx_bytes, feeds = zoo_onnx("face_embed")
     lowered, report = lower(onnx_bytes, "nnie")
     fired = {p["pass"]: len(p["fired"]) for p in report.restruct}
     assert fired == {"bn_collapse": 3, "merge_linear": 1, "l2norm": 2, "fc_to_conv": 1}

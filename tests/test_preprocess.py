@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-import zoo
 from conftest import EXAMPLE
 from paddle_npu.api import export
 from paddle_npu.cli import main
@@ -559,18 +558,6 @@ def test_example_digits_take_raw_images(mode):
         assert [s for s in info["steps"] if s["op"] == "ScaleLut"][0].get("skipped")
 
 
-@pytest.fixture(scope="module")
-def zoo_model(zoo_dir):
-    done = {}
-
-    def get(name, fmt):
-        if (name, fmt) not in done:
-            info = zoo.export(name, fmt, os.path.join(zoo_dir, name, fmt))
-            done[name, fmt] = export(os.path.join(info["dir"], info["model_file"]))
-        return done[name, fmt]
-    return get
-
-
 ZOO_CASES = [  # model, format, spec, lower too
     ("mobilenet_v1", "pir", dict(IMAGENET, pixel_format="bgr", channel_format="nhwc",
                                  resize_dims=(72, 70)), True),
@@ -585,8 +572,8 @@ ZOO_CASES = [  # model, format, spec, lower too
 
 @pytest.mark.parametrize("name, fmt, kwargs, lowered", ZOO_CASES, ids=[
     f"{c[0]}-{c[2].get('mode', 'float')}-{c[2].get('channel_format', 'nchw')}" for c in ZOO_CASES])
-def test_zoo_models_take_raw_images(zoo_model, name, fmt, kwargs, lowered):
-    onnx_bytes = zoo_model(name, fmt)
+def test_zoo_models_take_raw_images(zoo_onnx, name, fmt, kwargs, lowered):
+    onnx_bytes, _ = zoo_onnx(name, fmt)
     spec = PreprocessSpec(**kwargs)
     fused, info = fuse_preprocess(onnx_bytes, spec)
     layout = spec.channel_format
