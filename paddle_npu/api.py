@@ -27,17 +27,24 @@ def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimi
     return model, opset
 
 
-def check_model(data):
-    """onnx.checker and strict shape inference on serialized model bytes.
+def check_model(data, proto=None):
+    """onnx.checker on the serialized model, and strict shape inference.
 
     Works on the bytes we write anyway: the Python wrappers would re-serialize (and parse
     back) the whole model, weights included, which costs more than the checks themselves.
+    Given `proto` (the ModelProto `data` came from, which this may then empty), shape
+    inference runs on it with the large weights' bytes dropped: it needs their shapes only.
     """
     import onnx
     from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 
     try:
         onnx.checker.check_model(data)
+        if proto is not None:
+            for init in proto.graph.initializer:
+                if len(init.raw_data) > 1024:
+                    init.raw_data = b""
+            data = proto.SerializeToString()
         c_shape_inference.infer_shapes(data, True, True, False)   # check_type, strict_mode
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
@@ -126,9 +133,10 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
         return None
-    data = ir.serde.serialize_model(model).SerializeToString()
+    proto = ir.serde.serialize_model(model)
+    data = proto.SerializeToString()
     if enable_onnx_checker:
-        check_model(data)
+        check_model(data, proto)
     if save_file is not None:
         _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
         if verbose:

@@ -117,3 +117,25 @@ def test_cli_refusal_is_exit_2_without_traceback(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "needs opset >= 9" in res.stderr
     assert not (tmp_path / "c.onnx").exists()
+
+
+def test_a_mapper_emitting_an_invalid_graph_is_caught_by_the_checks():
+    """Strict shape inference (run on the model with its weights' bytes dropped) still sees
+    type errors: a float + int64 Add from a broken mapper is refused, nothing is returned."""
+    from paddle_npu.mappers.registry import _mappers, get_mapper, paddle_op, unregister
+
+    original = get_mapper("relu")
+    unregister("relu")
+    try:
+        @paddle_op("relu")
+        class BrokenRelu:
+            @classmethod
+            def version_7(cls, ctx, op):
+                bad = ctx.const(np.ones(1, np.int64))
+                ctx.set_output(op, "Out", ctx.op.Add(ctx.input(op, "X"), bad))
+
+        with pytest.raises(ConversionError, match="fails ONNX validation"):
+            export(LEGACY, "")
+    finally:
+        unregister("relu")
+        _mappers["relu"] = original
