@@ -168,9 +168,9 @@ class ExportContext:
         self._graphs[-1].append(node)
         return node.outputs[0] if num_outputs == 1 else tuple(node.outputs)
 
-    def name_anonymous_values(self, graph):
+    def name_anonymous_values(self, nodes):
         """Values no Paddle var named are named after their node, for readable graphs."""
-        for node in ir.traversal.RecursiveGraphIterator(graph):
+        for node in nodes:
             for k, out in enumerate(node.outputs):
                 if out.name is None:
                     base = node.name if len(node.outputs) == 1 else f"{node.name}:{k}"
@@ -231,11 +231,7 @@ class ExportContext:
                     value.type = typed.type   # (a sequence's type can't be inferred back)
                 outs.append(value)
             nodes = self._graphs[-1]
-            for node in nodes:   # named here: each ir.Graph would name them val_0, val_1, ...
-                for k, out in enumerate(node.outputs):
-                    if out.name is None:
-                        out.name = self._unique_value_name(
-                            node.name if len(node.outputs) == 1 else f"{node.name}:{k}")
+            self.name_anonymous_values(nodes)   # here: each ir.Graph would name them val_0, ...
         finally:
             self._current = saved
             self._graphs.pop()
@@ -331,7 +327,7 @@ def program_to_onnx(program, opset, progress=None):
     graph = ir.Graph(graph_inputs, outputs, nodes=ctx._graphs[0],
                      initializers=list(ctx.initializers.values()),
                      opset_imports={"": opset}, name="paddle_npu")
-    ctx.name_anonymous_values(graph)
+    ctx.name_anonymous_values(ir.traversal.RecursiveGraphIterator(graph))
     # An output carries its Paddle name; a value the program overwrote in place held it first.
     named = {v.name: v for v in outputs}
     for node in ir.traversal.RecursiveGraphIterator(graph):
