@@ -1,4 +1,5 @@
-"""Unique names, and reading JSON/TOML settings files: small things every stage needs."""
+"""Unique names, constants on a graph, JSON/TOML settings files: small things every stage
+needs."""
 import json
 import os
 
@@ -29,6 +30,22 @@ class UniqueNames:
             name = f"{base}_{n}"
         self.taken.add(name)
         return name
+
+
+def add_initializer(graph, array, name):
+    """A constant registered on an onnx_ir graph, under `name` or the first free name_N."""
+    import numpy as np
+    import onnx_ir as ir
+
+    base, n = name, 0
+    while name in graph.initializers:
+        n += 1
+        name = f"{base}_{n}"
+    array = np.ascontiguousarray(array)
+    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+    graph.register_initializer(value)
+    return value
 
 
 def read_settings(path, what, error=ConversionError):

@@ -9,6 +9,8 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
+from .naming import add_initializer
+
 # Folding must not make the stored model bigger: a node whose result outweighs its inputs
 # (Expand, Tile, ConstantOfShape, a Cast widening float16 weights to float32) is kept unless
 # the result is tiny. Weights thus stay in the dtype Paddle stored them in.
@@ -140,7 +142,7 @@ def fuse_bias_into_conv_and_gemm(model):
                     continue
                 total = total + old
             new = ir.Node("", "Conv", [node.inputs[0], node.inputs[1],
-                                       _initializer(graph, total.astype(w.dtype), add.name)],
+                                       add_initializer(graph, total.astype(w.dtype), f"{add.name}.bias")],
                           node.attributes.values(), name=node.name)
         else:
             a, w = node.inputs
@@ -148,7 +150,7 @@ def fuse_bias_into_conv_and_gemm(model):
             if wc is None or wc.ndim != 2 or a.shape is None or len(a.shape) != 2 \
                     or bias.ndim > 1 or bias.size != wc.shape[1] or model.opset_imports.get("", 0) < 7:
                 continue
-            new = ir.Node("", "Gemm", [a, w, _initializer(graph, bias.reshape(-1), add.name)],
+            new = ir.Node("", "Gemm", [a, w, add_initializer(graph, bias.reshape(-1), f"{add.name}.bias")],
                           name=node.name)
         graph.insert_before(node, new)
         out = add.outputs[0]
@@ -158,13 +160,6 @@ def fuse_bias_into_conv_and_gemm(model):
         graph.remove([add, node], safe=True)
         fused += 1
     return fused
-
-
-def _initializer(graph, array, name):
-    value = ir.Value(name=f"{name}.bias", type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=f"{name}.bias"))
-    graph.register_initializer(value)
-    return value
 
 
 class _IdentityElimination(common_passes.IdentityEliminationPass):

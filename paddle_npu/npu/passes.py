@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..naming import add_initializer
 
 
 def upgrade_opset(proto, minimum):
@@ -59,17 +60,6 @@ def _bn_params(bn):
     eps = bn.attributes.get_float("epsilon", 1e-5)
     scale = gamma / np.sqrt(var + np.asarray(eps, var.dtype))
     return scale, mean, beta
-
-
-def _initializer(graph, array, name):
-    base, n = name, 0
-    while name in graph.initializers:
-        n += 1
-        name = f"{base}_{n}"
-    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
-    graph.register_initializer(value)
-    return value
 
 
 def _take_over(graph, bn, new):
@@ -139,8 +129,8 @@ def fold_batchnorm(model, refusals=None, folded_names=None):
                                  np.broadcast_shapes(c_eff.shape, scale.shape))
             attrs = [a for a in attrs if a.name != "beta"]
         new = ir.Node(prod.domain, prod.op_type,
-                      [prod.inputs[0], _initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
-                       _initializer(graph, np.ascontiguousarray(b2, dtype=dtype), f"{bn.name}.b")],
+                      [prod.inputs[0], add_initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
+                       add_initializer(graph, np.ascontiguousarray(b2, dtype=dtype), f"{bn.name}.b")],
                       attrs, name=prod.name,
                       metadata_props={**dict(prod.metadata_props), "paddle_npu.folded": bn.name})
         graph.insert_before(prod, new)
@@ -162,8 +152,8 @@ def batchnorm_to_affine(model):
             continue
         scale, mean, beta = params
         bshape = (-1,) + (1,) * (len(x.shape) - 2)
-        s = _initializer(graph, scale.reshape(bshape), f"{bn.name}.scale")
-        t = _initializer(graph, (beta - mean * scale).reshape(bshape), f"{bn.name}.shift")
+        s = add_initializer(graph, scale.reshape(bshape), f"{bn.name}.scale")
+        t = add_initializer(graph, (beta - mean * scale).reshape(bshape), f"{bn.name}.shift")
         mul = ir.Node("", "Mul", [x, s], name=f"{bn.name}/scale")
         add = ir.Node("", "Add", [mul.outputs[0], t], name=f"{bn.name}/shift")
         mul.outputs[0].name = f"{bn.name}/scale"

@@ -24,8 +24,8 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
-from ..naming import UniqueNames
-from .passes import _initializer, fold_batchnorm
+from ..naming import UniqueNames, add_initializer
+from .passes import fold_batchnorm
 
 ORDER = ("bn_collapse", "merge_linear", "l2norm", "fc_to_conv")
 MARK_KEYS = ("paddle_npu.mark", "paddle_npu.mark_reason", "paddle_npu.precision")
@@ -187,18 +187,18 @@ def _emit_fc(graph, names, fc_like, x, w, b, dtype, before):
     """Nodes computing x @ w + b for x of any rank, as a Gemm (rank 2) or MatMul + Add."""
     xd = _dims(x)
     base = fc_like.nodes[0].name
-    wv = _initializer(graph, np.ascontiguousarray(w, dtype=dtype), f"{base}.w")
+    wv = add_initializer(graph, np.ascontiguousarray(w, dtype=dtype), f"{base}.w")
     out_dims = None if xd is None else xd[:-1] + [w.shape[1]]
     edt = ir.DataType.from_numpy(np.dtype(dtype))
     if xd is not None and len(xd) == 2:
         inputs = [x, wv]
         if b is not None:
-            inputs.append(_initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b"))
+            inputs.append(add_initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b"))
         nodes = [_node(graph, "Gemm", inputs, names(base), out_dims=out_dims, dtype=edt)]
     else:
         nodes = [_node(graph, "MatMul", [x, wv], names(base), out_dims=out_dims, dtype=edt)]
         if b is not None:
-            bv = _initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b")
+            bv = add_initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b")
             nodes.append(_node(graph, "Add", [nodes[0].outputs[0], bv], names(f"{base}/bias"),
                                out_dims=out_dims, dtype=edt))
     graph.insert_before(before, nodes)
@@ -317,13 +317,13 @@ def fc_to_conv(model, target):
         dtype = _const(node.inputs[1]).dtype
         edt = ir.DataType.from_numpy(np.dtype(dtype))
         base = node.name
-        shape = _initializer(graph, np.asarray([-1, k, 1, 1], np.int64), f"{base}.nchw")
+        shape = add_initializer(graph, np.asarray([-1, k, 1, 1], np.int64), f"{base}.nchw")
         to4 = _node(graph, "Reshape", [fc.x, shape], names(f"{base}/to_nchw"),
                     out_dims=[xd[0], k, 1, 1], dtype=edt)
-        inputs = [to4.outputs[0], _initializer(graph, np.ascontiguousarray(
+        inputs = [to4.outputs[0], add_initializer(graph, np.ascontiguousarray(
             fc.w.T.reshape(m, k, 1, 1), dtype=dtype), f"{base}.conv_w")]
         if fc.b is not None:
-            inputs.append(_initializer(graph, np.ascontiguousarray(fc.b, dtype=dtype),
+            inputs.append(add_initializer(graph, np.ascontiguousarray(fc.b, dtype=dtype),
                                        f"{base}.conv_b"))
         conv = _node(graph, "Conv", inputs, names(f"{base}/conv1x1"),
                      {"kernel_shape": [1, 1]}, out_dims=[xd[0], m, 1, 1], dtype=edt)
@@ -517,13 +517,13 @@ def l2norm(model, target):
         npdt = dtype.numpy()
         base = node.name
         four = [xd[0], c, 1, 1]
-        shape = _initializer(graph, np.asarray([-1, c, 1, 1], np.int64), f"{base}.nchw")
+        shape = add_initializer(graph, np.asarray([-1, c, 1, 1], np.int64), f"{base}.nchw")
         x4 = _node(graph, "Reshape", [x, shape], names(f"{base}/feat_nchw"), out_dims=four,
                    dtype=dtype)
         sq = _node(graph, "Mul", [x4.outputs[0], x4.outputs[0]], names(f"{base}/square"),
                    out_dims=four, dtype=dtype)
-        ones = _initializer(graph, np.ones((1, c, 1, 1), npdt), f"{base}.sum_w")
-        bias = _initializer(graph, np.full((1,), a, npdt), f"{base}.plus_a")
+        ones = add_initializer(graph, np.ones((1, c, 1, 1), npdt), f"{base}.sum_w")
+        bias = add_initializer(graph, np.full((1,), a, npdt), f"{base}.plus_a")
         total = _node(graph, "Conv", [sq.outputs[0], ones, bias], names(f"{base}/sum_conv"),
                       {"kernel_shape": [1, 1]}, out_dims=[xd[0], 1, 1, 1], dtype=dtype)
         root = _node(graph, "Sqrt", [total.outputs[0]], names(f"{base}/sqrt"),
@@ -531,7 +531,7 @@ def l2norm(model, target):
         new = [x4, sq, total, root]
         norm = root.outputs[0]
         if clip_min is not None:
-            lo = _initializer(graph, np.asarray(clip_min, npdt), f"{base}.min")
+            lo = add_initializer(graph, np.asarray(clip_min, npdt), f"{base}.min")
             clip = _node(graph, "Clip", [norm, lo], names(f"{base}/clip"),
                          out_dims=[xd[0], 1, 1, 1], dtype=dtype)
             new.append(clip)

@@ -12,6 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ...errors import ConversionError
+from ...naming import add_initializer
 from .calibrate import FORMAT
 
 _QMAX = {ir.DataType.INT8: 127, ir.DataType.UINT8: 255, ir.DataType.INT16: 32767}
@@ -97,22 +98,10 @@ def _weight_axis(node):
     return 1        # MatMul: [K, N]
 
 
-def _init(graph, array, name):
-    base, n = name, 0
-    while name in graph.initializers:
-        n += 1
-        name = f"{base}_{n}"
-    array = np.ascontiguousarray(array)
-    v = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                 shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
-    graph.register_initializer(v)
-    return v
-
-
 def _qdq_pair(graph, value, scale, bits, name):
     """QuantizeLinear -> DequantizeLinear of `value`; returns (q output, dq output)."""
-    zp = _init(graph, np.zeros((), np.int8 if bits == 8 else np.int16), f"{name}/zp")
-    s = _init(graph, np.asarray(scale, np.float32), f"{name}/scale")
+    zp = add_initializer(graph, np.zeros((), np.int8 if bits == 8 else np.int16), f"{name}/zp")
+    s = add_initializer(graph, np.asarray(scale, np.float32), f"{name}/scale")
     q = ir.Node("", "QuantizeLinear", [value, s, zp], name=f"{name}/q")
     q.outputs[0].name = f"{name}/q"
     q.outputs[0].type = ir.TensorType(ir.DataType.INT8 if bits == 8 else ir.DataType.INT16)
@@ -162,8 +151,8 @@ def export_qdq(model, records):
         shape = _axis_shape(w.ndim, axis, s_w.size)
         wq = np.clip(np.rint(w / s_w.astype(np.float64).reshape(shape)), -qmax, qmax)
         wq = wq.astype(np.int8 if bits == 8 else np.int16)
-        wv = _init(graph, wq, f"{r['layer']}/wq")
-        sv = _init(graph, s_w, f"{r['layer']}/w_scale")
+        wv = add_initializer(graph, wq, f"{r['layer']}/wq")
+        sv = add_initializer(graph, s_w, f"{r['layer']}/w_scale")
         dqw = ir.Node("", "DequantizeLinear", [wv, sv], attributes=[ir.AttrInt64("axis", axis)],
                       name=f"{r['layer']}/w_dq")
         dqw.outputs[0].name = f"{r['layer']}/w_dq"
@@ -179,8 +168,8 @@ def export_qdq(model, records):
                 bq = np.rint(b.reshape(-1).astype(np.float64) / sb).astype(
                     np.int32 if bits == 8 else np.int64)
                 if bits == 8:
-                    bv, bs = _init(graph, bq, f"{r['layer']}/bq"), \
-                        _init(graph, sb.astype(np.float32), f"{r['layer']}/b_scale")
+                    bv, bs = add_initializer(graph, bq, f"{r['layer']}/bq"), \
+                        add_initializer(graph, sb.astype(np.float32), f"{r['layer']}/b_scale")
                     dqb = ir.Node("", "DequantizeLinear", [bv, bs],
                                   attributes=[ir.AttrInt64("axis", 0)],
                                   name=f"{r['layer']}/b_dq")
@@ -190,7 +179,7 @@ def export_qdq(model, records):
                     graph.insert_before(node, dqb)
                     node.replace_input_with(2, dqb.outputs[0])
                 else:      # DequantizeLinear has no int64: the int16 layer's bias as floats
-                    node.replace_input_with(2, _init(
+                    node.replace_input_with(2, add_initializer(
                         graph, (bq * sb).astype(np.float32), f"{r['layer']}/b_f"))
         # output (after the fused ReLU)
         y = values.get(r["output"])

@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
 from ...errors import ConversionError
+from ...naming import add_initializer
 from ..context import SOURCE_KEY, SOURCE_OP_KEY
 from ..ops import DOMAIN
 from ..ops.quant import qrange
@@ -160,18 +161,6 @@ def _node(graph, before, domain, op_type, inputs, attrs, name, meta, dtype, shap
     return out
 
 
-def _initializer(graph, array, name):
-    base, n = name, 0
-    while name in graph.initializers:
-        n += 1
-        name = f"{base}_{n}"
-    array = np.ascontiguousarray(array)
-    value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
-    graph.register_initializer(value)
-    return value
-
-
 def _threshold(entry, bits):
     return float(entry["absmax"] if bits > 8 else entry["threshold"])
 
@@ -245,7 +234,7 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None):
         early = layer.im2col is not None and lb == 8
         at = layer.entry if early else layer.rows
         xq = _node(graph, layer.im2col if early else vmms[0], DOMAIN, "Quantize",
-                   [at, _initializer(graph, np.asarray(s_x), f"{source}/s_x")],
+                   [at, add_initializer(graph, np.asarray(s_x), f"{source}/s_x")],
                    {"bits": lb}, f"{source}/quantize", meta, int_type, at.shape)
         if early:
             layer.im2col.replace_input_with(0, xq)
@@ -257,7 +246,7 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None):
         for v, off, w in zip(vmms, offsets, tiles):
             wq = np.clip(np.rint(w / s_w[off:off + w.shape[1]]), -w_hi, w_hi).astype(np_int)
             k_rows = max(k_rows, w.shape[0])
-            wv = _initializer(graph, wq, f"{v.name}/wq")
+            wv = add_initializer(graph, wq, f"{v.name}/wq")
             partials.append(_node(graph, v, DOMAIN, "QVMM", [rows, wv],
                                   {"row_offset": v.attributes.get_int("row_offset", 0),
                                    "acc_bits": acc_bits}, f"{v.name}/q", meta, acc_type,
@@ -274,7 +263,7 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None):
                 info = np.iinfo(np.int32 if acc_bits == 32 else np.int64)
                 bq = np.clip(bq, info.min, info.max).astype(info.dtype)
                 acc_bound += float(np.abs(bq).max())
-                bq = _initializer(graph, bq, f"{source}/bias_q")
+                bq = add_initializer(graph, bq, f"{source}/bias_q")
             acc = _node(graph, insert_at, DOMAIN, "AddInTile", [bq, *partials],
                         {"offsets": offsets, "width": width}, f"{source}/add_in_tile_q", meta,
                         acc_type, layer.acc.shape)
@@ -283,12 +272,12 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None):
         real = np.float64(s_x) * s_w / np.float64(s_y)
         mult, div = fixed_point(real, acc_bound)
         yq = _node(graph, insert_at, DOMAIN, "Requantize",
-                   [acc, _initializer(graph, mult, f"{source}/rq_mult"),
-                    _initializer(graph, div, f"{source}/rq_div")],
+                   [acc, add_initializer(graph, mult, f"{source}/rq_mult"),
+                    add_initializer(graph, div, f"{source}/rq_div")],
                    {"bits": lb, "relu": 1 if layer.relu else 0}, f"{source}/requantize",
                    meta, int_type, layer.acc.shape)
         y = _node(graph, insert_at, DOMAIN, "Dequantize",
-                  [yq, _initializer(graph, np.asarray(s_y), f"{source}/s_y")], {},
+                  [yq, add_initializer(graph, np.asarray(s_y), f"{source}/s_y")], {},
                   f"{source}/dequantize", meta, ir.DataType.FLOAT, layer.acc.shape)
         _take_over(layer.acc, y)
         if layer.relu is not None:      # fused: the ReLU's consumers read the layer directly
