@@ -13,7 +13,7 @@ setup(
         "numpy>=1.22",
         "protobuf>=4.21",
         "onnx>=1.14",
-        "onnx-ir>=0.1.16,<0.2",   # 0.2+ imports sympy at start-up: +1 s on every command
+        "onnx-ir>=0.1.16",        # 1.x imports sympy: deferred in paddle_npu/_deferred_imports.py
         "ml_dtypes>=0.2",
         "onnxruntime>=1.17",      # verification (convert --reference, lower --verify)
     ],

@@ -1,7 +1,11 @@
 """paddle_npu: PaddlePaddle exports -> ONNX -> NPU primitives, without importing Paddle."""
-from .api import export
-from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError
-from .mappers import OpMapper, paddle_op, supported_ops
+from ._deferred_imports import defer_sympy
+
+defer_sympy()
+
+from .api import export  # noqa: E402
+from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError  # noqa: E402
+from .mappers import OpMapper, paddle_op, supported_ops  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Quickstart's main job on the example model shipped in examples/digits_cnn (a small CNN
 # trained on scikit-learn's digits by tools/train_example.py): set up .venv (runtime
-# dependencies only, no Paddle), then Paddle -> ONNX -> NPU:
+# dependencies only, no Paddle, at the versions of requirements/test.lock), then Paddle -> ONNX -> NPU:
 #   1. convert both Paddle formats to ONNX, each checked against the outputs Paddle recorded;
 #   2. lower to the NPU's primitives on the default 256x256-array target, with the cost report
 #      (out/quickstart/npu_report.json), and verify the lowered model against the ONNX one in
@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e . 2>&1 | grep -v -e '^ *!!' -e 'WheelFile' || true
+.venv/bin/python -m pip install -q -c requirements/test.lock pip
+.venv/bin/python -m pip install -q -c requirements/test.lock -e . 2>&1 | grep -v -e '^ *!!' -e 'WheelFile' || true
 OUT=${OUT:-out/quickstart}
 REF=examples/digits_cnn/reference_io.npz
 mkdir -p "$OUT"

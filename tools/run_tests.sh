@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Install paddle_npu with its test dependencies into .venv and run the test suite.
-# Works on a fresh machine; CI (.ci/run) calls exactly this.
+# Install paddle_npu with its test dependencies, at the exact versions of requirements/test.lock,
+# into .venv and run the test suite. Works on a fresh machine; CI (.ci/run) calls exactly this.
+# tools/refresh_lock.sh moves the lock to newer versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+VENV=${PADDLE_NPU_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q -c requirements/test.lock pip
+"$VENV/bin/python" -m pip install -q -c requirements/test.lock -e ".[test]"
+echo "== resolved versions (pip freeze) =="
+"$VENV/bin/python" -m pip freeze --exclude-editable
+echo "=="
 # The import promise: converting never imports paddle.
-.venv/bin/python -c "import paddle_npu, paddle_npu.cli, paddle_npu.frontend, sys; assert 'paddle' not in sys.modules"
+"$VENV/bin/python" -c "import paddle_npu, paddle_npu.cli, paddle_npu.frontend, sys; assert 'paddle' not in sys.modules"
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" tests
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
