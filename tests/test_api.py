@@ -139,3 +139,17 @@ def test_a_mapper_emitting_an_invalid_graph_is_caught_by_the_checks():
     finally:
         unregister("relu")
         _mappers["relu"] = original
+
+
+def test_sympy_waits_for_first_use():
+    """onnx-ir imports sympy (0.25 s); paddle_npu defers it: converting never loads it, and
+    symbolic-dimension arithmetic, the first real use, still works."""
+    code = (
+        "import sys, paddle_npu, onnx_ir as ir\n"
+        "paddle_npu.export(sys.argv[1], sys.argv[2])\n"
+        "assert 'Expr' not in vars(sys.modules['sympy']), 'sympy was loaded'\n"
+        "assert str(ir.SymbolicDim('N') + 1) == 'N + 1'\n")
+    legacy = os.path.join(EXAMPLE, "legacy")
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(legacy, "model.pdmodel"),
+                        os.path.join(legacy, "model.pdiparams")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
