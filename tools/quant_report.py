@@ -10,6 +10,8 @@ tools/train_example.py splits it), evaluated on the test split: top-1 accuracy f
 int8 + auto-hp, and the output's cosine and SQNR against float.
 zoo models (random weights, from `python tools/zoo.py export --formats legacy --out DIR`):
 calibrated on 64 seeded normal inputs, evaluated on 32 others: output cosine / SQNR.
+ocr_cls: a released, trained MobileNetV3 (PaddleOCR's direction classifier), calibrated from a
+folder of synthetic text-line images (`calibrate --data FOLDER`'s path) and evaluated on others.
 The example quantised by Paddle (tools/ptq_example.py, both PaddleSlim formats) is compared
 with Paddle's own run of it: stage 1, and the NPU lowering on the model's own scales.
 Every model also shows its floor: the float model with only its input rounded to the int8
@@ -154,6 +156,56 @@ def paddle_quantised(out_dir):
                   f"{np.abs(got - want).max():.3g}, same class {same:.4f}")
 
 
+def _text_lines(folder, n, seed):
+    """n synthetic text-line images (seeded): dark characters on a light background, every
+    other one upside down, written as PNG files."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    try:
+        font = ImageFont.load_default(size=18)
+    except TypeError:                                   # Pillow < 10.1: the bitmap font
+        font = ImageFont.load_default()
+    chars = list("0123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz")
+    for i in range(n):
+        bg, fg = int(rng.integers(150, 256)), int(rng.integers(0, 100))
+        img = Image.new("RGB", (int(rng.integers(120, 260)), 40), (bg, bg, bg))
+        ImageDraw.Draw(img).text((int(rng.integers(0, 12)), int(rng.integers(4, 12))),
+                                 "".join(rng.choice(chars, int(rng.integers(4, 9)))),
+                                 fill=(fg, fg, fg), font=font)
+        (img.rotate(180) if i % 2 else img).save(os.path.join(folder, f"{i:04d}.png"))
+    return folder
+
+
+def ocr_classifier(out_dir, n_hp):
+    """A released, trained model: PaddleOCR's text-direction classifier (MobileNetV3, in
+    tests/data/real_models), calibrated from a folder of synthetic text-line images through
+    its own preprocessing ((pixel - 127.5) / 127.5, BGR) and evaluated on others. Its
+    output is a softmax; the logits are the last matrix layer's output."""
+    import onnx
+
+    from paddle_npu import export
+    from paddle_npu.npu.quant.calibrate import load_feeds
+    from paddle_npu.preprocess import PreprocessSpec
+
+    model_dir = os.path.join(ROOT, "tests", "data", "real_models", "ch_ppocr_mobile_v2.0_cls")
+    path = os.path.join(out_dir, "ocr_cls.onnx")
+    export(os.path.join(model_dir, "inference.pdmodel"),
+           os.path.join(model_dir, "inference.pdiparams"), save_file=path)
+    spec = PreprocessSpec(mean=(127.5,), std=(127.5,), model_pixel_format="bgr")
+    proto = onnx.load(path)
+    calib = load_feeds(proto, _text_lines(os.path.join(out_dir, "text_calib"), 128, 1),
+                       preprocess=spec)
+    evalset = load_feeds(proto, _text_lines(os.path.join(out_dir, "text_eval"), 64, 2),
+                         preprocess=spec)
+    res, _ = evaluate("ocr_cls (released, trained)", path, calib, evalset, n_hp)
+    for label, rep in (("int8", res["before"]), (f"int8 + {n_hp} layers int16", res["after"])):
+        last = rep["layers"][-1]
+        print(f"  {label:<26} logits ({last['layer']}) cosine {last['cosine']:.6f}  SQNR "
+              f"{last['sqnr_db']:6.2f} dB")
+
+
 def zoo(zoo_dir, models, out_dir, n_hp):
     for name in models:
         d = os.path.join(zoo_dir, name, "legacy")
@@ -191,6 +243,7 @@ def main(argv=None):
     trained("digits_cnn", os.path.join(ROOT, "examples", "digits_cnn"), out, args.auto_hp,
             check_simulator=True)
     paddle_quantised(out)
+    ocr_classifier(out, args.auto_hp)
     if not args.no_dscnn:
         dscnn(out, args.auto_hp)
     if args.zoo:
