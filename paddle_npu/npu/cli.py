@@ -141,7 +141,7 @@ def lower_converted(onnx_bytes, output, args):
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json):
     from ..compare import load_reference
-    from .pipeline import load_proto
+    from ..onnx_io import load_proto
     from .verifier import render, verify
 
     feeds = None
