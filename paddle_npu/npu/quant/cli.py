@@ -1,4 +1,4 @@
-"""Command line of the integer precision work (issue 7). Imports stay light here: the
+"""Command line of the integer precision work. Imports stay light here: the
 parser of `paddle-npu --help` is built from this module.
 
     paddle-npu calibrate MODEL --data CALIB.npz|IMAGES/ -o TABLE.json
@@ -22,7 +22,7 @@ def _wants_hp(args):
 
 
 def add_quant_options(p):
-    g = p.add_argument_group("integer precision (issue 7)")
+    g = p.add_argument_group("integer precision")
     g.add_argument("--quantize", choices=("int8", "int16"), default=None,
                    help="lower to integer primitives: weights per output channel, "
                         "activations per tensor, at this default width (`_hp` layers and "
