@@ -161,9 +161,6 @@ class Builder:
         self.graph = graph
         self.names = UniqueNames.of_graph(graph)
 
-    def const(self, array, name):
-        return initializer(self.graph, array, name)
-
     def node(self, op_type, inputs, attrs=None, name=None, shape=None, dtype=None,
              domain=""):
         if dtype is None:
@@ -179,10 +176,6 @@ class Builder:
 def mark(node):
     """"cpu" when the user placed the node on the CPU, else None."""
     return node.metadata_props.get(MARK)
-
-
-def mark_reason(node):
-    return node.metadata_props.get(MARK_REASON)
 
 
 def set_mark(node, where, reason):

@@ -12,8 +12,8 @@ Per lowered Conv / Gemm / MatMul layer (the nodes sharing one `paddle_npu.source
                                           accumulator bound would overflow int64)
 
 Bits per layer: the default (8), 16 for layers marked high precision (`_hp`: node name or
-output name ending `_hp`, or node metadata `paddle_npu.precision` = int16 /
-`paddle_npu.hp` = 1) and for layers listed in a precision table. int16 layers accumulate in
+output name ending `_hp`, or a 16-bit precision mark (graph.precision)) and for
+layers listed in a precision table. int16 layers accumulate in
 64 bits. A ReLU that alone consumes a layer's output is fused into Requantize (saturating at
 0, on the ReLU output's range). Between matrix layers values are dequantised: the vector
 unit's ops (pooling, Add, ...) and the CPU see exactly the integer grid's values.
