@@ -456,21 +456,12 @@ def _load(model, primitives):
     """An ir.Model to rewrite (the given one when it is an ir.Model that can be used as is)."""
     import onnx_ir as ir
 
-    from .npu.pipeline import load_proto
+    from .onnx_io import load_model
 
     if isinstance(model, ir.Model) and (not primitives or
                                         model.opset_imports.get("", 1) >= _body_opset()):
         return model
-    proto = load_proto(model)
-    if primitives:
-        from .npu.passes import upgrade_opset
-        proto = upgrade_opset(proto, _body_opset())
-    m = ir.serde.deserialize_model(proto)
-    inputs = [v for v in m.graph.inputs if v.name not in m.graph.initializers]
-    if len(inputs) != len(m.graph.inputs):     # IR < 4: initializers listed as inputs too
-        m.graph.inputs.clear()
-        m.graph.inputs.extend(inputs)
-    return m
+    return load_model(model, _body_opset() if primitives else None, infer=False)
 
 
 def _body_opset():
@@ -557,18 +548,23 @@ def fuse_preprocess(model, spec, mode=None, primitives=False):
     SwapChannel (domain ai.paddle_npu, the model raised to their function bodies' opset)
     instead of standard ONNX ops. Returns (ir.Model, info): info says what was fused.
     """
+    m = _load(model, primitives)
+    info = fuse_into(m, spec, mode, primitives)
+    if primitives:   # standalone: the primitives' function bodies (lowering attaches its own)
+        from .npu.functions import attach_functions
+        attach_functions(m)
+        m.ir_version = max(m.ir_version or 0, 10)
+    return m, info
+
+
+def fuse_into(model, spec, mode=None, primitives=False):
+    """The fusion of `fuse_preprocess` on an ir.Model, in place; returns the info."""
     spec = as_spec(spec)
     mode = mode or spec.mode
     if mode not in MODES:
         raise ConversionError(f"preprocess: mode must be one of {', '.join(MODES)}, "
                               f"not {mode!r}")
-    m = _load(model, primitives)
-    info = _Fusion(m, spec, mode, primitives).run()
-    if primitives:   # the pipeline attaches them again at its end: the same functions
-        from .npu.functions import attach_functions
-        attach_functions(m)
-        m.ir_version = max(m.ir_version or 0, 10)
-    return m, info
+    return _Fusion(model, spec, mode, primitives).run()
 
 
 def _dims(shape):

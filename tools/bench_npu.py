@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import zoo  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
-from paddle_npu.npu.pipeline import load_proto  # noqa: E402
+from paddle_npu.onnx_io import load_proto  # noqa: E402
 
 
 def _feeds(info):

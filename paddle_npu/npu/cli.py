@@ -52,7 +52,7 @@ def add_commands(sub):
     p.add_argument("--ops", action="store_true", help="also list the NPU primitives' schemas")
     p.set_defaults(func=cmd_targets)
 
-    from .quant.cli import add_commands as add_quant_commands   # issue 7: calibrate, ...
+    from .quant.cli import add_commands as add_quant_commands   # calibrate, quant-report
     add_quant_commands(sub)
 
 
@@ -69,7 +69,7 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
-    from .quant.cli import add_quant_options     # issue 7: --quantize, --calibration, ...
+    from .quant.cli import add_quant_options     # --quantize, --calibration, ...
     add_quant_options(p)
     g = p        # restructuring, placement marks and segments (seed 002); `p` may be a group
     g.add_argument("--restruct", metavar="PASS,...", default="",
@@ -102,7 +102,7 @@ def _lower_and_save(source, output, args, quiet=False):
 
     marks = marks_from_args(args)
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
-    if getattr(args, "quantize", None):          # issue 7: the integer lowering
+    if getattr(args, "quantize", None):          # the integer lowering
         from .quant.cli import lower_for
         lower = lower_for(args)                  # noqa: F811
     model, report = lower(source, args.target, args.plan,
@@ -141,7 +141,7 @@ def lower_converted(onnx_bytes, output, args):
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json):
     from ..compare import load_reference
-    from .pipeline import load_proto
+    from ..onnx_io import load_proto
     from .verifier import render, verify
 
     feeds = None

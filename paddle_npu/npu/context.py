@@ -4,22 +4,8 @@ import onnx_ir as ir
 
 from ..errors import ConversionError
 from ..naming import UniqueNames
+from . import graph as g
 from .ops import DOMAIN, get_primitive
-
-SOURCE_KEY = "paddle_npu.source"        # metadata: the node a lowered node came from
-SOURCE_OP_KEY = "paddle_npu.source_op"
-
-
-def _attributes(attrs):
-    """ir attributes; an int list (even an empty one) is INTS."""
-    out = []
-    for key, value in attrs.items():
-        if isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer))
-                                                    for v in value):
-            out.append(ir.AttrInt64s(key, [int(v) for v in value]))
-        else:
-            out.extend(ir.convenience.convert_attributes({key: value}))
-    return out
 
 
 class _Builder:
@@ -43,34 +29,13 @@ class LowerContext:
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
         self.layers = []            # cost records of lowered layers, in graph order
         self.refusals = {}          # source node name -> why it was not lowered
-        self._source = None
+        self._source, self._marks = None, {}
         self._names = UniqueNames.of_graph(self.graph)
 
     # --- facts about values ----------------------------------------------------------------
-    @staticmethod
-    def constant(value):
-        """The NumPy value of a constant input (initializer), or None."""
-        if value is None or value.const_value is None:
-            return None
-        return value.const_value.numpy()
-
-    @staticmethod
-    def dims(value):
-        """The value's shape as a list of int (static) / str (symbolic) / None, or None."""
-        if value is None or value.shape is None:
-            return None
-        out = []
-        for d in value.shape.dims:
-            out.append(d if isinstance(d, int) else (d.value if d.value is not None else None))
-        return out
-
-    @classmethod
-    def static_dims(cls, value, skip=()):
-        """The shape if every dim not in `skip` is static, else None."""
-        dims = cls.dims(value)
-        if dims is None or any(not isinstance(d, int) for i, d in enumerate(dims) if i not in skip):
-            return None
-        return dims
+    constant = staticmethod(g.constant)
+    dims = staticmethod(g.dims)
+    static_dims = staticmethod(g.static_dims)
 
     # --- building -------------------------------------------------------------------------
     def unique_name(self, base):
@@ -89,10 +54,10 @@ class LowerContext:
         src = self._source
         attrs = {k: v for k, v in attrs.items() if v is not None}
         node_name = self.unique_name(f"{src.name}/{name or op_type}")
-        node = ir.Node(domain, op_type, list(inputs), _attributes(attrs),
+        node = ir.Node(domain, op_type, list(inputs), g.attributes(attrs),
                        num_outputs=num_outputs, name=node_name)
-        node.metadata_props[SOURCE_KEY] = src.name
-        node.metadata_props[SOURCE_OP_KEY] = src.op_type
+        g.set_source(node, src.name, src.op_type)
+        g.copy_marks(self._marks, node)       # a marked node's parts keep its marks
         if domain == DOMAIN:
             prim = get_primitive(op_type)
             shapes = prim.infer([self.dims(x) for x in inputs], attrs)
@@ -109,6 +74,7 @@ class LowerContext:
     # --- bookkeeping ------------------------------------------------------------------------
     def begin(self, node):
         self._source = node
+        self._marks = g.marks_of(node)
 
     def replace(self, node, values):
         """Make `values` stand for the node's outputs (taking over their names) and drop it."""

@@ -24,17 +24,15 @@ in-place ops):
        directly fed by a CPU-marked node (its only reader) follows it;
     5. a CPU node may not be followed by an upsample (Resize / Upsample).
 
-Marks are node metadata: `paddle_npu.mark` = "cpu" (with `paddle_npu.mark_reason`),
-`paddle_npu.precision` = "16"; lowering copies them to the nodes a marked node becomes.
+Marks are node annotations (graph.py: `set_mark`, `set_precision`); lowering copies them
+to the nodes a marked node becomes.
 """
 import fnmatch
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError
-
-MARK_KEY = "paddle_npu.mark"
-REASON_KEY = "paddle_npu.mark_reason"
-PRECISION_KEY = "paddle_npu.precision"
+from . import graph as g
+from .passes import Pass
 COMPILE_MODES = {0: "every layer at the target's precision",
                  1: "every layer at 16 bits",
                  2: "user-defined: `_hp` layers at 16 bits"}
@@ -208,30 +206,30 @@ def apply_marks(model, marks=None):
                                     f"({user.op_type}): a _cpu node may not be followed by an "
                                     "upsample")
     for node, why in cpu.items():
-        node.metadata_props[MARK_KEY] = "cpu"
-        node.metadata_props[REASON_KEY] = why
+        g.set_mark(node, "cpu", why)
         result.cpu[node.name] = why
     if mode == 1:
         hp = [(n, "compile_mode 1") for n in graph]
     for node, _ in hp:
-        node.metadata_props[PRECISION_KEY] = "16"
+        g.set_precision(node, 16)
     result.hp = [n.name for n, _ in hp] if mode == 2 else []
     return result
 
 
-def marked_sources(model):
-    """{node name: its mark metadata} before lowering replaces the marked nodes."""
-    keys = (MARK_KEY, REASON_KEY, PRECISION_KEY)
-    return {n.name: {k: n.metadata_props[k] for k in keys if k in n.metadata_props}
-            for n in model.graph if any(k in n.metadata_props for k in keys)}
+class ApplyMarks(Pass):
+    """The user's placement marks as node annotations (`apply_marks`); info["marks"] is the
+    MarkResult."""
+    name = "marks"
 
+    def __init__(self, marks=None):
+        super().__init__()
+        self.marks = marks
 
-def propagate(model, table, source_key="paddle_npu.source"):
-    """After lowering: nodes made from a marked source node carry its marks."""
-    for node in model.graph:
-        src = node.metadata_props.get(source_key)
-        for key, value in table.get(src, {}).items():
-            node.metadata_props.setdefault(key, value)
+    def run(self, model, result):
+        marks = apply_marks(model, self.marks)
+        result.info["marks"] = marks
+        result.fired.extend(f"{name}: cpu ({why})" for name, why in marks.cpu.items())
+        result.fired.extend(f"{name}: 16 bits" for name in marks.hp)
 
 
 def marks_from_args(args):

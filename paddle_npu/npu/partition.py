@@ -3,22 +3,22 @@
 Every top-level node gets a device; the graph is re-ordered (still topologically) so that
 nodes of one device run back to back as long as the data flow allows, and contiguous runs
 of one device become numbered segments, NPU -> CPU -> NPU ... as NNIE runs Faster R-CNN.
-Each node records `paddle_npu.device` and `paddle_npu.segment` in its metadata_props.
+Each node records its device and segment (graph.py's `set_placement`).
 """
 import heapq
 
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from . import graph as g
+from .passes import Pass
 from .report import Segment
-
-DEVICE_KEY = "paddle_npu.device"
-SEGMENT_KEY = "paddle_npu.segment"
+from .segments import check_segment_cap
 
 
 def place(node, target):
     """'npu', 'cpu', or None when neither runs it."""
-    if node.metadata_props.get("paddle_npu.mark") == "cpu":   # the user's mark (marks.py)
+    if g.mark(node) == "cpu":   # the user's mark (marks.py)
         return "cpu" if target.cpu_runs(node.op_type, node.domain) else None
     if target.npu_runs(node.op_type, node.domain):
         return "npu"
@@ -103,10 +103,9 @@ def partition(model, target):
         if not segments or segments[-1].device != device[node]:
             segments.append(Segment(len(segments), device[node], []))
         segments[-1].nodes.append(node.name)
-        node.metadata_props[DEVICE_KEY] = device[node]
-        node.metadata_props[SEGMENT_KEY] = str(segments[-1].index)
+        g.set_placement(node, device[node], segments[-1].index)
 
-    seg_of = {node: int(node.metadata_props[SEGMENT_KEY]) for node in order}
+    seg_of = {node: g.segment(node) for node in order}
     outputs = set(graph.outputs)
     ins, outs = [{} for _ in segments], [{} for _ in segments]   # ordered sets of names
     for node in order:
@@ -126,3 +125,19 @@ def partition(model, target):
     for s, i, o in zip(segments, ins, outs):
         s.inputs, s.outputs = list(i), list(o)
     return segments
+
+
+class Partition(Pass):
+    """Place, order and segment the graph (`partition`); a target's cap on NPU segments is
+    checked. info["segments"]: the Segments."""
+    name = "partition"
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def run(self, model, result):
+        segments = partition(model, self.target)
+        check_segment_cap(segments, self.target)
+        result.info["segments"] = segments
+        result.modified = True

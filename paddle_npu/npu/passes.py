@@ -1,106 +1,181 @@
-"""Whole-graph passes run before the stage-2 mappers; each one usable on its own.
+"""The pass contract of stage 2, and the passes every lowering runs.
 
-    upgrade_opset(proto, minimum)     ModelProto at an opset the function bodies can use
-    name_nodes(model)                 every node a unique, readable name
-    fold_batchnorm(model)             Conv / Gemm followed by BatchNormalization -> one op
-    batchnorm_to_affine(model)        any other inference BatchNormalization -> Mul + Add
+Every step is an onnx_ir in-place pass (`Pass`) returning one `PassResult`: the model,
+whether it changed, what fired and what was refused and why. `Sequence` runs a declared
+list of them and keeps every result. A local rewrite is a `Rule` (a pattern anchored on a
+node, a check that says why not, a rewrite), run over the graph by `RulePass`.
+
+    NameNodes             every node a unique, readable name
+    InferShapes           onnx's shape inference written into the model's values
+    FoldBatchNorm         Conv / Gemm followed by BatchNormalization -> one op (a Rule)
+    BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
+    RemoveUnused          nodes and functions nothing reads
 """
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.passes import common as common_passes
 
-from ..errors import ConversionError
-from ..naming import add_initializer
-
-
-def upgrade_opset(proto, minimum):
-    """The model converted to opset `minimum` when it is older (onnx's version converter)."""
-    current = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-    if current >= minimum:
-        return proto
-    from onnx import version_converter
-
-    try:
-        converted = version_converter.convert_version(proto, minimum)
-    except Exception as exc:  # the converter raises bare RuntimeErrors
-        raise ConversionError(f"cannot upgrade the model from opset {current} to {minimum} "
-                              f"(the NPU function bodies need it): {exc}") from None
-    _restore_names(proto.graph, converted.graph)
-    _restore_metadata(proto.graph, converted.graph)
-    return converted
+from . import graph as g
 
 
-def _restore_metadata(original, converted):
-    """onnx's version converter drops the nodes' metadata_props (stage 1's notes, such as the
-    scales of a quantised model's layers): copied back by node name."""
-    meta = {n.name: list(n.metadata_props) for n in original.node
-            if n.name and len(n.metadata_props)}
-    for node in converted.node:
-        if node.name in meta and not len(node.metadata_props):
-            node.metadata_props.extend(meta[node.name])
+@dataclass
+class PassResult(ir.passes.PassResult):
+    name: str = ""
+    fired: list = field(default_factory=list)      # descriptions of the rewrites done
+    refused: dict = field(default_factory=dict)    # node name -> why it was left as it is
+    info: dict = field(default_factory=dict)       # what else the pass has to report
+
+    def as_dict(self):
+        return {"pass": self.name, "fired": list(self.fired), "refused": dict(self.refused)}
 
 
-def _restore_names(original, converted):
-    """onnx's version converter gives the nodes it replaces (Upsample -> Resize, ...) no name
-    and new output names (`_v_109`); give both back, found through the consumers, which keep
-    theirs: calibration tables, marks and reports name the model's own tensors and layers."""
-    known = {v.name for v in list(original.input) + list(original.initializer)}
-    known |= {o for n in original.node for o in n.output}
-    inputs_of = {n.name: list(n.input) for n in original.node if n.name}
-    producer_of = {o: n.name for n in original.node for o in n.output}
-    used = {o for n in converted.node for o in n.output} | {v.name for v in converted.input}
-    rename = {}
-    for node in converted.node:
-        want_inputs = inputs_of.get(node.name, [])
-        for i, name in enumerate(node.input):
-            if name and name not in known and i < len(want_inputs) and \
-                    want_inputs[i] not in used and want_inputs[i] not in rename.values():
-                rename.setdefault(name, want_inputs[i])
-    if not rename:
-        return
-    names = {n.name for n in converted.node}
-    for node in converted.node:
-        for i, name in enumerate(node.input):
-            node.input[i] = rename.get(name, name)
-        for i, name in enumerate(node.output):
-            if name in rename:
-                node.output[i] = rename[name]
-                owner = producer_of.get(rename[name])
-                if not node.name and owner and owner not in names:
-                    node.name = owner
-                    names.add(owner)
-    for vi in converted.value_info:
-        vi.name = rename.get(vi.name, vi.name)
+class Pass(ir.passes.InPlacePass):
+    """A stage-2 pass: `run(model, result)` rewrites the model in place and fills `result`
+    (fired / refused / info); the model counts as modified when anything fired."""
+    name = ""
+
+    def call(self, model):
+        result = PassResult(model, False, self.name)
+        self.run(model, result)
+        result.modified = result.modified or bool(result.fired)
+        return result
+
+    def run(self, model, result):
+        raise NotImplementedError
 
 
-def name_nodes(model):
+class Sequence(Pass):
+    """Passes run in order on one model; `results` holds each one's PassResult."""
+    name = "sequence"
+
+    def __init__(self, *passes):
+        super().__init__()
+        self.passes = [p for p in passes if p is not None]
+        self.results = []
+
+    def run(self, model, result):
+        self.results = []
+        for p in self.passes:
+            r = p(model)
+            if not isinstance(r, PassResult):     # an onnx_ir pass: wrap its result
+                r = PassResult(r.model, r.modified, type(p).__name__)
+            self.results.append(r)
+            result.modified = result.modified or r.modified
+
+    def result(self, name):
+        return next((r for r in self.results if r.name == name), None)
+
+
+class Rule:
+    """A local rewrite.
+
+    match(node)          the pattern: a dict of what it found anchored at `node`, or None
+    check(found)         why this match cannot be rewritten (a sentence), or None
+    rewrite(b, found)    the replacement, built with `b` (a graph.Builder); returns what
+                         it did, as a sentence for the report
+    """
+    name = ""
+
+    def match(self, node):
+        raise NotImplementedError
+
+    def check(self, found):
+        return None
+
+    def rewrite(self, builder, found):
+        raise NotImplementedError
+
+
+class RulePass(Pass):
+    """Apply rules to every node of the main graph, in order. `restart`: scan again from the
+    top after each rewrite until nothing fires (rewrites that enable others); a node rewritten
+    after it was refused is no longer listed as refused."""
+
+    def __init__(self, name, rules, restart=False):
+        super().__init__()
+        self.name, self.rules, self.restart = name, list(rules), restart
+
+    def run(self, model, result):
+        graph = model.graph
+        builder = g.Builder(graph)
+        again = True
+        while again:
+            again = False
+            for node in list(graph):
+                if node.graph is not graph:
+                    continue
+                for rule in self.rules:
+                    found = rule.match(node)
+                    if found is None:
+                        continue
+                    why = rule.check(found)
+                    if why is not None:
+                        result.refused[node.name] = why
+                        continue
+                    result.fired.append(rule.rewrite(builder, found))
+                    again = self.restart
+                    break
+                if again:
+                    break
+        if self.restart:
+            alive = {n.name for n in graph}
+            for name in [n for n in result.refused if n not in alive]:
+                del result.refused[name]
+
+
+# --- naming and shapes ---------------------------------------------------------------------
+
+class NameNodes(Pass):
     """Unnamed or clashing node names become `<op_type>_<index>`: lowered nodes are named
     `<source node>/<part>`, so the source names must be unique."""
-    seen = set()
-    for i, node in enumerate(ir.traversal.RecursiveGraphIterator(model.graph)):
-        if not node.name or node.name in seen:
-            base = f"{node.op_type}_{i}"
-            name, n = base, 0
-            while name in seen:
-                n += 1
-                name = f"{base}_{n}"
-            node.name = name
-        seen.add(node.name)
+    name = "name_nodes"
+
+    def run(self, model, result):
+        seen = set()
+        for i, node in enumerate(ir.traversal.RecursiveGraphIterator(model.graph)):
+            if not node.name or node.name in seen:
+                base = f"{node.op_type}_{i}"
+                name, n = base, 0
+                while name in seen:
+                    n += 1
+                    name = f"{base}_{n}"
+                node.name = name
+                result.modified = True
+            seen.add(node.name)
 
 
-def _const(value):
-    return None if value is None or value.const_value is None else value.const_value.numpy()
+class InferShapes(Pass):
+    """Shapes of the values rewrites added, from onnx's shape inference (in place)."""
+    name = "infer_shapes"
+
+    def run(self, model, result):
+        from ..onnx_io import infer_shapes
+        result.modified = infer_shapes(model)
 
 
-def _bn_params(bn):
+class RemoveUnused(Pass):
+    """Nodes and model-local functions nothing reads any more."""
+    name = "remove_unused"
+
+    def run(self, model, result):
+        result.modified = common_passes.RemoveUnusedNodesPass()(model).modified
+        result.modified |= common_passes.RemoveUnusedFunctionsPass()(model).modified
+
+
+# --- BatchNormalization ----------------------------------------------------------------------
+
+def bn_params(bn):
     """(scale, mean, beta) of an inference BatchNormalization, or None: y = (x - mean) *
     scale + beta. Computed in the parameters' own precision, in the order runtimes fold
     them, so that a folded model computes what a runtime's own fusion does."""
-    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") \
+    if bn.op_type != "BatchNormalization" or bn.domain not in g.STANDARD \
             or len(bn.inputs) < 5 or bn.attributes.get_int("training_mode", 0):
         return None
     if any(out.uses() or out.is_graph_output() for out in bn.outputs[1:]):
         return None
-    gamma, beta, mean, var = (_const(v) for v in bn.inputs[1:5])
+    gamma, beta, mean, var = (g.constant(v) for v in bn.inputs[1:5])
     if any(p is None for p in (gamma, beta, mean, var)):
         return None
     eps = bn.attributes.get_float("epsilon", 1e-5)
@@ -108,66 +183,57 @@ def _bn_params(bn):
     return scale, mean, beta
 
 
-def _take_over(graph, bn, new):
-    """`new` replaces both the producer and the BatchNormalization, under BN's output name."""
-    out = bn.outputs[0]
-    ir.convenience.replace_all_uses_with(out, new.outputs[0], replace_graph_outputs=True)
-    name, out.name = out.name, None
-    new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = name, out.type, out.shape
+class FoldBatchNorm(Rule):
+    """Conv / Gemm -> BatchNormalization (reading only it) -> the Conv / Gemm with the
+    normalisation folded into its weight and bias."""
+    name = "bn_collapse"
 
+    def match(self, node):
+        if node.op_type != "BatchNormalization":
+            return None
+        x = node.inputs[0] if node.inputs else None
+        return {"bn": node, "params": bn_params(node), "x": x,
+                "prod": x.producer() if x is not None else None}
 
-def _fold_refusal(bn, params, x, prod, graph):
-    """Why a BatchNormalization cannot fold into its producer, or None."""
-    if params is None:
-        return "not an inference BatchNormalization with constant parameters"
-    if prod is None or prod.graph is not graph:
-        return "its input is a model input or comes from outside the graph"
-    if prod.op_type not in ("Conv", "Gemm") or prod.domain not in ("", "ai.onnx"):
-        return f"it follows {prod.op_type} ({prod.name}), not a Conv or Gemm"
-    if len(x.uses()) != 1 or x.is_graph_output():
-        return f"{prod.name}'s output is also read elsewhere"
-    return None
-
-
-def fold_batchnorm(model, refusals=None, folded_names=None):
-    """Fold an inference BatchNormalization into the Conv or Gemm feeding only it.
-    refusals: a dict filled with node name -> why it stayed; folded_names: a list filled
-    with "<producer>+<bn>" per fold. Returns how many folded."""
-    graph, folded = model.graph, 0
-    refusals = {} if refusals is None else refusals
-    for bn in list(graph):
-        if bn.op_type != "BatchNormalization":
-            continue
-        params = _bn_params(bn)
-        x = bn.inputs[0] if bn.inputs else None
-        prod = x.producer() if x is not None else None
-        why = _fold_refusal(bn, params, x, prod, graph)
-        if why is not None:
-            refusals[bn.name] = why
-            continue
-        scale, mean, beta = params
-        w = _const(prod.inputs[1])
+    def check(self, found):
+        bn, params, x, prod = found["bn"], found["params"], found["x"], found["prod"]
+        if params is None:
+            return "not an inference BatchNormalization with constant parameters"
+        if prod is None or prod.graph is not bn.graph:
+            return "its input is a model input or comes from outside the graph"
+        if prod.op_type not in ("Conv", "Gemm") or prod.domain not in g.STANDARD:
+            return f"it follows {prod.op_type} ({prod.name}), not a Conv or Gemm"
+        if len(x.uses()) != 1 or x.is_graph_output():
+            return f"{prod.name}'s output is also read elsewhere"
+        w = g.constant(prod.inputs[1])
         has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
-        c = _const(prod.inputs[2]) if has_c else None
-        if w is None or (has_c and c is None):
-            refusals[bn.name] = f"{prod.name}'s weight or bias is not a constant"
-            continue
+        if w is None or (has_c and g.constant(prod.inputs[2]) is None):
+            return f"{prod.name}'s weight or bias is not a constant"
+        scale = params[0]
+        if prod.op_type == "Conv":
+            if w.shape[0] != scale.size:
+                return "its channel count differs from the Conv's"
+        else:
+            if x.shape is None or len(x.shape) != 2:
+                return "the Gemm's output is not known to be 2-D"
+            if w.shape[0 if prod.attributes.get_int("transB", 0) else 1] != scale.size:
+                return "its channel count differs from the Gemm's"
+        return None
+
+    def rewrite(self, builder, found):
+        bn, prod = found["bn"], found["prod"]
+        graph = bn.graph
+        scale, mean, beta = found["params"]
+        w = g.constant(prod.inputs[1])
+        has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
+        c = g.constant(prod.inputs[2]) if has_c else None
         dtype = w.dtype
         attrs = list(prod.attributes.values())
         if prod.op_type == "Conv":
-            if w.shape[0] != scale.size:
-                refusals[bn.name] = "its channel count differs from the Conv's"
-                continue
             w2 = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
             b2 = ((c if c is not None else np.zeros_like(mean)) - mean) * scale + beta
         else:
-            if x.shape is None or len(x.shape) != 2:
-                refusals[bn.name] = "the Gemm's output is not known to be 2-D"
-                continue
             trans_b = prod.attributes.get_int("transB", 0)
-            if w.shape[0 if trans_b else 1] != scale.size:
-                refusals[bn.name] = "its channel count differs from the Gemm's"
-                continue
             w2 = w * (scale[:, None] if trans_b else scale[None, :])
             c_eff = c * np.asarray(prod.attributes.get_float("beta", 1.0), c.dtype) \
                 if c is not None else np.zeros_like(mean)
@@ -175,37 +241,48 @@ def fold_batchnorm(model, refusals=None, folded_names=None):
                                  np.broadcast_shapes(c_eff.shape, scale.shape))
             attrs = [a for a in attrs if a.name != "beta"]
         new = ir.Node(prod.domain, prod.op_type,
-                      [prod.inputs[0], add_initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
-                       add_initializer(graph, np.ascontiguousarray(b2, dtype=dtype), f"{bn.name}.b")],
-                      attrs, name=prod.name,
-                      metadata_props={**dict(prod.metadata_props), "paddle_npu.folded": bn.name})
+                      [prod.inputs[0], g.initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
+                       g.initializer(graph, np.ascontiguousarray(b2, dtype=dtype),
+                                     f"{bn.name}.b")],
+                      attrs, name=prod.name, metadata_props=dict(prod.metadata_props))
+        g.note(new, "folded", bn.name)
         graph.insert_before(prod, new)
-        _take_over(graph, bn, new)
+        g.take_over(bn.outputs[0], new.outputs[0])
         graph.remove([bn, prod], safe=True)
-        folded += 1
-        if folded_names is not None:
-            folded_names.append(f"{prod.name}+{bn.name} -> {new.name}")
-    return folded
+        return f"{prod.name}+{bn.name} -> {new.name}"
+
+
+def fold_batchnorm(model):
+    """Fold every inference BatchNormalization into the Conv or Gemm feeding only it;
+    returns how many folded."""
+    return len(RulePass("bn_collapse", [FoldBatchNorm()])(model).fired)
+
+
+class BatchNormToAffine(Pass):
+    """An inference BatchNormalization nothing could absorb -> x * scale + shift."""
+    name = "batchnorm_to_affine"
+
+    def run(self, model, result):
+        graph = model.graph
+        for bn in list(graph):
+            params = bn_params(bn)
+            x = bn.inputs[0] if bn.inputs else None
+            if params is None or x is None or x.shape is None or len(x.shape) < 2:
+                continue
+            scale, mean, beta = params
+            bshape = (-1,) + (1,) * (len(x.shape) - 2)
+            s = g.initializer(graph, scale.reshape(bshape), f"{bn.name}.scale")
+            t = g.initializer(graph, (beta - mean * scale).reshape(bshape), f"{bn.name}.shift")
+            mul = ir.Node("", "Mul", [x, s], name=f"{bn.name}/scale")
+            add = ir.Node("", "Add", [mul.outputs[0], t], name=f"{bn.name}/shift")
+            mul.outputs[0].name = f"{bn.name}/scale"
+            mul.outputs[0].type, mul.outputs[0].shape = bn.outputs[0].type, bn.outputs[0].shape
+            graph.insert_before(bn, [mul, add])
+            g.take_over(bn.outputs[0], add.outputs[0])
+            graph.remove(bn, safe=True)
+            result.fired.append(f"{bn.name} -> {mul.name}, {add.name}")
 
 
 def batchnorm_to_affine(model):
-    """An inference BatchNormalization nothing could absorb -> x * scale + shift."""
-    graph, done = model.graph, 0
-    for bn in list(graph):
-        params = _bn_params(bn)
-        x = bn.inputs[0] if bn.inputs else None
-        if params is None or x is None or x.shape is None or len(x.shape) < 2:
-            continue
-        scale, mean, beta = params
-        bshape = (-1,) + (1,) * (len(x.shape) - 2)
-        s = add_initializer(graph, scale.reshape(bshape), f"{bn.name}.scale")
-        t = add_initializer(graph, (beta - mean * scale).reshape(bshape), f"{bn.name}.shift")
-        mul = ir.Node("", "Mul", [x, s], name=f"{bn.name}/scale")
-        add = ir.Node("", "Add", [mul.outputs[0], t], name=f"{bn.name}/shift")
-        mul.outputs[0].name = f"{bn.name}/scale"
-        mul.outputs[0].type, mul.outputs[0].shape = bn.outputs[0].type, bn.outputs[0].shape
-        graph.insert_before(bn, [mul, add])
-        _take_over(graph, bn, add)
-        graph.remove(bn, safe=True)
-        done += 1
-    return done
+    """Run BatchNormToAffine; returns how many BatchNormalizations it replaced."""
+    return len(BatchNormToAffine()(model).fired)

@@ -1,66 +1,95 @@
 """Stage 2: an ONNX model -> the same model on NPU primitives, CPU segments, and a report.
 
-    load -> opset >= MIN_BODY_OPSET -> shape inference -> name nodes -> fold BatchNorm
-         -> @onnx_op mappers -> drop dead weights -> place / order / segment
-         -> attach function bodies -> (ir.Model, Report)
+    onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
+    the declared passes (`passes()`):
+        name nodes -> fuse preprocessing -> marks -> restruct rules -> shapes again
+        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
+        -> place / order / segment -> attach function bodies
+    -> (ir.Model, Report)
 """
-import os
 import time
 
-import onnx_ir as ir
-from onnx_ir.passes import common as common_passes
-
 from ..errors import ConversionError
+from ..onnx_io import load_model
 from .context import LowerContext
-from .functions import attach_functions
+from .functions import AttachFunctions
+from .graph import device
+from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
-from .partition import partition
-from .passes import batchnorm_to_affine, name_nodes, upgrade_opset
+from .partition import Partition
+from .passes import BatchNormToAffine, InferShapes, NameNodes, Pass, RemoveUnused, Sequence
 from .registry import get_onnx_mapper
 from .report import Report
+from .restruct import ORDER as RESTRUCT_PASSES
+from .restruct import restruct_passes
 from .target import load_target
 from .tiling import PLANS
 
 MIN_IR_VERSION = 10     # node metadata_props and function overloads
 
 
-def load_proto(model):
-    """A ModelProto from a path, serialized bytes, a ModelProto or an ir.Model."""
-    import onnx
-
-    if isinstance(model, ir.Model):
-        return ir.serde.serialize_model(model)
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, (str, os.PathLike)):
-        if not os.path.exists(model):
-            raise ConversionError(f"{model}: does not exist")
-        try:
-            return onnx.load(os.fspath(model))
-        except Exception as exc:  # protobuf's DecodeError and friends
-            raise ConversionError(f"{model}: not an ONNX model ({exc})") from None
-    raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
-
-
 def prepare(model):
-    """The ir.Model the mappers work on: opset upgraded, shapes inferred, nodes named."""
-    import onnx
-
-    proto = upgrade_opset(load_proto(model), MIN_BODY_OPSET)
-    try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:   # (a model over 2 GB, an op shape inference chokes on): shapes as given
-        pass
-    m = ir.serde.deserialize_model(proto)
-    # IR < 4 listed every initializer as a graph input too; the lowered model is IR >= 10,
-    # where they are constants only (and can be dropped once unused)
-    inputs = [v for v in m.graph.inputs if v.name not in m.graph.initializers]
-    m.graph.inputs.clear()
-    m.graph.inputs.extend(inputs)
-    name_nodes(m)
+    """The ir.Model the passes work on: opset upgraded, shapes inferred, nodes named."""
+    m = load_model(model, MIN_BODY_OPSET)
+    NameNodes()(m)
     return m
+
+
+class FusePreprocess(Pass):
+    """Raw uint8 images in: Transpose / Slice / Scale / ScaleLut / SwapChannel in front of the
+    image input (paddle_npu/preprocess.py has the spec and the fusion)."""
+    name = "preprocess"
+
+    def __init__(self, spec):
+        super().__init__()
+        self.spec = spec
+
+    def run(self, model, result):
+        from ..preprocess import fuse_into
+        info = fuse_into(model, self.spec, primitives=True)
+        result.info["fused"] = info
+        result.fired.append(f"preprocessing fused into input {info['input']!r}")
+
+
+class LowerNodes(Pass):
+    """Every node a registered lowering (`@onnx_op`) accepts -> NPU primitives; the others
+    stay, with the lowering's reason in `refused`. Costs go to the LowerContext's layers."""
+    name = "lower"
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.ctx = ctx
+
+    def run(self, model, result):
+        ctx = self.ctx
+        for node in list(model.graph):
+            mapper = get_onnx_mapper(node.op_type, node.domain)
+            if mapper is None:
+                continue
+            reason = mapper.check(ctx, node)
+            if reason is not None:
+                ctx.refusals[node.name] = f"{node.op_type}: {reason}"
+                continue
+            ctx.begin(node)
+            ctx.replace(node, list(mapper.lower(ctx, node)))
+            result.fired.append(node.name)
+        result.refused.update(ctx.refusals)
+
+
+def passes(ctx, preprocess=None, marks=None, enable=(), disable=()):
+    """The declared stage-2 pass list for a LowerContext (model, target, plan)."""
+    target = ctx.target
+    return Sequence(
+        FusePreprocess(preprocess) if preprocess is not None else None,
+        ApplyMarks(marks),
+        *restruct_passes(target, enable, disable),
+        InferShapes(),
+        BatchNormToAffine(),
+        LowerNodes(ctx),
+        RemoveUnused(),
+        Partition(target),
+        AttachFunctions(),
+    )
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
@@ -76,49 +105,23 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
-    fused = None
-    if preprocess is not None:   # Transpose / Slice / Scale / ScaleLut / SwapChannel in front
-        from ..preprocess import fuse_preprocess
-        m, fused = fuse_preprocess(m, preprocess, primitives=True)
-    from .marks import apply_marks, marked_sources, propagate
-    from .restruct import reinfer, restruct
-    from .segments import check_segment_cap
-
-    mark_result = apply_marks(m, marks)
-    passes = restruct(m, target, enable, disable)     # bn_collapse is fold_batchnorm
-    if any(p.fired for p in passes if p.name != "bn_collapse"):
-        m = reinfer(m)
-    batchnorm_to_affine(m)
-    marked = marked_sources(m)
-
     ctx = LowerContext(m, target, plan)
-    for node in list(m.graph):
-        mapper = get_onnx_mapper(node.op_type, node.domain)
-        if mapper is None:
-            continue
-        reason = mapper.check(ctx, node)
-        if reason is not None:
-            ctx.refusals[node.name] = f"{node.op_type}: {reason}"
-            continue
-        ctx.begin(node)
-        ctx.replace(node, list(mapper.lower(ctx, node)))
-
-    common_passes.RemoveUnusedNodesPass()(m)
-    common_passes.RemoveUnusedFunctionsPass()(m)
-    propagate(m, marked)
-    segments = partition(m, target)
-    check_segment_cap(segments, target)
-    attach_functions(m)
+    steps = passes(ctx, preprocess, marks, enable, disable)
+    steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
 
     devices, plain = {}, {}
     for node in m.graph:
-        dev = node.metadata_props["paddle_npu.device"]
+        dev = device(node)
         devices[dev] = devices.get(dev, 0) + 1
         if node.domain != DOMAIN:
             where = plain.setdefault(node.op_type, {})
             where[dev] = where.get(dev, 0) + 1
-    report = Report(target.as_dict(), plan, ctx.layers, segments, devices, plain,
-                    ctx.refusals, time.perf_counter() - start, preprocess=fused,
-                    restruct=[p.as_dict() for p in passes], marks=mark_result.as_dict())
+    restructured = [r.as_dict() for r in steps.results
+                    if r.name in RESTRUCT_PASSES]
+    fused = steps.result("preprocess")
+    report = Report(target.as_dict(), plan, ctx.layers, steps.result("partition").info["segments"],
+                    devices, plain, ctx.refusals, time.perf_counter() - start,
+                    preprocess=fused.info["fused"] if fused else None,
+                    restruct=restructured, marks=steps.result("marks").info["marks"].as_dict())
     return m, report

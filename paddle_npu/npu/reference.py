@@ -76,7 +76,7 @@ class Reference:
     def __init__(self, model, target):
         from onnx.reference import ReferenceEvaluator
 
-        from .pipeline import load_proto
+        from ..onnx_io import load_proto
         from .target import load_target
 
         target = load_target(target)

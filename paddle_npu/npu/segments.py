@@ -17,6 +17,8 @@ import os
 import numpy as np
 
 from ..errors import ConversionError
+from ..onnx_io import save_proto, to_proto
+from .graph import proto_precision, proto_segment
 
 FORMAT = "paddle_npu.segments"
 MANIFEST = "manifest.json"
@@ -86,10 +88,9 @@ def _names_read(nodes):
 def split_model(lowered, segments):
     """One ModelProto per segment of a lowered model (ir.Model or ModelProto)."""
     import onnx
-    import onnx_ir as ir
     from onnx import helper
 
-    proto = ir.serde.serialize_model(lowered) if isinstance(lowered, ir.Model) else lowered
+    proto = to_proto(lowered)
     infos = _value_infos(proto)
     missing = [n for s in segments for n in s.inputs + s.outputs if n not in infos]
     if missing:
@@ -98,8 +99,7 @@ def split_model(lowered, segments):
     inits = {t.name: t for t in proto.graph.initializer}
     seg_of = {}
     for node in proto.graph.node:
-        props = {p.key: p.value for p in node.metadata_props}
-        seg_of.setdefault(int(props.get("paddle_npu.segment", -1)), []).append(node)
+        seg_of.setdefault(proto_segment(node), []).append(node)
     models = []
     for s in segments:
         nodes = seg_of.get(s.index, [])
@@ -129,23 +129,17 @@ def split_model(lowered, segments):
 def emit_segments(lowered, report, out_dir):
     """Write the per-segment models and manifest.json of a lowered model; returns the
     manifest dict."""
-    import onnx
-    import onnx_ir as ir
-
     os.makedirs(out_dir, exist_ok=True)
-    proto = ir.serde.serialize_model(lowered) if isinstance(lowered, ir.Model) else lowered
+    proto = to_proto(lowered)
     models = split_model(proto, report.segments)
     hp = {}
     for node in proto.graph.node:
-        props = {p.key: p.value for p in node.metadata_props}
-        if props.get("paddle_npu.precision") == "16":
-            hp.setdefault(int(props.get("paddle_npu.segment", -1)), []).append(node.name)
+        if proto_precision(node) == 16:
+            hp.setdefault(proto_segment(node), []).append(node.name)
     entries = []
     for s, m in zip(report.segments, models):
         name = f"segment_{s.index}_{s.device}.onnx"
-        tmp = os.path.join(out_dir, name + ".tmp")
-        onnx.save(m, tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+        save_proto(m, os.path.join(out_dir, name))
         entries.append({"index": s.index, "device": s.device, "file": name,
                         "inputs": list(s.inputs), "outputs": list(s.outputs),
                         "nodes": len(s.nodes), "first": s.nodes[0], "last": s.nodes[-1],

@@ -103,13 +103,13 @@ PRESETS = {
         description="small 64 x 64 arrays (exercises row and column tiling)"),
     "npu256-vmm-only": Target(
         "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),
-        description="the seed's cautious chip: arrays and Add In Tile only; Im2Col, "
+        description="a cautious chip: arrays and Add In Tile only; Im2Col, "
                     "DimTransform and every plain op run on the MCU"),
     "nnie": Target(
         "nnie", npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
         restruct=("bn_collapse", "merge_linear", "l2norm", "fc_to_conv"),
         fc_followers=("Softmax",), broadcast=False, max_npu_segments=8,
-        description="HiSilicon NNIE-like (seed 002): an FC may only feed softmax, no "
+        description="HiSilicon NNIE-like: an FC may only feed softmax, no "
                     "broadcast or Tile, at most 8 NPU segments; restruct passes on"),
 }
 DEFAULT = "npu256"

@@ -3,7 +3,7 @@ model (function bodies), and the NumPy reference, on the same seeded input."""
 import numpy as np
 
 from ..compare import agreement, run_onnx
-from .pipeline import load_proto
+from ..onnx_io import load_proto
 from .reference import Reference
 
 TOLERANCE = 1e-5

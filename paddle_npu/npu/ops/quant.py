@@ -1,4 +1,4 @@
-"""Integer primitives of a quantised NPU model (issue 7): Quantize, Dequantize, QVMM,
+"""Integer primitives of a quantised NPU model: Quantize, Dequantize, QVMM,
 Requantize.
 
 The arithmetic, one convention everywhere (symmetric, zero point 0):

@@ -1,4 +1,4 @@
-"""Integer precision on the NPU (issue 7).
+"""Integer precision on the NPU.
 
     calibrate.py   activation ranges of a float ONNX model over a calibration set -> table
     qlower.py      a lowered model -> integer primitives (int8, int16 for `_hp` layers),

@@ -58,7 +58,7 @@ def _run(model_bytes, feeds, names, batch=128):
 def layer_report(float_model, quant_model, feeds, records=None):
     """{"layers": [...graph order...], "outputs": [...]}: per-layer metrics of the quantised
     model (path / proto / ir.Model, run by onnxruntime through its function bodies)."""
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
     from .qlower import records_of
 
     fproto, qproto = load_proto(float_model), load_proto(quant_model)
@@ -103,7 +103,7 @@ def input_floor(float_model, table, feeds, bits=8):
     amplifies small perturbations (a chaotic network), and no integer width that rounds its
     input can fix that."""
     from ..ops.quant import qrange
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
     from .calibrate import load_table
 
     proto = load_proto(float_model)

@@ -154,7 +154,7 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
     """The calibration table (a dict) of an ONNX model (path / bytes / proto) over `data`
     (an .npz path, a folder of images with `preprocess` a PreprocessSpec, or a
     {input: array} dict)."""
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
 
     if method not in METHODS:
         raise ConversionError(f"unknown calibration method {method!r} (known: {METHODS})")

@@ -1,4 +1,4 @@
-"""Command line of the integer precision work (issue 7). Imports stay light here: the
+"""Command line of the integer precision work. Imports stay light here: the
 parser of `paddle-npu --help` is built from this module.
 
     paddle-npu calibrate MODEL --data CALIB.npz|IMAGES/ -o TABLE.json
@@ -22,7 +22,7 @@ def _wants_hp(args):
 
 
 def add_quant_options(p):
-    g = p.add_argument_group("integer precision (issue 7)")
+    g = p.add_argument_group("integer precision")
     g.add_argument("--quantize", choices=("int8", "int16"), default=None,
                    help="lower to integer primitives: weights per output channel, "
                         "activations per tensor, at this default width (`_hp` layers and "
@@ -155,7 +155,7 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
     layer, so the late layers show the large drops while the early ones are the cause."""
     import onnx_ir as ir
 
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
     from .accuracy import _run
     from .calibrate import load_feeds, load_precision
     from .qlower import quantized_lower
@@ -201,7 +201,7 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     output's cosine to float to reach it, found by bisection on the count (a quantised run
     per probe; more promoted layers measure better, the search assumes it). Returns a dict
     with both reports, the final model and `reached` (None without until_cosine)."""
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
     from .accuracy import layer_report, worst_layers
     from .calibrate import load_feeds, load_precision
     from .qlower import quantized_lower
@@ -283,7 +283,7 @@ def cmd_quant_report(args):
 
     import numpy as np
 
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
     from .accuracy import input_floor, layer_report, plot_sqnr, render
     from .calibrate import load_feeds
     from .qlower import quantized_lower

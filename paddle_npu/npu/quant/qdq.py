@@ -264,7 +264,7 @@ def export_qdq(model, records):
     common_passes.RemoveUnusedNodesPass()(m)     # the float weights the layers no longer read
     proto = ir.serde.serialize_model(m)
     if any(r["bits"] == 16 for r in records):   # int16 QuantizeLinear needs opset 21
-        from ..passes import upgrade_opset
+        from ...onnx_io import upgrade_opset
         proto = upgrade_opset(proto, 21)
     onnx.checker.check_model(proto)
     return proto

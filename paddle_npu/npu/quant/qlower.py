@@ -12,8 +12,8 @@ Per lowered Conv / Gemm / MatMul layer (the nodes sharing one `paddle_npu.source
                                           accumulator bound would overflow int64)
 
 Bits per layer: the default (8), 16 for layers marked high precision (`_hp`: node name or
-output name ending `_hp`, or node metadata `paddle_npu.precision` = int16 /
-`paddle_npu.hp` = 1) and for layers listed in a precision table. int16 layers accumulate in
+output name ending `_hp`, or a 16-bit precision mark (graph.precision)) and for
+layers listed in a precision table. int16 layers accumulate in
 64 bits. A ReLU that alone consumes a layer's output is fused into Requantize (saturating at
 0, on the ReLU output's range). Between matrix layers values are dequantised: the vector
 unit's ops (pooling, Add, ...) and the CPU see exactly the integer grid's values.
@@ -26,13 +26,12 @@ from onnx_ir.passes import common as common_passes
 
 from ...errors import ConversionError
 from ...naming import add_initializer
-from ..context import SOURCE_KEY, SOURCE_OP_KEY
-from ..ops import DOMAIN
+from .. import graph as g
+from ..ops import DOMAIN, get_primitive
 from ..ops.quant import qrange
-from ..partition import DEVICE_KEY, SEGMENT_KEY
 from .calibrate import load_precision, load_table
 
-QUANT_KEY = "paddle_npu.quantization"     # model metadata: the per-layer scales (JSON)
+QUANT_KEY = g.QUANTIZATION     # model metadata: the per-layer scales (JSON)
 HP_SUFFIX = "_hp"
 MULT_BITS = 31
 
@@ -41,11 +40,9 @@ def layer_bits_from_marks(model):
     """{node name: 16} for nodes marked high precision (names / metadata)."""
     out = {}
     for node in model.graph:
-        meta = node.metadata_props
         if node.name.endswith(HP_SUFFIX) or any(v.name and v.name.endswith(HP_SUFFIX)
                                                 for v in node.outputs) or \
-                meta.get("paddle_npu.precision") in ("16", "int16", "hp") or \
-                meta.get("paddle_npu.hp") in ("1", "true"):
+                g.precision(node) == 16:
             out[node.name] = 16
     return out
 
@@ -63,23 +60,12 @@ def fixed_point(real, acc_bound):
     return mult, (np.int64(1) << shift)
 
 
-def _const(value):
-    return None if value is None or value.const_value is None else value.const_value.numpy()
-
-
 def _producer(value, source, op_type):
     p = value.producer() if value is not None else None
     if p is not None and p.domain == DOMAIN and p.op_type == op_type and \
-            p.metadata_props.get(SOURCE_KEY) == source:
+            g.source(p) == source:
         return p
     return None
-
-
-def _only_consumer(value):
-    uses = list(value.uses())
-    if len(uses) != 1 or value.is_graph_output():
-        return None
-    return uses[0][0]
 
 
 class _Layer:
@@ -87,7 +73,7 @@ class _Layer:
 
     def __init__(self, source, vmms):
         self.source, self.vmms = source, vmms
-        self.op = vmms[0].metadata_props.get(SOURCE_OP_KEY, "")
+        self.op = g.source_op(vmms[0]) or ""
         xs = {v.inputs[0] for v in vmms}
         if len(xs) != 1:
             raise ConversionError(f"{source}: the VMM tiles read different rows")
@@ -100,17 +86,17 @@ class _Layer:
         if len(users) == 1:
             u = next(iter(users))
             if u.domain == DOMAIN and u.op_type == "AddInTile" and \
-                    u.metadata_props.get(SOURCE_KEY) == source:
+                    g.source(u) == source:
                 self.add = u
         if self.add is None and len(vmms) != 1:
             raise ConversionError(f"{source}: {len(vmms)} VMM tiles but no AddInTile")
         self.acc = self.add.outputs[0] if self.add else outs[0]
-        nxt = _only_consumer(self.acc)
+        nxt = g.single_user(self.acc)
         self.to_out = nxt if nxt is not None and nxt.domain == DOMAIN and \
-            nxt.op_type == "DimTransform" and nxt.metadata_props.get(SOURCE_KEY) == source \
+            nxt.op_type == "DimTransform" and g.source(nxt) == source \
             else None
         self.out = self.to_out.outputs[0] if self.to_out else self.acc
-        nxt = _only_consumer(self.out)
+        nxt = g.single_user(self.out)
         self.relu = nxt if nxt is not None and nxt.op_type == "Relu" and \
             nxt.domain in ("", "ai.onnx") else None
 
@@ -122,9 +108,9 @@ class _Layer:
 
     def width(self):
         if self.add is None:
-            return _const(self.vmms[0].inputs[1]).shape[1]
+            return g.constant(self.vmms[0].inputs[1]).shape[1]
         return self.add.attributes.get_int("width", 0) or max(
-            o + _const(p.inputs[1]).shape[1] for o, p in zip(self.offsets(), self.vmms))
+            o + g.constant(p.inputs[1]).shape[1] for o, p in zip(self.offsets(), self.vmms))
 
     def input_name(self, table):
         """The calibrated tensor the layer's rows come from (through its own reshapes)."""
@@ -138,21 +124,12 @@ class _Layer:
         return v.name
 
 
-def _node(graph, before, domain, op_type, inputs, attrs, name, meta, dtype, shape):
-    from ..context import LowerContext
-    from ..ops import get_primitive
-
-    attributes = [ir.AttrInt64s(k, [int(i) for i in v]) if isinstance(v, (list, tuple))
-                  else ir.AttrInt64(k, int(v)) for k, v in attrs.items()]
-    node = ir.Node(domain, op_type, inputs, attributes, name=name)
-    node.overload = get_primitive(op_type).overload(
-        attrs, [LowerContext.dims(v) if v is not None else None for v in inputs])
-    for key in (SOURCE_KEY, SOURCE_OP_KEY, DEVICE_KEY, SEGMENT_KEY):
-        if key in meta:
-            node.metadata_props[key] = meta[key]
+def _node(graph, before, domain, op_type, inputs, attrs, name, like, dtype, shape):
+    """An integer primitive standing in for part of the layer `like` (a node of it)."""
+    node = g.make_node(domain, op_type, inputs, attrs, name, dtype)
+    node.overload = get_primitive(op_type).overload(attrs, [g.dims(v) for v in inputs])
+    g.copy_annotations(like, node)
     out = node.outputs[0]
-    out.name = name
-    out.type = ir.TensorType(dtype)
     out.shape = shape
     if before is None:
         graph.append(node)
@@ -186,13 +163,13 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None,
     by_source = {}
     for node in graph:
         if node.domain == DOMAIN and node.op_type == "VMM":
-            by_source.setdefault(node.metadata_props.get(SOURCE_KEY), []).append(node)
+            by_source.setdefault(g.source(node), []).append(node)
     records = []
     for source, vmms in by_source.items():
-        meta = dict(vmms[0].metadata_props)
-        if meta.get("paddle_npu.mark") == "cpu":
+        meta = vmms[0]
+        if g.mark(meta) == "cpu":
             continue                # `_cpu` layers stay float, on the CPU
-        if meta.get("paddle_npu.precision") == "16":
+        if g.precision(meta) == 16:
             layer_bits.setdefault(source, 16)      # an `_hp` mark (marks.py)
         layer = _Layer(source, vmms)
         out_value = layer.relu.outputs[0] if layer.relu else layer.out
@@ -215,7 +192,7 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None,
         s_y = None if float_out else \
             np.float32(max(_threshold(tensors[out_name], lb), 1e-12) / a_hi)
         offsets, width = layer.offsets(), layer.width()
-        tiles = [_const(v.inputs[1]).astype(np.float64) for v in vmms]
+        tiles = [g.constant(v.inputs[1]).astype(np.float64) for v in vmms]
         colmax = np.zeros(width)
         for off, w in zip(offsets, tiles):
             colmax[off:off + w.shape[1]] = np.maximum(colmax[off:off + w.shape[1]],
@@ -263,7 +240,7 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None,
         k_total = sum(w.shape[0] for w in tiles)
         acc_bound = (k_total * (-a_lo) * w_hi)
         insert_at = _next_node(graph, layer.add or vmms[-1])
-        bias = _const(layer.add.inputs[0]) if layer.add is not None and \
+        bias = g.constant(layer.add.inputs[0]) if layer.add is not None and \
             layer.add.inputs[0] is not None else None
         if layer.add is not None:
             bq = None
@@ -294,9 +271,9 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None,
             y = _node(graph, insert_at, DOMAIN, "Dequantize",
                       [yq, add_initializer(graph, np.asarray(s_y), f"{source}/s_y")], {},
                       f"{source}/dequantize", meta, ir.DataType.FLOAT, layer.acc.shape)
-        _take_over(layer.acc, y)
+        g.take_over(layer.acc, y)
         if layer.relu is not None:      # fused: the ReLU's consumers read the layer directly
-            _take_over(layer.relu.outputs[0], layer.out if layer.to_out else y)
+            g.take_over(layer.relu.outputs[0], layer.out if layer.to_out else y)
         records.append({"layer": source, "op": layer.op, "bits": lb, "input": in_name,
                         "output": out_name, "relu_fused": layer.relu is not None,
                         "s_x": float(s_x), "s_y": None if float_out else float(s_y),
@@ -310,13 +287,6 @@ def quantize_lowered(model, table, bits=8, layer_bits=None, weight_scales=None,
     return records
 
 
-def _take_over(old, new):
-    """`new` replaces every use of `old` (graph outputs too) under old's name."""
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-    name, old.name = old.name, None
-    new.name = name
-
-
 def _next_node(graph, node):
     nodes = list(graph)
     i = nodes.index(node)
@@ -325,7 +295,7 @@ def _next_node(graph, node):
 
 def records_of(model):
     """The per-layer quantisation records stored in a quantised model (path / proto / ir)."""
-    from ..pipeline import load_proto
+    from ...onnx_io import load_proto
 
     proto = load_proto(model)
     for p in proto.metadata_props:

@@ -1,0 +1,157 @@
+"""Where an ONNX model crosses the disk / protobuf boundary, for stage 2 and its tools.
+
+    load_proto(model)           path, bytes, ModelProto or ir.Model -> ModelProto
+    load_model(model, opset)    the same -> one ir.Model (opset raised, shapes inferred)
+    to_proto(model) / to_bytes  an ir.Model (or anything load_proto takes) serialized
+    infer_shapes(model)         onnx's shape inference merged into an ir.Model in place
+    upgrade_opset(proto, n)     onnx's version converter, keeping node names and metadata
+    save_proto(proto, path)     a ModelProto written atomically (segments, QDQ exports)
+
+Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
+"""
+import os
+
+from .errors import ConversionError
+
+
+def load_proto(model):
+    """A ModelProto from a path, serialized bytes, a ModelProto or an ir.Model."""
+    import onnx
+    import onnx_ir as ir
+
+    if isinstance(model, ir.Model):
+        return ir.serde.serialize_model(model)
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike)):
+        if not os.path.exists(model):
+            raise ConversionError(f"{model}: does not exist")
+        try:
+            return onnx.load(os.fspath(model))
+        except Exception as exc:  # protobuf's DecodeError and friends
+            raise ConversionError(f"{model}: not an ONNX model ({exc})") from None
+    raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
+
+
+def to_proto(model):
+    """The ModelProto of an ir.Model (or of anything load_proto reads)."""
+    return load_proto(model)
+
+
+def to_bytes(model):
+    """The serialized model."""
+    return to_proto(model).SerializeToString()
+
+
+def load_model(model, min_opset=None, infer=True):
+    """One ir.Model to rewrite: the default-domain opset raised to `min_opset` when lower,
+    shapes inferred with `infer` (as far as onnx can), initializers no longer listed as graph inputs
+    (IR < 4 listed them; the models we write are IR >= 10, where they are constants only)."""
+    import onnx
+    import onnx_ir as ir
+
+    proto = load_proto(model)
+    if min_opset is not None:
+        proto = upgrade_opset(proto, min_opset)
+    if infer:
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False,
+                                                      data_prop=True)
+        except Exception:   # (a model over 2 GB, an op onnx chokes on): shapes as given
+            pass
+    m = ir.serde.deserialize_model(proto)
+    inputs = [v for v in m.graph.inputs if v.name not in m.graph.initializers]
+    if len(inputs) != len(m.graph.inputs):
+        m.graph.inputs.clear()
+        m.graph.inputs.extend(inputs)
+    return m
+
+
+def infer_shapes(model):
+    """onnx's shape inference on an ir.Model, the shapes and types it finds written into the
+    model's own values (no new model; left as it is when inference fails). True if any
+    changed."""
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model).modified
+
+
+def opset_of(proto):
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def upgrade_opset(proto, minimum):
+    """The ModelProto converted to opset `minimum` when it is older (onnx's version
+    converter), with the node names, output names and metadata the converter drops."""
+    current = opset_of(proto)
+    if current >= minimum:
+        return proto
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(proto, minimum)
+    except Exception as exc:  # the converter raises bare RuntimeErrors
+        raise ConversionError(f"cannot upgrade the model from opset {current} to {minimum} "
+                              f"(the NPU function bodies need it): {exc}") from None
+    _restore_names(proto.graph, converted.graph)
+    _restore_metadata(proto.graph, converted.graph)
+    return converted
+
+
+def _restore_metadata(original, converted):
+    """onnx's version converter drops the nodes' metadata_props (stage 1's notes, such as the
+    scales of a quantised model's layers): copied back by node name."""
+    meta = {n.name: list(n.metadata_props) for n in original.node
+            if n.name and len(n.metadata_props)}
+    for node in converted.node:
+        if node.name in meta and not len(node.metadata_props):
+            node.metadata_props.extend(meta[node.name])
+
+
+def _restore_names(original, converted):
+    """onnx's version converter gives the nodes it replaces (Upsample -> Resize, ...) no name
+    and new output names (`_v_109`); give both back, found through the consumers, which keep
+    theirs: calibration tables, marks and reports name the model's own tensors and layers."""
+    known = {v.name for v in list(original.input) + list(original.initializer)}
+    known |= {o for n in original.node for o in n.output}
+    inputs_of = {n.name: list(n.input) for n in original.node if n.name}
+    producer_of = {o: n.name for n in original.node for o in n.output}
+    used = {o for n in converted.node for o in n.output} | {v.name for v in converted.input}
+    rename = {}
+    for node in converted.node:
+        want_inputs = inputs_of.get(node.name, [])
+        for i, name in enumerate(node.input):
+            if name and name not in known and i < len(want_inputs) and \
+                    want_inputs[i] not in used and want_inputs[i] not in rename.values():
+                rename.setdefault(name, want_inputs[i])
+    if not rename:
+        return
+    names = {n.name for n in converted.node}
+    for node in converted.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = rename.get(name, name)
+        for i, name in enumerate(node.output):
+            if name in rename:
+                node.output[i] = rename[name]
+                owner = producer_of.get(rename[name])
+                if not node.name and owner and owner not in names:
+                    node.name = owner
+                    names.add(owner)
+    for vi in converted.value_info:
+        vi.name = rename.get(vi.name, vi.name)
+
+
+def save_proto(proto, path):
+    """Write a ModelProto to `path` through a temp file renamed over it when complete."""
+    import onnx
+
+    tmp = f"{path}.tmp"
+    try:
+        onnx.save(proto, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
