@@ -57,9 +57,10 @@ Paddle itself by `tools/gen_pir_compat.py`):
   * names: parameters by parameter name, inputs by the data op's name, fetched
     values by the fetch name, the rest `<legacy type>_<k>.tmp_<result>`, block
     arguments `<op>_<k>.arg_<i>`; unique.
-  * inputs/outputs: pd_op.data -> a legacy `feed` op (X=['feed'], Out=[name],
-    col), pd_op.fetch -> `fetch` (X=[name], Out=['fetch'], col);
-    Program.inputs / outputs in their order.
+  * inputs/outputs: pd_op.data, and pd_op.feed in programs paddle.pir.translate_to_pir
+    made from legacy ones, -> a legacy `feed` op (X=['feed'], Out=[name], col),
+    pd_op.fetch -> `fetch` (X=[name], Out=['fetch'], col); Program.inputs in col
+    order (a data op's col is its position), outputs in program order.
 
 Control flow (no legacy equivalent, so these slots are ours):
     if:    inputs Cond=[c]; outputs Out=[...]; attrs true_block, false_block (Blocks)
@@ -98,6 +99,9 @@ PLACES = {0: "undefined", 1: "cpu", 2: "gpu", 3: "gpu_pinned", 4: "xpu", 7: "ipu
 
 # Ops that only move values around; they become no Op.
 _PLUMBING = {"builtin.combine", "builtin.split", "builtin.slice", "builtin.parameter"}
+# Ops that bring a model input in: `data` in programs Paddle 3 wrote, `feed` in programs
+# paddle.pir.translate_to_pir made from legacy ones (how PaddleX ships older models).
+_INPUTS = {"pd_op.data", "pd_op.feed"}
 # Ops whose single result is a constant that can be folded into an attribute.
 _CONSTANTS = {"pd_op.full_int_array", "pd_op.full", "pd_op.assign_value", "pd_op.assign_value_"}
 _COMPAT = None
@@ -441,6 +445,7 @@ class _Builder:
         self.counters = {}
         self.bases = {}           # id(raw op) -> stem of its temp names
         self.constants = set()    # id(Op) of constant ops, dropped when all uses were folded
+        self.feeds = []           # (col, name) of the model inputs
         self.current = None
 
     # -- names --------------------------------------------------------------
@@ -471,9 +476,10 @@ class _Builder:
                 self.taken.add(pname)
                 raw.results[0].name = pname
         for raw in ops:
-            if raw.name == "pd_op.data" and raw.results and raw.results[0] is not None:
+            if raw.name in _INPUTS and raw.results and raw.results[0] is not None:
                 name = raw.attrs.get("name")
-                _need(isinstance(name, str) and name, "data op without a 'name' attribute")
+                _need(isinstance(name, str) and name,
+                      f"{raw.name.split('.', 1)[1]} op without a 'name' attribute")
                 raw.results[0].name = self.unique(name)
         for raw in ops:
             if raw.name == "pd_op.fetch" and raw.operands and raw.operands[0] is not None:
@@ -534,6 +540,8 @@ class _Builder:
         gblock.vars["feed"] = Var("feed", kind="feed_minibatch", persistable=True)
         gblock.vars["fetch"] = Var("fetch", kind="fetch_list", persistable=True)
         self.fill(root, gblock)
+        # legacy programs prepend their feed ops, so a translated one may list col 1 first
+        self.program.inputs = [n for _, n in sorted(self.feeds, key=lambda t: t[0])]
         self.drop_folded_constants()
         return self.program
 
@@ -581,14 +589,15 @@ class _Builder:
             return None
         for v in raw.results:
             self.add_var(block, v)
-        if name == "pd_op.data":
+        if name in _INPUTS:
             out = raw.results[0] if raw.results else None
-            _need(out is not None, "data op without a result")
+            _need(out is not None, f"{name.split('.', 1)[1]} op without a result")
             persistable = raw.out_attrs.get("persistable")
             if isinstance(persistable, list) and persistable and persistable[0]:
                 block.vars[out.name].persistable = True     # saved with the parameters
-            self.program.inputs.append(out.name)
-            col = len(self.program.inputs) - 1
+            col = raw.attrs.get("col", len(self.feeds))     # data ops: in program order
+            _need(isinstance(col, int) and not isinstance(col, bool), f"feed col is {col!r}")
+            self.feeds.append((col, out.name))
             return Op("feed", {"X": ["feed"]}, {"Out": [out.name]}, {"col": col})
         if name == "pd_op.fetch":
             _need(raw.operands and raw.operands[0] is not None, "fetch op without an input")
