@@ -1,4 +1,4 @@
-"""Model zoo: small, seeded Paddle models exported in both Paddle formats.
+"""Model zoo: small, seeded Paddle models exported in every form Paddle writes.
 
 Tests and benchmarks use it as the oracle side of the converter. paddle is
 imported only in the per-export subprocess (`zoo.py _export-one NAME FMT DIR`)
@@ -6,14 +6,22 @@ since the legacy format needs FLAGS_enable_pir_api=0 set before
 `import paddle`; importing this module, `export` and the CLI never import it.
 
     python tools/zoo.py list
-    python tools/zoo.py export --models ci|all|a,b --formats legacy,pir --out DIR [--force]
+    python tools/zoo.py export --models ci|all|a,b --formats legacy,pir,translated --out DIR [--force]
+    python tools/zoo.py translate LEGACY_MODEL --out PREFIX [--reference IO.npz]
+
+Formats: `legacy` (.pdmodel, FLAGS_enable_pir_api=0), `pir` (model.json from
+paddle.jit.save in PIR mode) and `translated`: the legacy export run through
+paddle.pir.translate_to_pir and save_inference_model, which is how PaddleX and
+PaddleOCR 3 ship older models in PIR form (inputs through pd_op.feed, not
+pd_op.data). `translate` does the same to any legacy model (the released ones
+in tests/data/real_models keep theirs in `translated/`).
 
 Python API: MODELS (name -> Model), select(spec), test_inputs(name),
 cache_key(name, fmt), export(name, fmt, out_dir, force=False) -> meta dict
 (raises ExportError).
 
 An export directory holds:
-    model.pdmodel | model.json   the program paddle.jit.save wrote (legacy | PIR)
+    model.pdmodel | model.json   the program Paddle wrote (legacy | PIR, translated)
     model.pdiparams              its weights (legacy also writes .pdiparams.info)
     reference.npz   in_<input name>: the test batch; out_<i>: Paddle's eager
                     outputs, flattened in the program's fetch order
@@ -43,8 +51,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 ZOO_FILE = Path(__file__).resolve()
-FORMATS = ("legacy", "pir")
-MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json"}
+FORMATS = ("legacy", "pir", "translated")
+MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json", "translated": "model.json"}
 # Written last by the child: a directory whose meta.json exists is complete.
 FILES = ("model.pdiparams", "reference.npz", "state.npz", "paddle_api.json", "meta.json")
 RTOL, ATOL = 1e-4, 1e-5  # jit.load vs eager, relative to the output's scale
@@ -397,7 +405,7 @@ def _complete(out: Path, name: str, fmt: str) -> Optional[dict]:
 
 
 def export(name: str, fmt: str, out_dir, *, force: bool = False, timeout: float = 3600) -> dict:
-    """Export model `name` in format `fmt` ("legacy"/"pir") into out_dir.
+    """Export model `name` in format `fmt` (one of FORMATS) into out_dir.
 
     Reuses out_dir when it already holds a complete export with the same
     cache key. Returns meta.json's content plus "dir" and "cached"; raises
@@ -760,6 +768,63 @@ def _compare(ref: list, got: list) -> dict:
     return {"ok": bool(ok), "max_abs_diff": diffs, "num_outputs": len(got)}
 
 
+def _legacy_location(src: Path) -> Tuple[str, dict]:
+    """load_inference_model's arguments for a legacy model file or directory."""
+    combined = sorted(src.glob("*.pdmodel")) if src.is_dir() else []
+    if src.suffix == ".pdmodel" or len(combined) == 1:
+        src = src if src.suffix == ".pdmodel" else combined[0]
+        return str(src.with_suffix("")), {}
+    folder = src if src.is_dir() else src.parent
+    names = [src.name] if src.is_file() else [n for n in ("__model__", "model") if (folder / n).is_file()]
+    if not names:
+        raise SystemExit(f"{src}: no legacy program (.pdmodel, __model__ or model) found")
+    params = next((n for n in ("__params__", "params") if (folder / n).is_file()), None)
+    return str(folder), {"model_filename": names[0], "params_filename": params}
+
+
+def translate_legacy(src, out_prefix) -> None:
+    """Write the PIR form of a legacy model the way PaddleX ships older models:
+    paddle.pir.translate_to_pir on the loaded program, then save_inference_model,
+    which keeps the translated pd_op.feed / pd_op.fetch ops (OUT_PREFIX.json and
+    OUT_PREFIX.pdiparams). Needs paddle in PIR mode (the default)."""
+    import paddle
+
+    paddle.enable_static()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    where, kwargs = _legacy_location(Path(src))
+    with paddle.pir_utils.OldIrGuard():
+        legacy, _, _ = paddle.static.load_inference_model(where, exe, **kwargs)
+    program = paddle.pir.translate_to_pir(legacy.desc)
+    ops = program.global_block().ops
+    feeds = [op.result(0) for op in ops if op.name() == "pd_op.feed"]
+    fetches = [op.operand_source(0) for op in ops if op.name() == "pd_op.fetch"]
+    with paddle.pir_utils.IrGuard():
+        paddle.static.save_inference_model(str(out_prefix), feeds, fetches, exe, program=program)
+    paddle.disable_static()
+
+
+def _translate(src: str, out_prefix: str, reference: Optional[str]) -> int:
+    """`zoo.py translate`: translate_legacy, then (with a reference) run the written
+    program in Paddle on the reference's inputs and compare with its outputs."""
+    Path(out_prefix).parent.mkdir(parents=True, exist_ok=True)
+    translate_legacy(src, out_prefix)
+    print(f"wrote {out_prefix}.json, {out_prefix}.pdiparams")
+    if not reference:
+        return 0
+    import paddle
+
+    saved = np.load(reference)
+    feeds = {k[3:]: saved[k] for k in saved.files if k.startswith("in_")}
+    ref = [saved[f"out_{i}"] for i in range(len(saved.files) - len(feeds))]
+    paddle.enable_static()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    prog, _, fetches = paddle.static.load_inference_model(out_prefix, exe)
+    result = _compare(ref, [np.asarray(t) for t in exe.run(prog, feed=feeds, fetch_list=fetches)])
+    print(f"Paddle on the translated program vs {reference}: max abs diff {result['max_abs_diff']}"
+          f" -> {'ok' if result['ok'] else 'MISMATCH'}")
+    return 0 if result["ok"] else 1
+
+
 def _export_one(name: str, fmt: str, out_dir: str) -> None:
     t0 = time.time()
     if fmt == "legacy":
@@ -773,30 +838,41 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True)
     prefix = str(out / "model")
-    paddle.seed(m.seed)
-    np.random.seed(m.seed)
-    layer = m.build()
-    layer.eval()
-    _randomize(layer, np.random.default_rng(m.seed))
-    # A batch of 8: late feature maps are tiny (2x2 at 64px), so statistics
-    # of one sample make BN variances noisy and a new input blows up.
-    calib = _make_inputs(m, m.seed + 1, batch=8)
-    _calibrate(layer, [calib[i.name] for i in m.inputs])
-    feeds = test_inputs(name)
-    tensors = [paddle.to_tensor(feeds[i.name]) for i in m.inputs]
-    with paddle.no_grad():
-        ref = [t.numpy() for t in _flatten(layer(*tensors))]
-    # jit.save names each parameter/buffer variable by the tensor's own unique
-    # .name (conv2d_0.w_0, batch_norm2d_0.w_1 = BN mean, ...), not its
-    # state_dict key; checked against what load_inference_model reads back.
-    by_name = {p.name: p.numpy() for p in layer.state_dict().values()}
+    if fmt == "translated":
+        # the legacy export (cached beside this one) is the source and its eager outputs
+        # the reference; translating must not change what the program computes
+        legacy = Path(export(name, "legacy", out.parent / "legacy")["dir"])
+        saved_ref = np.load(legacy / "reference.npz")
+        feeds = {k[3:]: saved_ref[k] for k in saved_ref.files if k.startswith("in_")}
+        ref = [saved_ref[f"out_{i}"] for i in range(len(saved_ref.files) - len(feeds))]
+        by_name = dict(np.load(legacy / "state.npz"))
+        translate_legacy(legacy / MODEL_FILE["legacy"], prefix)
+        tensors = [paddle.to_tensor(feeds[i.name]) for i in m.inputs]
+    else:
+        paddle.seed(m.seed)
+        np.random.seed(m.seed)
+        layer = m.build()
+        layer.eval()
+        _randomize(layer, np.random.default_rng(m.seed))
+        # A batch of 8: late feature maps are tiny (2x2 at 64px), so statistics
+        # of one sample make BN variances noisy and a new input blows up.
+        calib = _make_inputs(m, m.seed + 1, batch=8)
+        _calibrate(layer, [calib[i.name] for i in m.inputs])
+        feeds = test_inputs(name)
+        tensors = [paddle.to_tensor(feeds[i.name]) for i in m.inputs]
+        with paddle.no_grad():
+            ref = [t.numpy() for t in _flatten(layer(*tensors))]
+        # jit.save names each parameter/buffer variable by the tensor's own unique
+        # .name (conv2d_0.w_0, batch_norm2d_0.w_1 = BN mean, ...), not its
+        # state_dict key; checked against what load_inference_model reads back.
+        by_name = {p.name: p.numpy() for p in layer.state_dict().values()}
 
-    # (Eager outputs are taken above: to_static replaces forward with the
-    # static program.) full_graph=True selects the AST transcriber, which
-    # turns tensor-dependent if/while into control-flow ops (SOT would not).
-    specs = [paddle.static.InputSpec(list(i.shape), i.dtype, i.name) for i in m.inputs]
-    static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
-    paddle.jit.save(static, prefix)
+        # (Eager outputs are taken above: to_static replaces forward with the
+        # static program.) full_graph=True selects the AST transcriber, which
+        # turns tensor-dependent if/while into control-flow ops (SOT would not).
+        specs = [paddle.static.InputSpec(list(i.shape), i.dtype, i.name) for i in m.inputs]
+        static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
+        paddle.jit.save(static, prefix)
     t_save = time.time() - t0
 
     # Second opinions on the saved files; a failure here is reported in
@@ -938,18 +1014,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub.add_parser("list", help="list the registered models")
     ex = sub.add_parser("export", help="export models into OUT/<model>/<format>")
     ex.add_argument("--models", default="ci")
-    ex.add_argument("--formats", default="legacy,pir")
+    ex.add_argument("--formats", default=",".join(FORMATS))
     ex.add_argument("--out", required=True)
     ex.add_argument("--force", action="store_true", help="ignore cached exports")
     ck = sub.add_parser("check", help="export, convert with paddle_npu, compare with Paddle")
     ck.add_argument("--models", default="ci")
-    ck.add_argument("--formats", default="legacy,pir")
+    ck.add_argument("--formats", default=",".join(FORMATS))
     ck.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
     ck.add_argument("--tolerance", type=float, default=1e-4,
                     help="largest max abs diff relative to the output's scale")
     ck.add_argument("--npu", metavar="TARGET",
                     help="also lower to this NPU target and verify (stage 2, tolerance 1e-5)")
     ck.add_argument("--plan", default="packed", help="the Conv plan for --npu")
+    tr = sub.add_parser("translate", help="write a legacy model's PIR form the way "
+                        "paddle.pir.translate_to_pir + save_inference_model do")
+    tr.add_argument("model", help="a .pdmodel, __model__ or a legacy model directory")
+    tr.add_argument("--out", required=True, help="writes OUT.json and OUT.pdiparams")
+    tr.add_argument("--reference", help="an .npz of in_<input name> / out_<i> arrays the "
+                    "translated program must reproduce in Paddle")
     one = sub.add_parser("_export-one")
     one.add_argument("name")
     one.add_argument("format", choices=FORMATS)
@@ -959,6 +1041,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.cmd == "_export-one":
         _export_one(a.name, a.format, a.out_dir)
         return 0
+    if a.cmd == "translate":
+        return _translate(a.model, a.out, a.reference)
     if a.cmd == "list":
         print(f"{'model':24} {'ci':3} {'inputs':40} tags")
         for m in MODELS.values():
