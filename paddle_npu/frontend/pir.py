@@ -48,7 +48,8 @@ Paddle itself by `tools/gen_pir_compat.py`):
     in0, in1, ... and out0, ...
   * results: to legacy output slots; a PIR-only result nobody reads
     (batch_norm's reserve_space) is dropped. Vector results expand to one
-    name per element (rnn State), builtin.combine/split disappear.
+    name per element (rnn State), builtin.combine/split/slice disappear
+    (a slice's result names the element it picks).
   * attributes: legacy names (transpose_x -> trans_x), plain Python values;
     dtypes as numpy names ('float32'), undefined dtype as -1 (legacy's "unset");
     places as 'cpu' / 'gpu:0' / 'undefined'. Legacy attributes PIR dropped get
@@ -446,6 +447,7 @@ class _Builder:
         self.bases = {}           # id(raw op) -> stem of its temp names
         self.constants = set()    # id(Op) of constant ops, dropped when all uses were folded
         self.feeds = []           # (col, name) of the model inputs
+        self.picked = {}          # id(vector value) -> {index: name} from builtin.slice
         self.current = None
 
     # -- names --------------------------------------------------------------
@@ -500,12 +502,35 @@ class _Builder:
                     if v is not None and v.name is None:
                         v.name = self.unique(f"{base}.tmp_{vec.index}_{i}")
                 continue
+            if raw.name == "builtin.slice":
+                self.name_slice(raw)
+                continue
             for v in raw.results:
                 if v is None or v.name is not None or raw.name == "builtin.combine":
                     continue
                 if v.type.kind == "vector":
                     continue                           # named by element, see names()
                 v.name = self.unique(f"{self.op_base(raw)}.tmp_{v.index}")
+
+    def name_slice(self, raw):
+        """builtin.slice picks element `index` of a vector (translate_to_pir writes one after
+        each split / rnn): its result names that element, the first slice of an index wins."""
+        _need(len(raw.operands) == 1 and raw.operands[0] is not None and len(raw.results) == 1,
+              "slice takes one vector and gives one value")
+        vec, res = raw.operands[0], raw.results[0]
+        i = raw.attrs.get("index")
+        n = len(vec.type.elements) if vec.type.kind == "vector" else 0
+        _need(isinstance(i, int) and 0 <= i < n, f"slice index {i!r} outside a vector of {n}")
+        if res is None:
+            return
+        if vec.op is not None and vec.op.name == "builtin.combine":
+            picked = {i: self.names(vec)[i]}           # the combined value itself
+        else:
+            picked = self.picked.setdefault(id(vec), {})
+        if res.name is None:                           # not fetched: the element's name
+            base = self.op_base(vec.op) if vec.op is not None else "vector"
+            res.name = picked.get(i) or self.unique(f"{base}.tmp_{vec.index}_{i}")
+        picked.setdefault(i, res.name)
 
     def names(self, v):
         """The variable names a value stands for: vectors expand to their elements."""
@@ -517,11 +542,12 @@ class _Builder:
             if v.name is None:                         # name elements: a split's results, or new
                 splits = [u for u in v.uses if u.name == "builtin.split" and u.operands
                           and u.operands[0] is v]
+                picked = self.picked.get(id(v), {})
                 if splits:
                     v.name = [r.name for r in splits[0].results if r is not None]
                 else:
                     base = self.op_base(v.op) if v.op is not None else "vector"
-                    v.name = [self.unique(f"{base}.tmp_{v.index}_{i}")
+                    v.name = [picked.get(i) or self.unique(f"{base}.tmp_{v.index}_{i}")
                               for i in range(len(v.type.elements))]
             return list(v.name)
         return [v.name]
@@ -586,6 +612,10 @@ class _Builder:
         if name in _PLUMBING:
             for v in raw.results:
                 self.add_var(block, v)
+            if name == "builtin.slice" and raw.results[0] is not None:
+                element = self.names(raw.operands[0])[raw.attrs["index"]]
+                if element != raw.results[0].name:     # a second name for the element
+                    return Op("assign", {"X": [element]}, {"Out": [raw.results[0].name]}, {})
             return None
         for v in raw.results:
             self.add_var(block, v)
@@ -608,6 +638,12 @@ class _Builder:
             return Op("fetch", {"X": src}, {"Out": ["fetch"]}, {"col": col})
         if raw.regions:
             return self.control_flow(raw, block)
+        if name == "pd_op.select_input":     # translated `if`s; Paddle gives it no slot names
+            _need(len(raw.operands) >= 2 and all(raw.operands) and len(raw.results) == 1,
+                  "select_input takes a mask and values and gives one value")
+            return Op("select_input", {"Mask": self.names(raw.operands[0]),
+                                       "X": [n for v in raw.operands[1:] for n in self.names(v)]},
+                      {"Out": self.names(raw.results[0])}, {})
         if name == "cf.yield":
             return Op("yield", {"X": [n for v in raw.operands for n in self.names(v)]}, {}, {})
         return self.generic(raw, block)
