@@ -48,7 +48,8 @@ class Declared960(nn.Layer):
 class AdaptiveDynamic(nn.Layer):
     def __init__(self):
         super().__init__()
-        self.c1, self.c2 = nn.Conv2D(3, 8, 3, stride=2, padding=1), nn.Conv2D(8, 8, 1)
+        # weights over 1024 values: shape inference sees only their shapes
+        self.c1, self.c2 = nn.Conv2D(3, 48, 3, stride=2, padding=1), nn.Conv2D(48, 8, 1)
     def forward(self, x):
         y = F.relu(self.c1(x))
         size = paddle.shape(y)[2:]
