@@ -56,9 +56,11 @@ def inputs_static(program):
 def set_input_shapes(program, shapes):
     """Give the program's inputs these shapes ({name: [dims]}, -1 = dynamic), in place.
 
-    Every name must be an input and keep its rank; the shapes of other variables stay as
-    Paddle recorded them (the converter infers what follows from the inputs where it needs
-    a size)."""
+    Every name must be an input and keep its rank. The sizes Paddle recorded for the other
+    variables were worked out from the declared ones: they stay when only open sizes were
+    fixed, and are forgotten (ranks kept) when a declared size changed, since e.g. a pool's
+    recorded 480x480 input no longer holds for a 64x64 image. The converter infers sizes
+    from the inputs where it needs them."""
     if not shapes:
         return program
     unknown = [n for n in shapes if n not in program.inputs]
@@ -66,6 +68,7 @@ def set_input_shapes(program, shapes):
         raise ConversionError(f"input shape given for {', '.join(map(repr, unknown))}, which "
                               f"{'is' if len(unknown) == 1 else 'are'} not an input of "
                               f"{program.model_path}; its inputs: {', '.join(program.inputs)}")
+    stale = False
     for name, dims in shapes.items():
         dims = [int(d) for d in dims]
         if any(d < -1 or d == 0 for d in dims):
@@ -76,5 +79,17 @@ def set_input_shapes(program, shapes):
         if declared is not None and len(declared) != len(dims):
             raise ConversionError(f"input shape of {name!r}: {dims} has rank {len(dims)}, the "
                                   f"program declares rank {len(declared)} {declared}")
+        if declared is None or any(d >= 0 and d != n for d, n in zip(declared, dims)):
+            stale = True
         var.shape = tuple(dims)
+    if stale:
+        _forget_derived_sizes(program)
     return program
+
+
+def _forget_derived_sizes(program):
+    """Every size Paddle recorded for a variable computed from the inputs becomes -1."""
+    for block in program.blocks:
+        for name, var in block.vars.items():
+            if var.shape is not None and not var.persistable and name not in program.inputs:
+                var.shape = tuple(-1 for _ in var.shape)

@@ -7,6 +7,8 @@ before `import paddle`); the references are Paddle's eager outputs at 64x64 and 
     any size; upsamples back to the input's size through a shape sub-graph.
   * adaptive_dynamic: declares [-1, 3, -1, -1] and pools to 3x3 and 2x2 grids (PP-LiteSeg's
     pyramid pooling), which needs sizes the program leaves open.
+  * adaptive_declared_960: the same declaring [-1, 3, 960, 960]: the pools' input sizes Paddle
+    recorded (480) no longer hold once the user replaces the declared size.
 """
 import os
 import subprocess
@@ -59,7 +61,8 @@ class AdaptiveDynamic(nn.Layer):
 
 paddle.seed(7)
 for name, cls, shape in [("declared_960", Declared960, [-1, 3, 960, 960]),
-                         ("adaptive_dynamic", AdaptiveDynamic, [-1, 3, -1, -1])]:
+                         ("adaptive_dynamic", AdaptiveDynamic, [-1, 3, -1, -1]),
+                         ("adaptive_declared_960", AdaptiveDynamic, [-1, 3, 960, 960])]:
     layer = cls()
     layer.eval()
     refs = {}
@@ -138,6 +141,17 @@ def test_adaptive_pool_on_dynamic_input_converts_at_a_fixed_size(exports, fmt):
         _agrees(export(path, input_shape={"x": [1, 3, size, size]}), ref, size)
 
 
+@pytest.mark.parametrize("fmt", MODEL_FILE)
+def test_replaced_declared_size_is_not_trusted_downstream(exports, fmt):
+    path = _model(exports, fmt, "adaptive_declared_960")
+    ref = np.load(exports / fmt / "adaptive_declared_960" / "reference.npz")
+    assert _input_dims(export(path))[1:] == [3, 960, 960]
+    for size in SIZES:
+        _agrees(export(path, input_shape={"x": [1, 3, size, size]}), ref, size)
+    with pytest.raises(UnsupportedOpsError, match="--input-shape"):   # pools need sizes
+        export(path, input_shape={"x": [-1, 3, -1, -1]})
+
+
 def test_cli_flags(exports, tmp_path, capsys):
     path = _model(exports, "pir", "adaptive_dynamic")
     ref = np.load(exports / "pir" / "adaptive_dynamic" / "reference.npz")
@@ -174,3 +188,37 @@ def test_bad_shapes_are_clear_errors(exports):
     for bad in ("[1, 2]", "{'x': 'a'}", "{'x': []}", "{x: [1]}", "{'x': [True]}"):
         with pytest.raises(ConversionError, match="input_shape_dict"):
             parse_shape_dict(bad)
+
+
+PREDICT = r'''
+import sys, numpy as np
+import paddle.inference as pi
+model, params, out = sys.argv[1:4]
+config = pi.Config(model, params)
+config.disable_gpu()
+predictor = pi.create_predictor(config)
+x = np.random.default_rng(3).standard_normal((1, 3, 48, 192)).astype("float32")
+predictor.get_input_handle(predictor.get_input_names()[0]).copy_from_cpu(x)
+predictor.run()
+y = predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu()
+np.savez(out, in_x=x, out_0=y)
+'''
+
+
+@pytest.mark.parametrize("form", ["released", "translated"])
+def test_released_model_at_another_size(tmp_path, form):
+    """The released PP-OCR classifier declares [-1, 3, 32, 100]; Paddle Inference runs it at
+    48x192 (PP-OCR's own size) and so does our model with the size replaced or opened."""
+    from conftest import REAL_MODELS
+    d = os.path.join(REAL_MODELS, "ch_ppocr_mobile_v2.0_cls")
+    script, ref_file = tmp_path / "predict.py", tmp_path / "ref.npz"
+    script.write_text(PREDICT)
+    proc = subprocess.run([sys.executable, str(script), os.path.join(d, "inference.pdmodel"),
+                           os.path.join(d, "inference.pdiparams"), str(ref_file)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = np.load(ref_file)
+    model = d if form == "released" else os.path.join(d, "translated")
+    for shape in ([1, 3, 48, 192], [-1, 3, -1, -1]):
+        _, (got,) = run_onnx(export(model, input_shape={"x": shape}), {"x": ref["in_x"]})
+        assert agreement(got, ref["out_0"])["rel_diff"] <= 1e-5
