@@ -89,7 +89,7 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
            auto_upgrade_opset=True, dist_prim_all=False, verbose=False, enable_onnx_checker=True,
            enable_experimental_op=True, enable_optimize=True, custom_op_info=None,
            deploy_backend="onnxruntime", calibration_file="", external_file="",
-           export_fp16_model=False, optimize_tool="polygraphy", input_shape=None):
+           export_fp16_model=False, optimize_tool="polygraphy", *, input_shape=None):
     """Convert a Paddle export to ONNX; the signature of `paddle2onnx.export`.
 
     model_filename:   .pdmodel, PIR .json, __model__, or a model directory
@@ -97,8 +97,8 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     save_file:        where to write the .onnx (atomically); None: only return it
     opset_version:    the opset to use; raised to what the model needs when
                       auto_upgrade_opset (the default 7 thus means "the lowest that works")
-    input_shape:      {input name: [sizes]} replacing what the program declares (-1 makes a
-                      size dynamic); by default the declared shapes are kept
+    input_shape:      (keyword only, ours) {input name: [sizes]} replacing what the program
+                      declares (-1 makes a size dynamic); by default the declared shapes are kept
     Returns the serialized model (None when it went to external data, over 2 GB).
     paddle2onnx options with no meaning here are accepted at their defaults and refused
     otherwise, so nothing is silently ignored.
