@@ -148,7 +148,8 @@ class ExportContext:
             return recorded
         if recorded is None:
             return [d if isinstance(d, int) else -1 for d in inferred]
-        return [r if r >= 0 else (d if isinstance(d, int) else -1) for r, d in zip(recorded, inferred)]
+        return [r if r >= 0 else (d if isinstance(d, int) else -1)
+                for r, d in zip(recorded, inferred)]
 
     def infer_shape(self, value):
         """ONNX shape inference (with shape sub-graphs folded) on the main graph built so
