@@ -89,7 +89,7 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
            auto_upgrade_opset=True, dist_prim_all=False, verbose=False, enable_onnx_checker=True,
            enable_experimental_op=True, enable_optimize=True, custom_op_info=None,
            deploy_backend="onnxruntime", calibration_file="", external_file="",
-           export_fp16_model=False, optimize_tool="polygraphy"):
+           export_fp16_model=False, optimize_tool="polygraphy", *, input_shape=None):
     """Convert a Paddle export to ONNX; the signature of `paddle2onnx.export`.
 
     model_filename:   .pdmodel, PIR .json, __model__, or a model directory
@@ -97,6 +97,8 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     save_file:        where to write the .onnx (atomically); None: only return it
     opset_version:    the opset to use; raised to what the model needs when
                       auto_upgrade_opset (the default 7 thus means "the lowest that works")
+    input_shape:      (keyword only, ours) {input name: [sizes]} replacing what the program
+                      declares (-1 makes a size dynamic); by default the declared shapes are kept
     Returns the serialized model (None when it went to external data, over 2 GB).
     paddle2onnx options with no meaning here are accepted at their defaults and refused
     otherwise, so nothing is silently ignored.
@@ -114,6 +116,9 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
             raise ConversionError(f"paddle2onnx option {key}={value!r} is not supported by "
                                   "paddle_npu; leave it at its default")
     program = load(model_filename, params_filename or None)
+    if input_shape:
+        from .shapes import set_input_shapes
+        set_input_shapes(program, input_shape)
     progress = None
     if verbose or sum(len(b.ops) for b in program.blocks) > 300:
         from .progress import progress_bar

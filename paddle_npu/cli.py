@@ -49,12 +49,15 @@ def _cmd_convert(args):
     if spec is not None and args.reference:
         raise ConversionError("--reference holds the model's float inputs: it cannot check a "
                               "model taking raw uint8 images (--fuse-preprocess)")
+    from .shapes import parse_input_shape, parse_shape_dict
+    input_shape = parse_shape_dict(args.input_shape_dict) if args.input_shape_dict else {}
+    input_shape.update(parse_input_shape(text) for text in args.input_shape or ())
     data = export(model, params, None if args.target or spec else save_file,
                   opset_version=args.opset_version or 7,
                   auto_upgrade_opset=args.enable_auto_update_opset,
                   enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
                   dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
-                  deploy_backend=args.deploy_backend)
+                  deploy_backend=args.deploy_backend, input_shape=input_shape)
     if args.target:   # --npu: stage 2 too, the file written is the lowered model
         from .npu.cli import lower_converted
         lower_converted(data, save_file, args)
@@ -127,11 +130,16 @@ def build_parser():
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest max-abs-diff relative to the output scale for --reference")
     p.add_argument("--verbose", action="store_const", const=True, help="progress bar and details")
+    p.add_argument("--input-shape", action="append", metavar="NAME:D0,D1,...",
+                   help="the input's shape instead of the one the program declares (-1: a "
+                        "dynamic size); repeat per input")
     g = p.add_argument_group("paddle2onnx compatibility")
     g.add_argument("--model_dir")
     g.add_argument("--model_filename")
     g.add_argument("--params_filename")
     g.add_argument("--save_file", "-s")
+    g.add_argument("--input_shape_dict", metavar="DICT",
+                   help="input shapes as a dict, e.g. \"{'x': [1, 3, 640, 640]}\"")
     g.add_argument("--enable_verbose", dest="verbose", type=_flag, default=False, metavar="BOOL")
     g.add_argument("--enable_dist_prim_all", type=_flag, default=False, metavar="BOOL",
                    help="accepted for compatibility; must stay False")

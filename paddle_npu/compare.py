@@ -49,11 +49,15 @@ def load_reference(path, input_names, output_names):
     return feeds, expected
 
 
-def run_onnx(model_bytes_or_path, feeds):
+def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
+    """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
+    graph as written (their difference is part of a model's float-noise floor)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if not graph_optimizations:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return names, sess.run(None, feeds)

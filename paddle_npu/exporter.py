@@ -47,6 +47,19 @@ class _OpBuilder:
         return emit
 
 
+def onnx_proto_graph(inputs, nodes, initializers, output, opset):
+    """A ModelProto of these nodes computing `output` (for shape inference; `nodes` stay
+    where they are)."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [ir.serde.serialize_node(n) for n in nodes], "partial",
+        [ir.serde.serialize_value(v) for v in inputs],
+        [helper.make_empty_tensor_value_info(output.name)],
+        [ir.serde.serialize_tensor(v.const_value) for v in initializers])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
 class ExportContext:
     """What a mapper sees: the op's inputs as ONNX values, a node builder, constants."""
 
@@ -60,6 +73,7 @@ class ExportContext:
         self._current = None           # (paddle op, its index) being mapped
         self._node_count = {}
         self.model_metadata = {}       # key -> JSON-able value, the model's metadata_props
+        self.graph_inputs = []         # the model's inputs, as ir.Values
         self._unique_value_name = UniqueNames(set(program.params) | set(program.inputs))
         self._op_index = {}
         for block in program.blocks:
@@ -121,6 +135,52 @@ class ExportContext:
         """The static shape Paddle recorded for an input (-1 = unknown), or None."""
         var = self.var(op.input(slot)[i])
         return None if var is None or var.shape is None else list(var.shape)
+
+    def static_shape(self, op, slot, i=0):
+        """An input's shape as well as it can be known: Paddle's record, its -1 dims filled
+        in by ONNX shape inference on the graph built so far (which sees the model's input
+        shapes as given, e.g. by --input-shape); None when the rank is unknown too."""
+        recorded = self.shape(op, slot, i)
+        if recorded is not None and all(d >= 0 for d in recorded):
+            return recorded
+        inferred = self.infer_shape(self.input(op, slot, i))
+        if inferred is None or (recorded is not None and len(inferred) != len(recorded)):
+            return recorded
+        if recorded is None:
+            return [d if isinstance(d, int) else -1 for d in inferred]
+        return [r if r >= 0 else (d if isinstance(d, int) else -1)
+                for r, d in zip(recorded, inferred)]
+
+    def infer_shape(self, value):
+        """ONNX shape inference (with shape sub-graphs folded) on the main graph built so
+        far, up to `value`: its dims (ints, or None for unknown), or None. Not inside
+        sub-graphs."""
+        if value.shape is not None and value.shape.is_static():
+            return list(value.shape)
+        if len(self._graphs) > 1:
+            return None
+        from .optimize import fold_shapes
+
+        nodes = self._graphs[0]
+        unnamed = [v for node in nodes for v in node.outputs if v.name is None]
+        for k, v in enumerate(unnamed):                # serializing needs names; theirs come later
+            v.name = f"__infer_{k}"
+        try:
+            initializers, typed = [], []
+            for v in self.initializers.values():       # shapes matter, data only for small ones
+                small = v.const_value.size <= 1024
+                (initializers if small else typed).append(v)
+            graph = onnx_proto_graph(self.graph_inputs + typed, nodes, initializers, value,
+                                     self.opset)
+        finally:
+            for v in unnamed:
+                v.name = None
+        model = ir.serde.deserialize_model(graph)
+        fold_shapes(model)
+        out = model.graph.outputs[0]
+        if out.shape is None:
+            return None
+        return [d if isinstance(d, int) else None for d in out.shape]
 
     def rank(self, op, slot, i=0):
         shape = self.shape(op, slot, i)
@@ -305,6 +365,7 @@ def program_to_onnx(program, opset, progress=None):
         value = _graph_input(program, name)
         ctx.bind(name, value)
         graph_inputs.append(value)
+    ctx.graph_inputs = graph_inputs
     ops = program.global_block.ops
     if progress is not None:
         ops = progress(ops)

@@ -56,7 +56,8 @@ def render(summary):
         f"blocks:     {summary['blocks']}    ops: {summary['ops']}",
         f"parameters: {p['tensors']} tensors, {p['elements']:,} elements, {p['bytes']:,} bytes"
         + (f"  ({', '.join(f'{k}: {v}' for k, v in p['dtypes'].items())})" if p["dtypes"] else ""),
-        "inputs:",
+        "inputs (shapes as the program declares them; convert --input-shape NAME:D0,D1,... "
+        "sets others):",
     ]
     lines += [f"  {i['name']:<32} {i['dtype'] or '?':<10} {_shape(i)}" for i in summary["inputs"]]
     lines.append("outputs:")

@@ -178,13 +178,20 @@ class _IdentityElimination(common_passes.IdentityEliminationPass):
         return super()._try_eliminate_identity_node(node)
 
 
-def optimize(model, fold=True):
-    """Fold constants, fuse biases, remove dead code and Identity chains, in place."""
-    common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
-    for _ in range(8 if fold else 0):   # each round may reveal new static shapes
+def fold_shapes(model, rounds=8):
+    """Shape inference and constant folding until nothing more folds (each round may
+    reveal new static shapes)."""
+    for _ in range(rounds):
         common_passes.ShapeInferencePass(strict_mode=False)(model)
         if not fold_constants(model):
             break
+
+
+def optimize(model, fold=True):
+    """Fold constants, fuse biases, remove dead code and Identity chains, in place."""
+    common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+    if fold:
+        fold_shapes(model)
     if fold:
         fuse_bias_into_conv_and_gemm(model)
     _IdentityElimination()(model)

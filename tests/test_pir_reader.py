@@ -556,6 +556,38 @@ def test_unknown_op_keeps_pir_names():
     assert program.outputs == ["out"]
 
 
+def test_translated_program_shape():
+    """What paddle.pir.translate_to_pir writes (tools/zoo.py's translated format): inputs
+    through pd_op.feed, feeds in reverse col order, a builtin.slice per element of a split;
+    two slices of one element (one of them fetched) become one name and an assign."""
+    def feed(vid, name, col):
+        return {"#": "1.feed", "I": [], "O": [{"%": vid, "TT": _t()}],
+                "A": [_a("name", "0.a_str", name), _a("col", "0.a_i32", col)]}
+
+    def slice_(vid, index):
+        return {"#": "0.slice", "I": [{"%": 4}], "O": [{"%": vid, "TT": _t(dims=(-1, 2))}],
+                "A": [_a("index", "0.a_i32", index)]}
+
+    add = {"#": "1.add", "I": [{"%": 1}, {"%": 2}], "O": [{"%": 3, "TT": _t()}]}
+    split = {"#": "1.split_with_num", "I": [{"%": 3}, {"%": 0}],
+             "O": [{"%": 4, "TT": {"#": "0.t_vec", "D": [_t(dims=(-1, 2)), _t(dims=(-1, 2))]}}],
+             "A": [_a("num", "0.a_i32", 2), _a("axis", "0.a_i32", 1)]}
+    relu = {"#": "1.relu", "I": [{"%": 5}], "O": [{"%": 8, "TT": _t(dims=(-1, 2))}]}
+    ops = [feed(2, "b", 1), feed(1, "a", 0), add, split, slice_(5, 1), slice_(6, 0),
+           slice_(7, 1), relu, _fetch(8, 90), _fetch(7, 91), _fetch(6, 92)]
+    program = read_pir_program("m.json", _program(ops))
+    assert program.inputs == ["a", "b"]
+    block = program.global_block
+    assert [(op.type, op.attr("col")) for op in block.ops[:2]] == [("feed", 1), ("feed", 0)]
+    split_op = next(op for op in block.ops if op.type == "split")
+    first, second = split_op.outputs["Out"]
+    relu_op = next(op for op in block.ops if op.type == "relu")
+    assert relu_op.inputs == {"X": [second]}            # the first slice of index 1 names it
+    assign = next(op for op in block.ops if op.type == "assign")
+    assert assign.inputs == {"X": [second]} and assign.outputs["Out"] != [second]
+    assert program.outputs[1:] == [assign.outputs["Out"][0], first]
+
+
 def test_versions():
     for version in (0, 1, 2, 3, 4):
         with warnings.catch_warnings():

@@ -10,13 +10,16 @@ from paddle_npu.api import export
 from paddle_npu.compare import agreement, load_reference, run_onnx
 
 
+@pytest.mark.parametrize("form", ["released", "translated"])
 @pytest.mark.parametrize("model, opset", [
     ("ch_ppocr_mobile_v2.0_cls", None), ("ch_ppocr_mobile_v2.0_cls", 13),
     ("luotao1_example_mlp", None), ("luotao1_example_mlp", 13),
 ])
-def test_released_model_matches_paddle(model, opset):
+def test_released_model_matches_paddle(model, opset, form):
+    """As released (legacy), and in the PIR form paddle.pir.translate_to_pir gives it
+    (`translated/`, made by `tools/zoo.py translate`: inputs through pd_op.feed)."""
     d = os.path.join(REAL_MODELS, model)
-    onnx_bytes = export(d, opset_version=opset)
+    onnx_bytes = export(d if form == "released" else os.path.join(d, form), opset_version=opset)
     import onnx
     proto = onnx.load_from_string(onnx_bytes)
     inits = {i.name for i in proto.graph.initializer}   # IR 3 lists them as inputs too

@@ -120,3 +120,27 @@ def test_converted_model_matches_paddle(zoo_export, name, fmt):
         assert got.shape == want.shape, f"output {i}"
         a = agreement(got, want)
         assert a["rel_diff"] <= 1e-4, f"output {i}: {a}"
+
+
+def test_noise_floor_judgement():
+    """A model passes within the tolerance or within its float-noise floor, output by output."""
+    assert zoo.noise_floor([2e-4, 0.0], [1e-6, 3e-5]) == [2e-4, 3e-5]
+    assert zoo.judge([5e-5, 1.5e-4], [0.0, 2e-4], 1e-4) == (True, 1)
+    assert zoo.judge([5e-5, 1.5e-4], [0.0, 1e-4], 1e-4) == (False, 1)
+    assert zoo.judge([3e-4, 1e-6], [2e-4, 0.0], 1e-4) == (False, 0)
+    x = np.linspace(-3, 3, 1000, dtype="float32")
+    nudged = zoo._nudge(x)
+    assert nudged.dtype == x.dtype and 0 < np.abs(nudged - x).max() <= 2e-7 * 3
+    ids = np.arange(5)
+    assert zoo._nudge(ids) is ids
+
+
+@pytest.mark.parametrize("name", CI_MODELS)
+def test_paddle_noise_recorded(zoo_export, name):
+    """Each export records how far Paddle's outputs move on a nudged input; the translated
+    form shares the legacy one's (same eager layer and input)."""
+    noise = {fmt: zoo_export(name, fmt)["paddle_noise"] for fmt in zoo.FORMATS}
+    for fmt, values in noise.items():
+        assert len(values) == zoo_export(name, fmt)["num_outputs"]
+        assert all(np.isfinite(v) and v >= 0 for v in values), (fmt, values)
+    assert noise["translated"] == noise["legacy"]

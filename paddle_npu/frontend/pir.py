@@ -48,7 +48,8 @@ Paddle itself by `tools/gen_pir_compat.py`):
     in0, in1, ... and out0, ...
   * results: to legacy output slots; a PIR-only result nobody reads
     (batch_norm's reserve_space) is dropped. Vector results expand to one
-    name per element (rnn State), builtin.combine/split disappear.
+    name per element (rnn State), builtin.combine/split/slice disappear
+    (a slice's result names the element it picks).
   * attributes: legacy names (transpose_x -> trans_x), plain Python values;
     dtypes as numpy names ('float32'), undefined dtype as -1 (legacy's "unset");
     places as 'cpu' / 'gpu:0' / 'undefined'. Legacy attributes PIR dropped get
@@ -57,9 +58,10 @@ Paddle itself by `tools/gen_pir_compat.py`):
   * names: parameters by parameter name, inputs by the data op's name, fetched
     values by the fetch name, the rest `<legacy type>_<k>.tmp_<result>`, block
     arguments `<op>_<k>.arg_<i>`; unique.
-  * inputs/outputs: pd_op.data -> a legacy `feed` op (X=['feed'], Out=[name],
-    col), pd_op.fetch -> `fetch` (X=[name], Out=['fetch'], col);
-    Program.inputs / outputs in their order.
+  * inputs/outputs: pd_op.data, and pd_op.feed in programs paddle.pir.translate_to_pir
+    made from legacy ones, -> a legacy `feed` op (X=['feed'], Out=[name], col),
+    pd_op.fetch -> `fetch` (X=[name], Out=['fetch'], col); Program.inputs in col
+    order (a data op's col is its position), outputs in program order.
 
 Control flow (no legacy equivalent, so these slots are ours):
     if:    inputs Cond=[c]; outputs Out=[...]; attrs true_block, false_block (Blocks)
@@ -98,6 +100,9 @@ PLACES = {0: "undefined", 1: "cpu", 2: "gpu", 3: "gpu_pinned", 4: "xpu", 7: "ipu
 
 # Ops that only move values around; they become no Op.
 _PLUMBING = {"builtin.combine", "builtin.split", "builtin.slice", "builtin.parameter"}
+# Ops that bring a model input in: `data` in programs Paddle 3 wrote, `feed` in programs
+# paddle.pir.translate_to_pir made from legacy ones (how PaddleX ships older models).
+_INPUTS = {"pd_op.data", "pd_op.feed"}
 # Ops whose single result is a constant that can be folded into an attribute.
 _CONSTANTS = {"pd_op.full_int_array", "pd_op.full", "pd_op.assign_value", "pd_op.assign_value_"}
 _COMPAT = None
@@ -441,6 +446,8 @@ class _Builder:
         self.counters = {}
         self.bases = {}           # id(raw op) -> stem of its temp names
         self.constants = set()    # id(Op) of constant ops, dropped when all uses were folded
+        self.feeds = []           # (col, name) of the model inputs
+        self.picked = {}          # id(vector value) -> {index: name} from builtin.slice
         self.current = None
 
     # -- names --------------------------------------------------------------
@@ -471,9 +478,10 @@ class _Builder:
                 self.taken.add(pname)
                 raw.results[0].name = pname
         for raw in ops:
-            if raw.name == "pd_op.data" and raw.results and raw.results[0] is not None:
+            if raw.name in _INPUTS and raw.results and raw.results[0] is not None:
                 name = raw.attrs.get("name")
-                _need(isinstance(name, str) and name, "data op without a 'name' attribute")
+                _need(isinstance(name, str) and name,
+                      f"{raw.name.split('.', 1)[1]} op without a 'name' attribute")
                 raw.results[0].name = self.unique(name)
         for raw in ops:
             if raw.name == "pd_op.fetch" and raw.operands and raw.operands[0] is not None:
@@ -494,12 +502,35 @@ class _Builder:
                     if v is not None and v.name is None:
                         v.name = self.unique(f"{base}.tmp_{vec.index}_{i}")
                 continue
+            if raw.name == "builtin.slice":
+                self.name_slice(raw)
+                continue
             for v in raw.results:
                 if v is None or v.name is not None or raw.name == "builtin.combine":
                     continue
                 if v.type.kind == "vector":
                     continue                           # named by element, see names()
                 v.name = self.unique(f"{self.op_base(raw)}.tmp_{v.index}")
+
+    def name_slice(self, raw):
+        """builtin.slice picks element `index` of a vector (translate_to_pir writes one after
+        each split / rnn): its result names that element, the first slice of an index wins."""
+        _need(len(raw.operands) == 1 and raw.operands[0] is not None and len(raw.results) == 1,
+              "slice takes one vector and gives one value")
+        vec, res = raw.operands[0], raw.results[0]
+        i = raw.attrs.get("index")
+        n = len(vec.type.elements) if vec.type.kind == "vector" else 0
+        _need(isinstance(i, int) and 0 <= i < n, f"slice index {i!r} outside a vector of {n}")
+        if res is None:
+            return
+        if vec.op is not None and vec.op.name == "builtin.combine":
+            picked = {i: self.names(vec)[i]}           # the combined value itself
+        else:
+            picked = self.picked.setdefault(id(vec), {})
+        if res.name is None:                           # not fetched: the element's name
+            base = self.op_base(vec.op) if vec.op is not None else "vector"
+            res.name = picked.get(i) or self.unique(f"{base}.tmp_{vec.index}_{i}")
+        picked.setdefault(i, res.name)
 
     def names(self, v):
         """The variable names a value stands for: vectors expand to their elements."""
@@ -511,11 +542,12 @@ class _Builder:
             if v.name is None:                         # name elements: a split's results, or new
                 splits = [u for u in v.uses if u.name == "builtin.split" and u.operands
                           and u.operands[0] is v]
+                picked = self.picked.get(id(v), {})
                 if splits:
                     v.name = [r.name for r in splits[0].results if r is not None]
                 else:
                     base = self.op_base(v.op) if v.op is not None else "vector"
-                    v.name = [self.unique(f"{base}.tmp_{v.index}_{i}")
+                    v.name = [picked.get(i) or self.unique(f"{base}.tmp_{v.index}_{i}")
                               for i in range(len(v.type.elements))]
             return list(v.name)
         return [v.name]
@@ -534,6 +566,8 @@ class _Builder:
         gblock.vars["feed"] = Var("feed", kind="feed_minibatch", persistable=True)
         gblock.vars["fetch"] = Var("fetch", kind="fetch_list", persistable=True)
         self.fill(root, gblock)
+        # legacy programs prepend their feed ops, so a translated one may list col 1 first
+        self.program.inputs = [n for _, n in sorted(self.feeds, key=lambda t: t[0])]
         self.drop_folded_constants()
         return self.program
 
@@ -578,17 +612,22 @@ class _Builder:
         if name in _PLUMBING:
             for v in raw.results:
                 self.add_var(block, v)
+            if name == "builtin.slice" and raw.results[0] is not None:
+                element = self.names(raw.operands[0])[raw.attrs["index"]]
+                if element != raw.results[0].name:     # a second name for the element
+                    return Op("assign", {"X": [element]}, {"Out": [raw.results[0].name]}, {})
             return None
         for v in raw.results:
             self.add_var(block, v)
-        if name == "pd_op.data":
+        if name in _INPUTS:
             out = raw.results[0] if raw.results else None
-            _need(out is not None, "data op without a result")
+            _need(out is not None, f"{name.split('.', 1)[1]} op without a result")
             persistable = raw.out_attrs.get("persistable")
             if isinstance(persistable, list) and persistable and persistable[0]:
                 block.vars[out.name].persistable = True     # saved with the parameters
-            self.program.inputs.append(out.name)
-            col = len(self.program.inputs) - 1
+            col = raw.attrs.get("col", len(self.feeds))     # data ops: in program order
+            _need(isinstance(col, int) and not isinstance(col, bool), f"feed col is {col!r}")
+            self.feeds.append((col, out.name))
             return Op("feed", {"X": ["feed"]}, {"Out": [out.name]}, {"col": col})
         if name == "pd_op.fetch":
             _need(raw.operands and raw.operands[0] is not None, "fetch op without an input")
@@ -599,6 +638,12 @@ class _Builder:
             return Op("fetch", {"X": src}, {"Out": ["fetch"]}, {"col": col})
         if raw.regions:
             return self.control_flow(raw, block)
+        if name == "pd_op.select_input":     # translated `if`s; Paddle gives it no slot names
+            _need(len(raw.operands) >= 2 and all(raw.operands) and len(raw.results) == 1,
+                  "select_input takes a mask and values and gives one value")
+            return Op("select_input", {"Mask": self.names(raw.operands[0]),
+                                       "X": [n for v in raw.operands[1:] for n in self.names(v)]},
+                      {"Out": self.names(raw.results[0])}, {})
         if name == "cf.yield":
             return Op("yield", {"X": [n for v in raw.operands for n in self.names(v)]}, {}, {})
         return self.generic(raw, block)

@@ -1,7 +1,6 @@
 """Convolution, normalisation, pooling, dropout."""
 import numpy as np
 
-from ..errors import ConversionError
 from .common import conv_padding, ints, paddle_pads_2d, reduce
 from .registry import paddle_op
 
@@ -59,9 +58,10 @@ class BatchNorm:
 class Pool2d:
     @classmethod
     def check(cls, op):
-        from .vision import _var_shape, avg_pool_problem
+        from .vision import _pool_problem, _var_shape, avg_pool_problem
         shape = _var_shape(op, "X")
-        return _nchw_only(op) or avg_pool_problem(op, shape[2:] if shape else None)
+        spatial = shape[2:] if shape else None
+        return _nchw_only(op) or _pool_problem(op, spatial) or avg_pool_problem(op, spatial)
 
     @classmethod
     def required_opset(cls, op):
@@ -74,8 +74,8 @@ class Pool2d:
         x = ctx.input(op, "X")
         kind = op.attr("pooling_type", "max")
         ksize = ints(op.attr("ksize", [1, 1]))
-        shape = ctx.shape(op, "X")
-        spatial = shape[2:] if shape else [-1, -1]
+        from .vision import pool_spatial
+        spatial = pool_spatial(ctx, op, "X", 2)
         adaptive = op.attr("adaptive", False)
         is_global = op.attr("global_pooling", False) or (
             adaptive and ksize == [1, 1]) or (
@@ -85,9 +85,6 @@ class Pool2d:
             y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
             return ctx.set_output(op, "Out", y)
         if adaptive:
-            if any(d <= 0 for d in spatial):
-                raise ConversionError(
-                    f"adaptive pool2d to {ksize} needs static input sizes, got {spatial}")
             if any(s % k for s, k in zip(spatial, ksize)):   # uneven or overlapping bins
                 from .vision import _adaptive_pool
                 return ctx.set_output(op, "Out", _adaptive_pool(ctx, x, spatial, ksize, kind))

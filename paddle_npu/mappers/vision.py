@@ -3,6 +3,7 @@ pixel shuffles, instance/group normalisation, affine_channel."""
 import numpy as np
 
 from ..errors import ConversionError
+from ..shapes import FLAG_HINT, inputs_static
 from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reduce, reshape,
                      slice_, unsqueeze)
 from .registry import paddle_op
@@ -534,16 +535,41 @@ def _pool_ksize(op):
     return k if k is not None else op.attr("kernel_size", [])
 
 
+def _needs_sizes(op):
+    """An adaptive pool to a grid other than 1x1: its bins depend on the input's size."""
+    return op.attr("adaptive", False) and not op.attr("global_pooling", False) and \
+        not all(k == 1 for k in ints(_pool_ksize(op)))
+
+
 def _pool_problem(op, spatial_shape):
-    """Why an adaptive pool can't be converted (sizes unknown), or None."""
-    if not op.attr("adaptive", False) or op.attr("global_pooling", False):
-        return None
-    ksize = ints(_pool_ksize(op))
-    if all(k == 1 for k in ksize):
+    """Why an adaptive pool can't be converted (sizes unknown), or None. With the model's
+    input sizes all fixed (the program's, or --input-shape), conversion infers its sizes."""
+    if not _needs_sizes(op):
         return None
     if spatial_shape is None or any(d <= 0 for d in spatial_shape):
-        return f"adaptive pooling to {ksize} needs static input sizes"
+        if op.block is not None and inputs_static(op.block.program):
+            return None
+        return unknown_pool_sizes(ints(_pool_ksize(op)), spatial_shape)
     return None
+
+
+def unknown_pool_sizes(ksize, spatial):
+    return (f"adaptive pooling to {ksize} needs static input sizes, got "
+            f"{[-1 if d < 0 else d for d in spatial] if spatial else 'none'}: fix the model's "
+            f"input sizes with {FLAG_HINT}")
+
+
+def pool_spatial(ctx, op, slot, n):
+    """The n spatial sizes of a pool's input (-1 unknown); inferred for an adaptive pool
+    whose recorded sizes are open, an error when even that leaves them open."""
+    shape = ctx.shape(op, slot) or [-1] * (n + 2)
+    if _needs_sizes(op) and any(d < 0 for d in shape[2:]):
+        shape = ctx.static_shape(op, slot) or shape
+        if any(d < 0 for d in shape[2:]):       # (check() let it through: inputs are fixed)
+            raise ConversionError(f"adaptive pooling to {ints(_pool_ksize(op))}: ONNX shape "
+                                  "inference cannot find its input sizes from the model's "
+                                  f"input sizes, got {shape[2:]}" + ctx._where())
+    return shape[2:]
 
 
 @paddle_op("pool3d")
@@ -565,7 +591,7 @@ class Pool3d:
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         kind = op.attr("pooling_type", "max")
-        spatial = (ctx.shape(op, "X") or [-1] * 5)[2:]
+        spatial = pool_spatial(ctx, op, "X", 3)
         ksize = ints(_pool_ksize(op))
         if op.attr("global_pooling", False) or (op.attr("adaptive", False) and
                                                 all(k == 1 for k in ksize)):
@@ -625,7 +651,7 @@ class MaxPoolWithIndex:
         n = cls._n(op)
         xs = _first_slot(op, cls.X)
         x = ctx.input(op, xs)
-        spatial = (ctx.shape(op, xs) or [-1] * (n + 2))[2:]
+        spatial = pool_spatial(ctx, op, xs, n)
         ksize = ints(_pool_ksize(op))
         want_mask = _is_used(op, _first_slot(op, cls.MASK, inputs=False))
         adaptive = op.attr("adaptive", False)
