@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import broadcast_y, cast
+from .common import broadcast_y, cast, in_float32
 from .registry import paddle_op
 
 _BINARY = {
@@ -35,6 +35,27 @@ class FloorDiv:
         if ctx.dtype(op, "X").startswith("float"):
             q = ctx.op.Floor(q)
         ctx.set_output(op, "Out", q)
+
+
+@paddle_op("atan2")
+class Atan2:
+    """atan(x1 / x2) moved into x2 < 0's half-plane by +-pi; atan2(0, 0) = 0 as in Paddle.
+    Integer inputs give float64, as Paddle's kernel does."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        dtype = ctx.out_dtype(op, "Out") or ctx.dtype(op, "X1")
+        x1, x2 = ctx.input(op, "X1"), ctx.input(op, "X2")
+        if ctx.dtype(op, "X1") != dtype:
+            x1, x2 = cast(ctx, x1, dtype), cast(ctx, x2, dtype)
+
+        def c(v):
+            return ctx.const(np.asarray(v, dtype))
+        base = in_float32(ctx, dtype, ctx.op.Atan, ctx.op.Div(x1, x2))
+        turn = ctx.op.Where(ctx.op.Less(x1, c(0)), c(-np.pi), c(np.pi))
+        out = ctx.op.Add(base, ctx.op.Where(ctx.op.Less(x2, c(0)), turn, c(0)))
+        origin = ctx.op.And(ctx.op.Equal(x1, c(0)), ctx.op.Equal(x2, c(0)))
+        ctx.set_output(op, "Out", ctx.op.Where(origin, c(0), out))
 
 
 @paddle_op("elementwise_mod")

@@ -66,6 +66,20 @@ class Reduce:
         ctx.set_output(op, "Out", y)
 
 
+@paddle_op("mean")
+class Mean:
+    """The old `mean` op: the mean of every element (0-d, or [1] in programs before 2.5)."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        y = reduce(ctx, "ReduceMean", reshape(ctx, x, [-1]), [0], keepdims=False)
+        out_var = ctx.var(op.output("Out")[0])
+        if out_var is not None and out_var.shape is not None and len(out_var.shape) == 1:
+            y = reshape(ctx, y, [1])
+        ctx.set_output(op, "Out", y)
+
+
 @paddle_op("p_norm")
 class PNorm:
     """sum(|x|^p)^(1/p) over one axis (or all, asvector); 0, inf and -inf orders too."""
