@@ -3,8 +3,8 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
-from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reshape, slice_,
-                     split, squeeze, unsqueeze)
+from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reduce, reshape,
+                     slice_, split, squeeze, unsqueeze)
 from .registry import paddle_op
 
 # Slice bounds meaning "to the end" / "to the front" (kept well inside int64 so that
@@ -630,3 +630,102 @@ class Roll:
         ax = const_i64(ctx, [axis])
         return ctx.op.Concat(ctx.op.Slice(x, cut, d, ax),
                              ctx.op.Slice(x, const_i64(ctx, [0]), cut, ax), axis=axis)
+
+
+@paddle_op("expand")
+class Expand:
+    """The old expand: X tiled expand_times times along each dim. Its output is shaped here:
+    Paddle 3 records expand_times as the output's shape when it writes this op."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        times = int_list_input(ctx, op, "expand_times", "ExpandTimes", "expand_times_tensor")
+        y = _tile(ctx, x, len(shape), times)
+        if not is_value(times) and len(times) == len(shape):
+            y.shape = ir.Shape([d * t if d >= 0 else None for d, t in zip(shape, times)])
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("repeat_interleave")
+class RepeatInterleave:
+    """Each slice along `dim` repeated: an int count tiles a new axis after `dim` and merges
+    it; per-slice counts gather the slices by index (count i of slice i)."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        rank = len(shape)
+        axis = int(op.attr("dim", 0)) % max(rank, 1)
+        if not ctx.has_input(op, "RepeatsTensor"):
+            r = int(op.attr("Repeats", 1))
+            tiled = ctx.op.Tile(unsqueeze(ctx, x, [axis + 1]),
+                                const_i64(ctx, [1] * (axis + 1) + [r] + [1] * (rank - axis - 1)))
+            parts = [const_i64(ctx, [-1])]
+            if axis:
+                parts.insert(0, dims_of(ctx, x, range(axis)))
+            if axis + 1 < rank:
+                parts.append(dims_of(ctx, x, range(axis + 1, rank)))
+            target = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
+            return ctx.set_output(op, "Out", reshape(ctx, tiled, target))
+        reps = const_of(ctx, op, "RepeatsTensor")
+        if reps is not None:
+            idx = const_i64(ctx, np.repeat(np.arange(len(reps)), np.asarray(reps).reshape(-1)))
+        else:   # index of output j = how many cumulative counts are <= j
+            counts = as_int64(ctx, ctx.input(op, "RepeatsTensor"), ctx.dtype(op, "RepeatsTensor"))
+            ends = ctx.op.CumSum(counts, const_i64(ctx, 0))
+            total = reduce(ctx, "ReduceSum", counts, [0], keepdims=False)
+            pos = ctx.op.Range(const_i64(ctx, 0), total, const_i64(ctx, 1))
+            passed = cast(ctx, ctx.op.Not(ctx.op.Less(unsqueeze(ctx, pos, [1]),
+                                                      unsqueeze(ctx, ends, [0]))), "int64")
+            idx = reduce(ctx, "ReduceSum", passed, [1], keepdims=False)
+        ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
+
+
+@paddle_op("tril_triu")
+class TrilTriu:
+    """Lower (col - row <= diagonal) or upper (col - row >= diagonal) triangle of the last two
+    dims: ONNX Trilu from opset 14, a mask before."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        k = int(op.attr("diagonal", 0))
+        lower = bool(op.attr("lower", False))
+        rank = ctx.rank(op, "X")
+        if ctx.opset >= 14 and ctx.dtype(op, "X") in _TRILU_DTYPES:
+            return ctx.set_output(op, "Out", ctx.op.Trilu(x, const_i64(ctx, k), upper=int(not lower)))
+        zero, one = const_i64(ctx, 0), const_i64(ctx, 1)
+        rows = ctx.op.Range(zero, reshape(ctx, dims_of(ctx, x, [rank - 2]), []), one)
+        cols = ctx.op.Range(zero, reshape(ctx, dims_of(ctx, x, [rank - 1]), []), one)
+        offset = ctx.op.Sub(unsqueeze(ctx, cols, [0]), unsqueeze(ctx, rows, [1]))
+        kc = const_i64(ctx, k)
+        keep = ctx.op.Not(ctx.op.Greater(offset, kc) if lower else ctx.op.Less(offset, kc))
+        if ctx.dtype(op, "X") == "bool":   # (no bool Where in onnxruntime before opset 16)
+            return ctx.set_output(op, "Out", ctx.op.And(x, keep))
+        zero_x = ctx.const(np.zeros((), np.dtype(ctx.dtype(op, "X"))))
+        ctx.set_output(op, "Out", ctx.op.Where(keep, x, zero_x))
+
+
+_TRILU_DTYPES = ("float32", "float64", "int64", "bool")
+
+
+@paddle_op("partial_concat", "partial_sum")
+class PartialConcatSum:
+    """Columns [start_index, start_index + length) of each 2-D input, concatenated / summed."""
+
+    @classmethod
+    def version_8(cls, ctx, op):
+        start = int(op.attr("start_index", 0))
+        length = int(op.attr("length", -1))
+        end = END if length < 0 else start + length
+        parts = [slice_(ctx, x, [start], [end], [1]) for x in ctx.inputs(op, "X")]
+        if len(parts) == 1:
+            out = ctx.op.Identity(parts[0])
+        elif op.type == "partial_concat":
+            out = ctx.op.Concat(*parts, axis=1)
+        else:
+            out = ctx.op.Sum(*parts)
+        ctx.set_output(op, "Out", out)
