@@ -249,6 +249,11 @@ class Softplus:
 @paddle_op("pow")
 class Pow:
     @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        return 12 if dt and not dt.startswith("float") else 7   # integer Pow: opset 12
+
+    @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         if ctx.has_input(op, "FactorTensor"):
@@ -323,6 +328,8 @@ class Softmax:
         onnx_op = getattr(ctx.op, "Softmax" if op.type == "softmax" else "LogSoftmax")
         x = ctx.input(op, "X")
         rank = ctx.rank(op, "X")
+        if rank == 0:   # one element: softmax over it as a [1] vector
+            return ctx.set_output(op, "Out", reshape(ctx, onnx_op(reshape(ctx, x, [1]), axis=0), []))
         axis = op.attr("axis", -1)
         axis = axis + rank if axis < 0 else axis
         if ctx.opset >= 13 or axis == rank - 1:

@@ -202,3 +202,9 @@ def in_float32(ctx, dtype_name, fn, *values):
     if dtype_name != "float64":
         return fn(*values)
     return cast(ctx, fn(*[cast(ctx, v, "float32") for v in values]), "float64")
+
+
+def computed_dtype(ctx, op, slot="X"):
+    """The dtype an input is computed in under in_float32."""
+    dt = ctx.dtype(op, slot)
+    return "float32" if dt == "float64" else dt

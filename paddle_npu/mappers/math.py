@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import broadcast_y, cast, in_float32
+from .common import broadcast_y, cast, in_float32, var_dtype
 from .registry import paddle_op
 
 _BINARY = {
@@ -15,26 +15,45 @@ _BINARY = {
 @paddle_op(*_BINARY)
 class Elementwise:
     @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        if op.type in ("elementwise_pow", "elementwise_max", "elementwise_min") and \
+                dt and not dt.startswith("float"):
+            return 12   # integer Pow / Max / Min
+        return 8 if op.type in ("elementwise_max", "elementwise_min") else 7
+
+    @classmethod
     def version_7(cls, ctx, op):
         x, y = ctx.input(op, "X"), ctx.input(op, "Y")
         y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
         if op.type == "elementwise_pow" and ctx.dtype(op, "Y") != ctx.dtype(op, "X"):
             y = cast(ctx, y, ctx.dtype(op, "X"))
-        if op.type in ("elementwise_max", "elementwise_min") and ctx.opset < 8:
-            raise ConversionError("Max/Min with broadcasting needs opset 8")
         ctx.set_output(op, "Out", getattr(ctx.op, _BINARY[op.type])(x, y))
 
 
 @paddle_op("elementwise_floordiv")
 class FloorDiv:
+    """Paddle floors (-3 // 2 = -2); ONNX Div on integers truncates (-1): a quotient with a
+    non-zero remainder of the divisor's opposite sign is one too big."""
+
+    @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        return 9 if dt and not dt.startswith("float") else 7   # Less on integers
+
     @classmethod
     def version_7(cls, ctx, op):
         x, y = ctx.input(op, "X"), ctx.input(op, "Y")
         y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
         q = ctx.op.Div(x, y)
-        if ctx.dtype(op, "X").startswith("float"):
-            q = ctx.op.Floor(q)
-        ctx.set_output(op, "Out", q)
+        dt = ctx.dtype(op, "X")
+        if dt.startswith("float"):
+            return ctx.set_output(op, "Out", ctx.op.Floor(q))
+        zero = ctx.const(np.zeros((), np.dtype(dt)))
+        r = ctx.op.Sub(x, ctx.op.Mul(q, y))
+        off = ctx.op.And(ctx.op.Not(ctx.op.Equal(r, zero)),
+                         ctx.op.Xor(ctx.op.Less(r, zero), ctx.op.Less(y, zero)))
+        ctx.set_output(op, "Out", ctx.op.Sub(q, cast(ctx, off, dt)))
 
 
 @paddle_op("atan2")

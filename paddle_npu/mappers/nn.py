@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import conv_padding, ints, paddle_pads_2d, reduce
+from .common import computed_dtype, conv_padding, in_float32, ints, paddle_pads_2d, reduce
 from .registry import paddle_op
 
 
@@ -71,7 +71,12 @@ class Pool2d:
 
     @classmethod
     def version_7(cls, ctx, op):
-        x = ctx.input(op, "X")
+        # onnxruntime has no float64 average pools (nor max pools before opset 8)
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x: cls._pool(ctx, op, x), ctx.input(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x):
         kind = op.attr("pooling_type", "max")
         ksize = ints(op.attr("ksize", [1, 1]))
         shape = ctx.shape(op, "X")
@@ -82,15 +87,14 @@ class Pool2d:
             not adaptive and ksize == spatial and all(d > 0 for d in spatial)
             and _zero_pads(op) and op.attr("padding_algorithm", "EXPLICIT") != "SAME")
         if is_global:
-            y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
-            return ctx.set_output(op, "Out", y)
+            return ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
         if adaptive:
             if any(d <= 0 for d in spatial):
                 raise ConversionError(
                     f"adaptive pool2d to {ksize} needs static input sizes, got {spatial}")
             if any(s % k for s, k in zip(spatial, ksize)):   # uneven or overlapping bins
                 from .vision import _adaptive_pool
-                return ctx.set_output(op, "Out", _adaptive_pool(ctx, x, spatial, ksize, kind))
+                return _adaptive_pool(ctx, x, spatial, ksize, kind)
             stride = [s // k for s, k in zip(spatial, ksize)]
             attrs = {"kernel_shape": stride, "strides": stride, "pads": [0, 0, 0, 0]}
         else:
@@ -102,11 +106,9 @@ class Pool2d:
             if op.attr("ceil_mode", False):
                 attrs["ceil_mode"] = 1
         if kind == "max":
-            y = ctx.op.MaxPool(x, **attrs)
-        else:
-            from .vision import avg_pool   # Paddle's divisor for exclusive=False
-            y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, ctx.dtype(op, "X"))
-        ctx.set_output(op, "Out", y)
+            return ctx.op.MaxPool(x, **attrs)
+        from .vision import avg_pool   # Paddle's divisor for exclusive=False
+        return avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
 
 
 def _zero_pads(op):

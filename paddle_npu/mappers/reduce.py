@@ -4,7 +4,7 @@ import onnx_ir as ir
 
 from .common import cast, const_i64, dtype_attr, ints, reduce, reshape
 from .registry import paddle_op
-from .tensor import const_of
+from .tensor import const_of, out_rank
 
 # Paddle reduction -> ONNX reduction
 _REDUCE = {
@@ -157,6 +157,9 @@ class TopK:
                 k = reshape(ctx, cast(ctx, ctx.input(op, "K"), "int64"), [1])
         else:
             k = const_i64(ctx, [int(op.attr("k", 1))])
+        if rank == 0:   # the one element, at index 0
+            ctx.set_output(op, "Out", ctx.op.Identity(x))
+            return ctx.set_output(op, "Indices", ctx.const(np.zeros((), np.int64)))
         axis = -1 if op.type == "top_k" else int(op.attr("axis", -1))
         values, indices = ctx.op.TopK(x, k, axis=axis % max(rank, 1),
                                       largest=int(op.attr("largest", True)),
@@ -184,5 +187,7 @@ class CumSum:
         y = ctx.op.CumSum(x, ctx.const(np.asarray(axis, np.int64)),
                           exclusive=int(op.attr("exclusive", False)),
                           reverse=int(op.attr("reverse", False)))
+        if rank == 0 and out_rank(ctx, op) == 0:   # a 0-d input keeps its shape
+            y = reshape(ctx, y, [])
         ctx.set_output(op, "Out", y)
 

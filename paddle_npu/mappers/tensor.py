@@ -127,14 +127,14 @@ class Flatten2:
 @paddle_op("squeeze2")
 class Squeeze:
     @classmethod
-    def check(cls, op):
-        if op.input("axis"):
-            return "squeeze with computed axes is not supported"
-        return None
+    def required_opset(cls, op):
+        return 13 if op.input("axis") else 7   # computed axes: Squeeze's axes input
 
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
+        if ctx.has_input(op, "axis"):
+            return ctx.set_output(op, "Out", cls._computed_axes(ctx, op, x))
         shape = ctx.shape(op, "X")
         rank = len(shape)
         axes = sorted({a % rank for a in ints(op.attr("axes", []) or [])}) if rank else []
@@ -152,6 +152,14 @@ class Squeeze:
         if not ones:
             return ctx.set_output(op, "Out", ctx.op.Identity(x))
         ctx.set_output(op, "Out", squeeze(ctx, x, ones))
+
+
+    @staticmethod
+    def _computed_axes(ctx, op, x):
+        """Axes known at run time: the ones whose dim is 1 go (Paddle ignores the others)."""
+        axes = reshape(ctx, as_int64(ctx, ctx.input(op, "axis"), ctx.dtype(op, "axis")), [-1])
+        ones = ctx.op.Equal(ctx.op.Gather(ctx.op.Shape(x), axes, axis=0), const_i64(ctx, 1))
+        return ctx.op.Squeeze(x, ctx.op.Compress(axes, ones, axis=0))
 
 
 def unsqueeze_positions(axes, rank):
@@ -530,6 +538,8 @@ class Gather:
     def version_7(cls, ctx, op):
         x, idx = ctx.input(op, "X"), ctx.input(op, "Index")
         axis = _axis_input(ctx, op, "axis", "Axis")
+        if ctx.rank(op, "Index") == 2:   # Paddle reads an [N, 1] index as [N]
+            idx = reshape(ctx, idx, [-1])
         ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
 
 
@@ -602,10 +612,12 @@ class Roll:
     def version_10(cls, ctx, op):
         x = ctx.input(op, "X")
         shape = ctx.shape(op, "X")
-        shifts = int_list_input(ctx, op, "shifts", "ShiftsTensor")
-        if is_value(shifts):
-            raise ConversionError("roll with computed shifts is not supported")
+        shifts = int_list_input(ctx, op, "shifts", first_input(op, "ShiftsTensor", "shifts"))
         axes = ints(op.attr("axis", []) or [])
+        if is_value(shifts):   # computed shifts: one Value per axis
+            shifts = reshape(ctx, shifts, [-1])
+            shifts = [ctx.op.Gather(shifts, const_i64(ctx, [i]), axis=0)
+                      for i in range(len(axes) or 1)]
         if not axes:   # no axis: roll the flattened tensor, then restore the shape
             flat = reshape(ctx, x, [-1])
             n = int(np.prod(shape)) if all(d >= 0 for d in shape) else -1
@@ -618,15 +630,17 @@ class Roll:
 
     @staticmethod
     def _roll(ctx, x, axis, dim, shift):
-        if dim >= 0:
+        """x rolled by `shift` (an int, or a [1] int64 Value) along axis of size dim."""
+        if dim >= 0 and not is_value(shift):
             if dim == 0 or shift % dim == 0:
                 return x
             s = shift % dim
             return ctx.op.Concat(slice_(ctx, x, [dim - s], [dim], [axis]),
                                  slice_(ctx, x, [0], [dim - s], [axis]), axis=axis)
         # unknown size: the cut point (dim - shift mod dim) is computed
-        d = dims_of(ctx, x, [axis])
-        cut = ctx.op.Sub(d, ctx.op.Mod(const_i64(ctx, [shift]), d))
+        d = dims_of(ctx, x, [axis]) if dim < 0 else const_i64(ctx, [dim])
+        s = shift if is_value(shift) else const_i64(ctx, [shift])
+        cut = ctx.op.Sub(d, ctx.op.Mod(s, d))     # Mod with fmod=0 takes the divisor's sign
         ax = const_i64(ctx, [axis])
         return ctx.op.Concat(ctx.op.Slice(x, cut, d, ax),
                              ctx.op.Slice(x, const_i64(ctx, [0]), cut, ax), axis=axis)

@@ -3,8 +3,8 @@ pixel shuffles, instance/group normalisation, affine_channel."""
 import numpy as np
 
 from ..errors import ConversionError
-from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reduce, reshape,
-                     slice_, unsqueeze)
+from .common import (cast, computed_dtype, const_i64, in_float32, ints, int64_vector,
+                     paddle_pads_nd, reduce, reshape, slice_, unsqueeze)
 from .registry import paddle_op
 
 INT_MAX = 2 ** 62   # an 'until the end' bound for Slice
@@ -563,7 +563,12 @@ class Pool3d:
 
     @classmethod
     def version_7(cls, ctx, op):
-        x = ctx.input(op, "X")
+        # onnxruntime has no float64 average pools (nor max pools before opset 8)
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x: cls._pool(ctx, op, x), ctx.input(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x):
         kind = op.attr("pooling_type", "max")
         spatial = (ctx.shape(op, "X") or [-1] * 5)[2:]
         ksize = ints(_pool_ksize(op))
@@ -577,9 +582,8 @@ class Pool3d:
             if kind == "max":
                 y = ctx.op.MaxPool(x, **attrs)
             else:
-                y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial,
-                             ctx.dtype(op, "X"))
-        ctx.set_output(op, "Out", y)
+                y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
+        return y
 
 
 @paddle_op("max_pool2d_with_index", "max_pool3d_with_index")
