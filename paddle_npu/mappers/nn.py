@@ -42,6 +42,26 @@ def _channel_bias(ctx, b, n_spatial):
     return unsqueeze(ctx, b, list(range(1, 1 + n_spatial)))
 
 
+@paddle_op("deformable_conv", "deformable_conv_v1")
+class DeformableConv:
+    """ONNX DeformConv (opset 19): Paddle's Offset ((y, x) per kernel position and offset
+    group) and Mask layouts are its own; v1 has no Mask."""
+
+    @classmethod
+    def version_19(cls, ctx, op):
+        x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
+        args = [x, w, ctx.input(op, "Offset"), None]
+        if ctx.has_input(op, "Mask"):
+            args.append(ctx.input(op, "Mask"))
+        k = ctx.shape(op, "Filter")[2:]
+        y = ctx.op.DeformConv(*args, kernel_shape=k, strides=ints(op.attr("strides", [1, 1])),
+                              dilations=ints(op.attr("dilations", [1, 1])),
+                              pads=paddle_pads_2d(op.attr("paddings", [0, 0])),
+                              group=int(op.attr("groups", 1) or 1),
+                              offset_group=int(op.attr("deformable_groups", 1) or 1))
+        ctx.set_output(op, "Output", y)
+
+
 @paddle_op("batch_norm")
 class BatchNorm:
     @classmethod
