@@ -73,3 +73,10 @@ case("deformable_conv_groups", {**_DCN, "off": ((None, 36, 5, 5), "float32"),
                                 "mask": ((None, 18, 5, 5), "float32")},
      ["deformable_conv"], values=_OFFSETS, opsets=(19, 21))(
     lambda paddle: _deform(paddle, True, groups=2, deformable_groups=2))
+# The older op without a modulation mask (legacy programs; weights fed as an input here)
+case("deformable_conv_v1", {"x": ((2, 4, 5, 5), "float32"), "off": ((2, 18, 5, 5), "float32"),
+                            "w": ((6, 4, 3, 3), "float32")},
+     ["deformable_conv_v1"], values=_OFFSETS, opsets=(19, 21), formats=("legacy",),
+     raw=("deformable_conv_v1", {"Input": ["x"], "Offset": ["off"], "Filter": ["w"]},
+          {"Output": 1}, {"strides": [1, 1], "paddings": [1, 1], "dilations": [1, 1], "groups": 1,
+                          "deformable_groups": 1, "im2col_step": 1}))(None)
