@@ -1,6 +1,5 @@
 """Op cases for grid sampling, unpooling, unfold (im2col), temporal shift and deformable
 convolution (paddle_npu/mappers/vision.py, nn.py)."""
-import numpy as np
 
 from opcase_harness import case
 from opcase_layers import fcase, fn_layer

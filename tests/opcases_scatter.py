@@ -4,7 +4,7 @@ answer is known: distinct values to sort, repeated values to make unique."""
 import numpy as np
 
 from opcase_harness import case
-from opcase_layers import fcase, fn_layer
+from opcase_layers import fcase
 
 
 def _distinct(rng, s):

@@ -1,7 +1,7 @@
 """Index grids and element-wise gathers (detection heads decode boxes with these)."""
 import numpy as np
 
-from .common import cast, const_i64, reshape
+from .common import as_int64, const_i64, reshape
 from .registry import paddle_op
 
 
@@ -59,7 +59,5 @@ class IndexSample:
 
     @classmethod
     def version_11(cls, ctx, op):
-        idx = ctx.input(op, "Index")
-        if ctx.dtype(op, "Index") != "int64":
-            idx = cast(ctx, idx, "int64")
+        idx = as_int64(ctx, ctx.input(op, "Index"), ctx.dtype(op, "Index"))
         ctx.set_output(op, "Out", ctx.op.GatherElements(ctx.input(op, "X"), idx, axis=1))

@@ -1,7 +1,8 @@
 """Products and norms: bmm, dot, mv, einsum, dist, norm (l2-normalise)."""
 import numpy as np
 
-from .common import cast, reduce, reshape
+from .common import cast, reduce
+from .reduce import p_norm
 from .registry import paddle_op
 from .tensor import first_input, first_output
 
@@ -59,22 +60,9 @@ class Dist:
 
     @classmethod
     def version_7(cls, ctx, op):
-        d = ctx.op.Abs(ctx.op.Sub(ctx.input(op, "X"), ctx.input(op, "Y")))
-        dtype = np.dtype(ctx.dtype(op, "X"))
-        d = reshape(ctx, d, [-1])
+        d = ctx.op.Sub(ctx.input(op, "X"), ctx.input(op, "Y"))
         p = float(op.attr("p", 2.0))
-        if p == np.inf:
-            y = reduce(ctx, "ReduceMax", d, [0], keepdims=False)
-        elif p == -np.inf:
-            y = reduce(ctx, "ReduceMin", d, [0], keepdims=False)
-        elif p == 0:
-            nz = cast(ctx, ctx.op.Not(ctx.op.Equal(d, ctx.const(np.zeros((), dtype)))), dtype.name)
-            y = reduce(ctx, "ReduceSum", nz, [0], keepdims=False)
-        else:
-            powed = ctx.op.Pow(d, ctx.const(np.asarray(p, dtype)))
-            y = ctx.op.Pow(reduce(ctx, "ReduceSum", powed, [0], keepdims=False),
-                           ctx.const(np.asarray(1.0 / p, dtype)))
-        ctx.set_output(op, "Out", y)
+        ctx.set_output(op, "Out", p_norm(ctx, d, p, None, False, np.dtype(ctx.dtype(op, "X"))))
 
 
 @paddle_op("norm")

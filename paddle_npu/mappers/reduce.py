@@ -74,8 +74,7 @@ class Mean:
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         y = reduce(ctx, "ReduceMean", reshape(ctx, x, [-1]), [0], keepdims=False)
-        out_var = ctx.var(op.output("Out")[0])
-        if out_var is not None and out_var.shape is not None and len(out_var.shape) == 1:
+        if out_rank(ctx, op) == 1:
             y = reshape(ctx, y, [1])
         ctx.set_output(op, "Out", y)
 
@@ -91,27 +90,29 @@ class PNorm:
         p = float(op.attr("porder", 2.0))
         keep = op.attr("keepdim", False)
         axes = None if op.attr("asvector", False) or rank <= 1 else [op.attr("axis", -1) % rank]
-        dtype = np.dtype(ctx.dtype(op, "X"))
-        if p == 2:
-            y = reduce(ctx, "ReduceL2", x, axes, keep)
-        elif p == 1:
-            y = reduce(ctx, "ReduceL1", x, axes, keep)
-        elif p == np.inf:
-            y = reduce(ctx, "ReduceMax", ctx.op.Abs(x), axes, keep)
-        elif p == -np.inf:
-            y = reduce(ctx, "ReduceMin", ctx.op.Abs(x), axes, keep)
-        elif p == 0:   # count of non-zeros
-            nz = cast(ctx, ctx.op.Not(ctx.op.Equal(x, ctx.const(np.zeros((), dtype)))), dtype.name)
-            y = reduce(ctx, "ReduceSum", nz, axes, keep)
-        else:
-            powed = ctx.op.Pow(ctx.op.Abs(x), ctx.const(np.asarray(p, dtype)))
-            y = ctx.op.Pow(reduce(ctx, "ReduceSum", powed, axes, keep),
-                           ctx.const(np.asarray(1.0 / p, dtype)))
-        ctx.set_output(op, "Out", y)
+        ctx.set_output(op, "Out", p_norm(ctx, x, p, axes, keep, np.dtype(ctx.dtype(op, "X"))))
 
     @classmethod
     def required_opset(cls, op):
         return 11 if float(op.attr("porder", 2.0)) == 0 else 7   # Equal on floats
+
+
+def p_norm(ctx, x, p, axes, keep, dtype):
+    """sum(|x|^p)^(1/p) over axes (None: all); orders 0 (non-zeros), inf and -inf too."""
+    if p == 2:
+        return reduce(ctx, "ReduceL2", x, axes, keep)
+    if p == 1:
+        return reduce(ctx, "ReduceL1", x, axes, keep)
+    if p == np.inf:
+        return reduce(ctx, "ReduceMax", ctx.op.Abs(x), axes, keep)
+    if p == -np.inf:
+        return reduce(ctx, "ReduceMin", ctx.op.Abs(x), axes, keep)
+    if p == 0:   # count of non-zeros
+        nz = cast(ctx, ctx.op.Not(ctx.op.Equal(x, ctx.const(np.zeros((), dtype)))), dtype.name)
+        return reduce(ctx, "ReduceSum", nz, axes, keep)
+    powed = ctx.op.Pow(ctx.op.Abs(x), ctx.const(np.asarray(p, dtype)))
+    return ctx.op.Pow(reduce(ctx, "ReduceSum", powed, axes, keep),
+                      ctx.const(np.asarray(1.0 / p, dtype)))
 
 
 def _index_dtype(op):

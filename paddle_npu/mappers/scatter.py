@@ -3,14 +3,13 @@ whose size depends on the data: masked_select."""
 import numpy as np
 
 from ..errors import ConversionError
-from .common import cast, const_i64, ints, reshape, unsqueeze
+from .common import as_int64, cast, const_i64, ints, reshape, unsqueeze
 from .registry import paddle_op
 from .tensor import END, FRONT, _VALUE_KEYS, int_list_input, is_value
 
 
 def _int64(ctx, op, slot):
-    v = ctx.input(op, slot)
-    return v if ctx.dtype(op, slot) == "int64" else cast(ctx, v, "int64")
+    return as_int64(ctx, ctx.input(op, slot), ctx.dtype(op, slot))
 
 
 @paddle_op("scatter")
