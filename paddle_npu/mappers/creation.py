@@ -137,6 +137,17 @@ class OneHot:
         ctx.set_output(op, "Out", cast(ctx, hot, dtype))
 
 
+@paddle_op("fill_zeros_like")
+class FillZerosLike:
+    """Zeros in X's shape and dtype (an op of Paddle 1.x programs)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dtype = np.dtype(ctx.out_dtype(op, "Out") or ctx.dtype(op, "X"))
+        ctx.set_output(op, "Out", constant_of_shape(ctx, ctx.op.Shape(x), 0, dtype))
+
+
 @paddle_op("eye")
 class Eye:
     @classmethod

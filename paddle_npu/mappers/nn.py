@@ -62,6 +62,31 @@ class DeformableConv:
         ctx.set_output(op, "Output", y)
 
 
+@paddle_op("data_norm")
+class DataNorm:
+    """(x - BatchSum / BatchSize) * sqrt(BatchSize / BatchSquareSum) per column of [N, C]
+    (then * scale_w + bias when enable_scale_and_shift). Paddle 3 no longer has this op."""
+
+    @classmethod
+    def check(cls, op):
+        if (op.attr("slot_dim", -1) or -1) > 0:
+            return "data_norm with slot_dim (show/click slots) is not supported"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        size, total, square = (ctx.input(op, s) for s in ("BatchSize", "BatchSum", "BatchSquareSum"))
+        means = ctx.op.Div(total, size)
+        scales = ctx.op.Sqrt(ctx.op.Div(size, square))
+        y = ctx.op.Mul(ctx.op.Sub(x, means), scales)
+        if op.attr("enable_scale_and_shift", False):
+            y = ctx.op.Add(ctx.op.Mul(y, ctx.input(op, "scale_w")), ctx.input(op, "bias"))
+        ctx.set_output(op, "Y", y)
+        ctx.set_output(op, "Means", means)
+        ctx.set_output(op, "Scales", scales)
+
+
 @paddle_op("batch_norm")
 class BatchNorm:
     @classmethod
