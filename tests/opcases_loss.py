@@ -23,3 +23,9 @@ fcase("softmax_ce_soft_axis1", {"x": ((None, 4, 3), "float32"), "y": ((None, 4, 
       lambda p, x, y: p.nn.functional.softmax_with_cross_entropy(x, y, soft_label=True, axis=1),
       values={"y": lambda rng, s: rng.dirichlet(np.ones(4), (s[0], s[2])).transpose(0, 2, 1)},
       opsets=(13, 17))
+# probabilities in, no softmax: paddle.nn.functional.cross_entropy(use_softmax=False)
+fcase("cross_entropy_probabilities", {"x": ((None, 5), "float32"), "y": ((None, 1), "int64")},
+      ["softmax_with_cross_entropy"],
+      lambda p, x, y: p.nn.functional.cross_entropy(p.nn.functional.softmax(x), y,
+                                                    use_softmax=False, reduction="none"),
+      values={"y": lambda rng, s: rng.randint(0, 5, s)}, opsets=(13, 17))

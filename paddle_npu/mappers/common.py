@@ -191,14 +191,14 @@ def as_int64(ctx, v, dtype_name):
     return v if dtype_name == "int64" else cast(ctx, v, "int64")
 
 
-# ONNX ops onnxruntime has no float64 kernel for (1.2x, checked at opsets 7 to 17).
+# ONNX ops onnxruntime (1.32, checked at opsets 7 to 17) has no float64 kernel for.
 NO_FLOAT64_KERNEL = {"Acos", "Asin", "Atan", "Tan", "Cosh", "Sinh", "Softplus", "Selu", "Erf",
                      "LeakyRelu", "Elu", "HardSigmoid", "Softsign"}
 
 
 def in_float32(ctx, dtype_name, fn, *values):
     """fn(*values), computed in float32 and cast back when the dtype is float64: onnxruntime
-    runs these ops in float32 only (about 1e-7 relative lost; the ONNX graph says so)."""
+    runs these ops in float32 only (about 1e-7 relative is lost)."""
     if dtype_name != "float64":
         return fn(*values)
     return cast(ctx, fn(*[cast(ctx, v, "float32") for v in values]), "float64")

@@ -47,7 +47,6 @@ class YoloBox:
         # dtype the program records (Paddle 3.3's PIR records float32 Scores for float64 inputs)
         if ctx.dtype(op, "X") != "float32":
             x = cast(ctx, x, "float32")
-
         anchors = [int(a) for a in op.attr("anchors")]
         na, nc = len(anchors) // 2, int(op.attr("class_num"))
         scale = float(op.attr("scale_x_y", 1.0))

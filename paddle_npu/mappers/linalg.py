@@ -35,8 +35,10 @@ class Dot:
         prod = ctx.op.Mul(x, y) if dt != "bool" else ctx.op.And(x, y)
         if dt == "bool":
             prod = cast(ctx, prod, "int64")
-        y = reduce(ctx, "ReduceSum", prod, [ctx.rank(op, xs) - 1], keepdims=False)
-        ctx.set_output(op, first_output(op, "Out", "out0"), y if dt != "bool" else cast(ctx, y, "bool"))
+        out = reduce(ctx, "ReduceSum", prod, [ctx.rank(op, xs) - 1], keepdims=False)
+        if dt == "bool":
+            out = cast(ctx, out, "bool")
+        ctx.set_output(op, first_output(op, "Out", "out0"), out)
 
 
 @paddle_op("einsum")
