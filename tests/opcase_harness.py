@@ -37,6 +37,9 @@ class Case:
     values: Dict[str, Callable] = field(default_factory=dict)   # name -> rng -> array
     batch: int = 2
     tolerance: float = 1e-5                   # max abs diff relative to the output scale
+    # "values": compared element-wise; "shape": shape and dtype only (uninitialised memory);
+    # "distribution": shape, dtype, range, mean and spread (random ops: other generators)
+    compare: str = "values"
     # For the legacy format, where Paddle 3's functional APIs raise in legacy static mode:
     # the op appended by hand, (type, {slot: [input names]}, {slot: n outputs}, attrs); the
     # reference then comes from Paddle's static executor running that program. An output
@@ -118,9 +121,9 @@ def _export_raw(paddle, c, out_dir):
         helper.append_op(type=op_type,
                          inputs={slot: [data[n] for n in names] for slot, names in in_slots.items()},
                          outputs=outs, attrs=attrs)
-        # XShape (reshape2/flatten2/squeeze2/...: a shape carrier for training) is created
-        # because the op requires it, but no inference model reads it: not fetched.
-        fetch = [v for slot, vs in outs.items() if slot != "XShape" for v in vs]
+        # XShape (reshape2/flatten2/squeeze2/...: a shape carrier for training) and norm's Norm
+        # are created because the op requires them, but inference programs drop them: not fetched.
+        fetch = [v for slot, vs in outs.items() if slot not in ("XShape", "Norm") for v in vs]
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
     # return_numpy=False: outputs holding LoD (old detection ops) can't be fetched as arrays

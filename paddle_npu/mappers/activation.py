@@ -1,16 +1,18 @@
 """Activations and other one-input elementwise functions."""
 import numpy as np
 
-from .common import clip
+from .common import (NO_FLOAT64_KERNEL, cast, clip, clip_opset, in_float32, reshape,
+                     var_dtype)
 from .registry import paddle_op
 
 _UNARY = {
     "relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
     "sqrt": "Sqrt", "abs": "Abs", "floor": "Floor", "ceil": "Ceil", "reciprocal": "Reciprocal",
     "sin": "Sin", "cos": "Cos", "erf": "Erf", "softsign": "Softsign", "sign": "Sign",
-    "round": "Round",
+    "round": "Round", "acos": "Acos", "asin": "Asin", "atan": "Atan", "tan": "Tan",
+    "cosh": "Cosh", "sinh": "Sinh",
 }
-_NEEDS_OPSET = {"Sign": 9, "Erf": 9, "Round": 11}
+_NEEDS_OPSET = {"Sign": 9, "Erf": 9, "Round": 11, "Cosh": 9, "Sinh": 9}
 
 
 @paddle_op(*_UNARY)
@@ -21,15 +23,118 @@ class Unary:
 
     @classmethod
     def version_7(cls, ctx, op):
-        ctx.set_output(op, "Out", getattr(ctx.op, _UNARY[op.type])(ctx.input(op, "X")))
+        onnx_op = _UNARY[op.type]
+        fn = getattr(ctx.op, onnx_op)
+        x = ctx.input(op, "X")
+        if onnx_op in NO_FLOAT64_KERNEL:
+            return ctx.set_output(op, "Out", in_float32(ctx, ctx.dtype(op, "X"), fn, x))
+        ctx.set_output(op, "Out", fn(x))
 
 
 def _c(ctx, op, value, slot="X"):
     return ctx.const(np.asarray(value, np.dtype(ctx.dtype(op, slot))))
 
 
+@paddle_op("log2", "log10")
+class LogBase:
+    @classmethod
+    def version_7(cls, ctx, op):
+        base = 2.0 if op.type == "log2" else 10.0
+        y = ctx.op.Div(ctx.op.Log(ctx.input(op, "X")), _c(ctx, op, np.log(base)))
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("log1p")
+class Log1p:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        ctx.set_output(op, "Out", ctx.op.Log(ctx.op.Add(x, _c(ctx, op, 1.0))))
+
+
+@paddle_op("logsigmoid")
+class LogSigmoid:
+    """log(sigmoid(x)) = -softplus(-x): no overflow for large |x|."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        soft = in_float32(ctx, ctx.dtype(op, "X"), ctx.op.Softplus, ctx.op.Neg(x))
+        ctx.set_output(op, "Out", ctx.op.Neg(soft))
+
+
+@paddle_op("mish")
+class Mish:
+    """x * tanh(softplus(x)), softplus(x) taken as x above `threshold` (Paddle's cut-off)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        soft = in_float32(ctx, ctx.dtype(op, "X"), ctx.op.Softplus, x)
+        threshold = op.attr("threshold", 20.0)
+        if threshold is not None:
+            soft = ctx.op.Where(ctx.op.Greater(x, _c(ctx, op, threshold)), x, soft)
+        ctx.set_output(op, "Out", ctx.op.Mul(x, ctx.op.Tanh(soft)))
+
+
+@paddle_op("selu")
+class Selu:
+    @classmethod
+    def version_7(cls, ctx, op):
+        alpha = float(op.attr("alpha", 1.6732632423543772))
+        gamma = float(op.attr("scale", 1.0507009873554805))
+        ctx.set_output(op, "Out", in_float32(ctx, ctx.dtype(op, "X"), lambda x: ctx.op.Selu(
+            x, alpha=alpha, gamma=gamma), ctx.input(op, "X")))
+
+
+@paddle_op("softshrink")
+class SoftShrink:
+    """x - l above l, x + l below -l, 0 between (ONNX Shrink with bias = lambd = l)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        lam = float(op.attr("lambda", 0.5))
+        ctx.set_output(op, "Out", ctx.op.Shrink(ctx.input(op, "X"), bias=lam, lambd=lam))
+
+
+@paddle_op("tanh_shrink")
+class TanhShrink:
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        ctx.set_output(op, "Out", ctx.op.Sub(x, ctx.op.Tanh(x)))
+
+
+@paddle_op("thresholded_relu")
+class ThresholdedRelu:
+    """x where x > threshold, else `value` (0 unless set)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        keep = ctx.op.Greater(x, _c(ctx, op, op.attr("threshold", 1.0)))
+        ctx.set_output(op, "Out", ctx.op.Where(keep, x, _c(ctx, op, op.attr("value", 0.0) or 0.0)))
+
+
+@paddle_op("brelu")   # PIR hardtanh arrives as brelu
+class HardTanh:
+    @classmethod
+    def required_opset(cls, op):
+        return clip_opset(var_dtype(op, "X"))
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        ctx.set_output(op, "Out", clip(ctx, x, op.attr("t_min", 0.0), op.attr("t_max", 24.0),
+                                       ctx.dtype(op, "X")))
+
+
 @paddle_op("relu6")
 class Relu6:
+    @classmethod
+    def required_opset(cls, op):
+        return clip_opset(var_dtype(op, "X"))
+
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
@@ -56,6 +161,10 @@ class HardSigmoid:
 @paddle_op("hard_swish")
 class HardSwish:
     """x * clip(x + offset, 0, threshold) / scale (Paddle's defaults 3, 6, 6 = ONNX HardSwish)."""
+
+    @classmethod
+    def required_opset(cls, op):
+        return clip_opset(var_dtype(op, "X"))
 
     @classmethod
     def version_7(cls, ctx, op):
@@ -140,6 +249,11 @@ class Softplus:
 @paddle_op("pow")
 class Pow:
     @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        return 12 if dt and not dt.startswith("float") else 7   # integer Pow: opset 12
+
+    @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         if ctx.has_input(op, "FactorTensor"):
@@ -166,20 +280,27 @@ class Rsqrt:
 
 @paddle_op("clip")
 class Clip:
+    """Bounds as attributes or tensors (of any dtype: cast to X's, as Paddle reads them)."""
+
+    @classmethod
+    def required_opset(cls, op):
+        tensor_bounds = op.input("Min") or op.input("Max")
+        return max(clip_opset(var_dtype(op, "X")), 11 if tensor_bounds else 7)
+
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         dt = ctx.dtype(op, "X")
-        lo = ctx.input(op, "Min") if ctx.has_input(op, "Min") else op.attr("min", None)
-        hi = ctx.input(op, "Max") if ctx.has_input(op, "Max") else op.attr("max", None)
-        if ctx.opset < 11 and not (isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
-            from ..errors import ConversionError
-            raise ConversionError("clip with tensor bounds needs opset 11")
-        if ctx.opset >= 11:
-            lo = lo if not isinstance(lo, (int, float)) else _c(ctx, op, lo)
-            hi = hi if not isinstance(hi, (int, float)) else _c(ctx, op, hi)
-            return ctx.set_output(op, "Out", ctx.op.Clip(x, lo, hi))
-        ctx.set_output(op, "Out", clip(ctx, x, lo, hi, dt))
+        bounds = []
+        for slot, attr in (("Min", "min"), ("Max", "max")):
+            if not ctx.has_input(op, slot):
+                bounds.append(op.attr(attr, None))
+                continue
+            v = ctx.input(op, slot)
+            if ctx.dtype(op, slot) != dt:
+                v = cast(ctx, v, dt)
+            bounds.append(reshape(ctx, v, []))     # Paddle's [1] bound; ONNX wants a scalar
+        ctx.set_output(op, "Out", clip(ctx, x, *bounds, dt))
 
 
 @paddle_op("prelu")
@@ -207,6 +328,8 @@ class Softmax:
         onnx_op = getattr(ctx.op, "Softmax" if op.type == "softmax" else "LogSoftmax")
         x = ctx.input(op, "X")
         rank = ctx.rank(op, "X")
+        if rank == 0:   # one element: softmax over it as a [1] vector
+            return ctx.set_output(op, "Out", reshape(ctx, onnx_op(reshape(ctx, x, [1]), axis=0), []))
         axis = op.attr("axis", -1)
         axis = axis + rank if axis < 0 else axis
         if ctx.opset >= 13 or axis == rank - 1:

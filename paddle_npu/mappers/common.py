@@ -58,7 +58,24 @@ def _i64(ctx, v):
     return v if hasattr(v, "producer") else const_i64(ctx, v)
 
 
+def var_dtype(op, slot, i=0):
+    """The dtype Paddle recorded for an op's input, from the op alone (for required_opset)."""
+    names = op.input(slot)
+    var = op.block.find_var(names[i]) if len(names) > i and op.block is not None else None
+    return None if var is None else var.dtype
+
+
+def clip_opset(dtype_name):
+    """The opset where onnxruntime runs Clip on a dtype: float32 everywhere, float16 from 11
+    (bounds as inputs), float64 and integers from 12."""
+    if dtype_name in (None, "float32"):
+        return 7
+    return 11 if dtype_name == "float16" else 12
+
+
 def clip(ctx, x, lo=None, hi=None, dtype="float32"):
+    if ctx.opset < clip_opset(dtype):
+        raise ConversionError(f"Clip on {dtype} needs opset {clip_opset(dtype)}")
     if ctx.opset < 11:
         return ctx.op.Clip(x, min=None if lo is None else float(lo),
                            max=None if hi is None else float(hi))
@@ -172,3 +189,22 @@ def int64_vector(ctx, values):
 
 def as_int64(ctx, v, dtype_name):
     return v if dtype_name == "int64" else cast(ctx, v, "int64")
+
+
+# ONNX ops onnxruntime (1.32, checked at opsets 7 to 17) has no float64 kernel for.
+NO_FLOAT64_KERNEL = {"Acos", "Asin", "Atan", "Tan", "Cosh", "Sinh", "Softplus", "Selu", "Erf",
+                     "LeakyRelu", "Elu", "HardSigmoid", "Softsign"}
+
+
+def in_float32(ctx, dtype_name, fn, *values):
+    """fn(*values), computed in float32 and cast back when the dtype is float64: onnxruntime
+    runs these ops in float32 only (about 1e-7 relative is lost)."""
+    if dtype_name != "float64":
+        return fn(*values)
+    return cast(ctx, fn(*[cast(ctx, v, "float32") for v in values]), "float64")
+
+
+def computed_dtype(ctx, op, slot="X"):
+    """The dtype an input is computed in under in_float32."""
+    dt = ctx.dtype(op, slot)
+    return "float32" if dt == "float64" else dt

@@ -1,10 +1,12 @@
-"""Tensors made from shapes and scalars: *_like fills, range, linspace, one_hot."""
+"""Tensors made from shapes and scalars: *_like fills, range, linspace, one_hot, eye, empty,
+random fills."""
 import numpy as np
 
 from ..errors import ConversionError
+from ..exporter import onnx_dtype
 from .common import cast, const_i64, dtype_attr, reshape
 from .registry import paddle_op
-from .tensor import const_of, constant_of_shape, dims_of, fill_value
+from .tensor import const_of, constant_of_shape, dims_of, fill_value, int_list_input, is_value
 
 
 def _dtype_or(op, attr, fallback):
@@ -133,3 +135,68 @@ class OneHot:
         from .common import unsqueeze
         hot = ctx.op.Equal(unsqueeze(ctx, ids, [ctx.rank(op, "X")]), classes)
         ctx.set_output(op, "Out", cast(ctx, hot, dtype))
+
+
+@paddle_op("fill_zeros_like")
+class FillZerosLike:
+    """Zeros in X's shape and dtype (an op of Paddle 1.x programs)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dtype = np.dtype(ctx.out_dtype(op, "Out") or ctx.dtype(op, "X"))
+        ctx.set_output(op, "Out", constant_of_shape(ctx, ctx.op.Shape(x), 0, dtype))
+
+
+@paddle_op("eye")
+class Eye:
+    @classmethod
+    def version_7(cls, ctx, op):
+        rows = int(op.attr("num_rows"))
+        cols = op.attr("num_columns", -1)
+        cols = rows if cols is None or cols < 0 else int(cols)
+        dtype = ctx.out_dtype(op, "Out") or dtype_attr(op.attr("dtype", 5))
+        ctx.set_output(op, "Out", ctx.const(np.eye(rows, cols, dtype=dtype)))
+
+
+@paddle_op("empty")
+class Empty:
+    """Paddle leaves the memory uninitialised; zeros are one valid content."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        dtype = np.dtype(ctx.out_dtype(op, "Out") or dtype_attr(op.attr("dtype", 5)))
+        shape = int_list_input(ctx, op, "shape", "ShapeTensor", "ShapeTensorList")
+        ctx.set_output(op, "Out", constant_of_shape(ctx, shape, 0, dtype))
+
+
+@paddle_op("gaussian_random", "uniform_random")
+class RandomFill:
+    """Random tensors (RandomNormal / RandomUniform): onnxruntime draws other numbers than
+    Paddle; shape, dtype and distribution agree. A computed shape goes through
+    ConstantOfShape and the *Like op."""
+
+    @classmethod
+    def check(cls, op):
+        if op.type == "uniform_random" and op.attr("diag_num", 0):
+            return "uniform_random with diag_num (a fixed diagonal) is not supported"
+        return None
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        dtype = ctx.out_dtype(op, "Out") or dtype_attr(op.attr("dtype", 5))
+        shape = int_list_input(ctx, op, "shape", "ShapeTensor", "ShapeTensorList")
+        seed = op.attr("seed", 0)
+        kw = {"seed": float(seed)} if seed else {}
+        if op.type == "gaussian_random":
+            kw.update(mean=float(op.attr("mean", 0.0)), scale=float(op.attr("std", 1.0)))
+            like, fixed = ctx.op.RandomNormalLike, ctx.op.RandomNormal
+        else:
+            kw.update(low=float(op.attr("min", -1.0)), high=float(op.attr("max", 1.0)))
+            like, fixed = ctx.op.RandomUniformLike, ctx.op.RandomUniform
+        to = int(onnx_dtype(dtype))
+        if is_value(shape):
+            out = like(constant_of_shape(ctx, shape, 0, np.dtype(dtype)), dtype=to, **kw)
+        else:
+            out = fixed(shape=[int(d) for d in shape], dtype=to, **kw)
+        ctx.set_output(op, "Out", out)

@@ -43,6 +43,10 @@ class YoloBox:
     @classmethod
     def version_9(cls, ctx, op):
         x = ctx.input(op, "X")
+        # float64 is decoded in float32 (the constants below) and the results cast to the
+        # dtype the program records (Paddle 3.3's PIR records float32 Scores for float64 inputs)
+        if ctx.dtype(op, "X") != "float32":
+            x = cast(ctx, x, "float32")
         anchors = [int(a) for a in op.attr("anchors")]
         na, nc = len(anchors) // 2, int(op.attr("class_num"))
         scale = float(op.attr("scale_x_y", 1.0))
@@ -110,13 +114,19 @@ class YoloBox:
 
         boxes = ctx.op.Concat(*[unsqueeze(ctx, v, [4]) for v in (x1, y1, x2, y2)], axis=4)
         boxes = ctx.op.Where(unsqueeze(ctx, keep, [4]), boxes, _f32(ctx, 0.0))  # [N,A,H,W,4]
-        ctx.set_output(op, "Boxes", reshape(ctx, boxes, [0, -1, 4]))
+        ctx.set_output(op, "Boxes", _as_recorded(ctx, op, "Boxes", reshape(ctx, boxes, [0, -1, 4])))
 
         cls_p = ctx.op.Sigmoid(slice_(ctx, p, [5], [5 + nc], [2]))        # [N, A, C, H, W]
         scores = ctx.op.Mul(cls_p, unsqueeze(ctx, conf, [2]))
         scores = ctx.op.Where(unsqueeze(ctx, keep, [2]), scores, _f32(ctx, 0.0))
         scores = ctx.op.Transpose(scores, perm=[0, 1, 3, 4, 2])           # [N, A, H, W, C]
-        ctx.set_output(op, "Scores", reshape(ctx, scores, [0, -1, nc]))
+        ctx.set_output(op, "Scores", _as_recorded(ctx, op, "Scores", reshape(ctx, scores, [0, -1, nc])))
+
+
+def _as_recorded(ctx, op, slot, v):
+    """A float32 result cast to the dtype the program records for the output."""
+    dt = ctx.out_dtype(op, slot) or "float32"
+    return v if dt == "float32" else cast(ctx, v, dt)
 
 
 # --- multiclass NMS ---------------------------------------------------------------------------
@@ -441,3 +451,101 @@ class RoiAlign:
             attrs["coordinate_transformation_mode"] = \
                 "half_pixel" if op.attr("aligned", False) else "output_half_pixel"
         ctx.set_output(op, "Out", ctx.op.RoiAlign(x, rois, batch, **attrs))
+
+
+# --- matrix NMS ---------------------------------------------------------------------------------
+
+@paddle_op("matrix_nms")
+class MatrixNMS:
+    """Matrix NMS (SOLOv2), all images and classes at once.
+
+    Per image and class: the nms_top_k best scores above score_threshold, in descending order;
+    IoU of every candidate i with each better one j; each candidate's score multiplied by
+    min over j < i of decay(iou_ij, max_iou_j) where max_iou_j is j's largest IoU with the
+    candidates before it (linear: (1 - iou) / (1 - max_iou); gaussian:
+    exp((max_iou^2 - iou^2) * sigma)); kept above post_threshold. Per image the kept
+    detections of every class but background_label, best keep_top_k first, become rows
+    [label, score, x1, y1, x2, y2]; Index is the box's position in the batch (image * M + box),
+    RoisNum the count per image.
+    """
+
+    @classmethod
+    def check(cls, op):
+        shape = _var_shape(op, "Scores")
+        if shape is not None and len(shape) != 3:
+            return "matrix_nms with LoD scores (2-D) is not supported"
+        return None
+
+    @classmethod
+    def version_12(cls, ctx, op):
+        boxes, scores = ctx.input(op, "BBoxes"), ctx.input(op, "Scores")
+        dtype = np.dtype(ctx.dtype(op, "Scores"))
+
+        def c(v):
+            return ctx.const(np.asarray(v, dtype))
+        top_k, keep_top_k = int(op.attr("nms_top_k", -1)), int(op.attr("keep_top_k", -1))
+        norm = 0.0 if op.attr("normalized", True) else 1.0
+        sc_shape = ctx.op.Shape(scores)
+        m = slice_(ctx, sc_shape, [2], [3], [0])
+        k = m if top_k < 0 else ctx.op.Min(m, const_i64(ctx, [top_k]))
+        s, idx = ctx.op.TopK(scores, k, axis=2, largest=1, sorted=1, _outputs=2)  # [N, C, K]
+        cand = ctx.op.GatherND(boxes, unsqueeze(ctx, reshape(ctx, idx, [0, -1]), [2]),
+                               batch_dims=1)                                  # [N, C*K, 4]
+        cand = reshape(ctx, cand, ctx.op.Concat(ctx.op.Shape(s), const_i64(ctx, [4]), axis=0))
+        x1, y1, x2, y2 = (ctx.op.Gather(cand, const_i64(ctx, i), axis=3) for i in range(4))
+
+        def pair(v):   # [N, C, K] -> row i [.., K, 1] and column j [.., 1, K]
+            return unsqueeze(ctx, v, [3]), unsqueeze(ctx, v, [2])
+        (x1i, x1j), (y1i, y1j), (x2i, x2j), (y2i, y2j) = map(pair, (x1, y1, x2, y2))
+        w = ctx.op.Add(ctx.op.Sub(ctx.op.Min(x2i, x2j), ctx.op.Max(x1i, x1j)), c(norm))
+        h = ctx.op.Add(ctx.op.Sub(ctx.op.Min(y2i, y2j), ctx.op.Max(y1i, y1j)), c(norm))
+        inter = ctx.op.Mul(w, h)
+        area = ctx.op.Mul(ctx.op.Add(ctx.op.Sub(x2, x1), c(norm)),
+                          ctx.op.Add(ctx.op.Sub(y2, y1), c(norm)))
+        area = ctx.op.Where(ctx.op.Or(ctx.op.Less(x2, x1), ctx.op.Less(y2, y1)), c(0), area)
+        area_i, area_j = pair(area)
+        disjoint = ctx.op.Or(ctx.op.Or(ctx.op.Greater(x1j, x2i), ctx.op.Less(x2j, x1i)),
+                             ctx.op.Or(ctx.op.Greater(y1j, y2i), ctx.op.Less(y2j, y1i)))
+        iou = ctx.op.Where(disjoint, c(0), ctx.op.Div(
+            inter, ctx.op.Sub(ctx.op.Add(area_i, area_j), inter)))           # [N, C, K, K]
+        r = ctx.op.Range(const_i64(ctx, 0), reshape(ctx, k, []), const_i64(ctx, 1))
+        before = ctx.op.Less(unsqueeze(ctx, r, [0]), unsqueeze(ctx, r, [1]))  # j < i
+        iou = ctx.op.Where(before, iou, c(0))
+        max_iou = unsqueeze(ctx, reduce(ctx, "ReduceMax", iou, [3], False), [2])  # per j
+        if op.attr("use_gaussian", False):
+            sigma = c(float(op.attr("gaussian_sigma", 2.0)))
+            decay = ctx.op.Exp(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(max_iou, max_iou),
+                                                     ctx.op.Mul(iou, iou)), sigma))
+        else:
+            decay = ctx.op.Div(ctx.op.Sub(c(1), iou), ctx.op.Sub(c(1), max_iou))
+        decay = reduce(ctx, "ReduceMin", ctx.op.Where(before, decay, c(1)), [3], False)
+        decayed = ctx.op.Mul(s, decay)
+        keep = ctx.op.And(ctx.op.Greater(s, c(float(op.attr("score_threshold", 0.0)))),
+                          ctx.op.Greater(decayed, c(float(op.attr("post_threshold", 0.0)))))
+        background = int(op.attr("background_label", 0))
+        n_cls = slice_(ctx, sc_shape, [1], [2], [0])
+        classes = ctx.op.Range(const_i64(ctx, 0), reshape(ctx, n_cls, []), const_i64(ctx, 1))
+        if background >= 0:
+            keep = ctx.op.And(keep, unsqueeze(ctx, ctx.op.Not(ctx.op.Equal(
+                classes, const_i64(ctx, background))), [0, 2]))
+        # per image: the best keep_top_k kept detections over all classes
+        flat_keep = reshape(ctx, keep, [0, -1])
+        ranked = ctx.op.Where(flat_keep, reshape(ctx, decayed, [0, -1]), c(-np.inf))
+        total = ctx.op.Mul(n_cls, k)
+        k2 = total if keep_top_k < 0 else ctx.op.Min(total, const_i64(ctx, [keep_top_k]))
+        best, pos = ctx.op.TopK(ranked, k2, axis=1, largest=1, sorted=1, _outputs=2)
+        kept = ctx.op.GatherElements(flat_keep, pos, axis=1)                    # [N, K2]
+        box_idx = ctx.op.GatherElements(reshape(ctx, idx, [0, -1]), pos, axis=1)
+        label = cast(ctx, ctx.op.Div(pos, k), dtype.name)                      # pos // K
+        rows = ctx.op.Concat(unsqueeze(ctx, label, [2]), unsqueeze(ctx, best, [2]),
+                             ctx.op.GatherND(boxes, unsqueeze(ctx, box_idx, [2]), batch_dims=1),
+                             axis=2)                                            # [N, K2, 6]
+        where = ctx.op.Transpose(ctx.op.NonZero(kept), perm=[1, 0])           # [T, 2]
+        ctx.set_output(op, "Out", ctx.op.GatherND(rows, where))
+        image = unsqueeze(ctx, ctx.op.Range(const_i64(ctx, 0), reshape(
+            ctx, slice_(ctx, sc_shape, [0], [1], [0]), []), const_i64(ctx, 1)), [1])
+        batch_idx = ctx.op.Add(box_idx, ctx.op.Mul(image, m))
+        ctx.set_output(op, "Index", cast(ctx, unsqueeze(ctx, ctx.op.GatherND(batch_idx, where), [1]),
+                                         "int32"))
+        ctx.set_output(op, "RoisNum", cast(ctx, reduce(ctx, "ReduceSum", cast(ctx, kept, "int64"),
+                                                       [1], False), "int32"))

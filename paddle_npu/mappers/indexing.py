@@ -1,7 +1,7 @@
 """Index grids and element-wise gathers (detection heads decode boxes with these)."""
 import numpy as np
 
-from .common import const_i64, reshape
+from .common import as_int64, const_i64, reshape
 from .registry import paddle_op
 
 
@@ -51,3 +51,13 @@ class TakeAlongAxis:
             x_len = ctx.op.Gather(ctx.op.Shape(x), const_i64(ctx, [axis]), axis=0)
             x = ctx.op.Expand(x, ctx.op.Where(ctx.const(mask.astype(bool)), x_len, idx_target))
         ctx.set_output(op, "Result", ctx.op.GatherElements(x, idx, axis=axis))
+
+
+@paddle_op("index_sample")
+class IndexSample:
+    """out[i, j] = x[i, index[i, j]]."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        idx = as_int64(ctx, ctx.input(op, "Index"), ctx.dtype(op, "Index"))
+        ctx.set_output(op, "Out", ctx.op.GatherElements(ctx.input(op, "X"), idx, axis=1))

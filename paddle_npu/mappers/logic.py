@@ -1,12 +1,6 @@
 """Comparisons, logical and bitwise ops, where, nonzero."""
-from .common import broadcast_y, cast
+from .common import broadcast_y, cast, var_dtype as _dtype
 from .registry import paddle_op
-
-
-def _dtype(op, slot):
-    names = op.input(slot)
-    var = op.block.find_var(names[0]) if names and op.block is not None else None
-    return None if var is None else var.dtype
 
 
 def _is_float(dt):
@@ -123,3 +117,28 @@ class WhereIndex:
     def version_9(cls, ctx, op):
         ctx.set_output(op, "Out", ctx.op.Transpose(ctx.op.NonZero(ctx.input(op, "Condition")),
                                                    perm=[1, 0]))
+
+
+@paddle_op("isnan_v2", "isinf_v2", "isfinite_v2")
+class IsNanInf:
+    """Element-wise tests; integers are never NaN or infinite. IsInf takes no float16 before
+    opset 20: it is tested in float32 (every float16 value is exact there)."""
+
+    @classmethod
+    def required_opset(cls, op):
+        return 9 if op.type == "isnan_v2" else 10
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        dt = ctx.dtype(op, "X")
+        if not _is_float(dt):
+            same = ctx.op.Equal(x, x)                     # all true, X's shape
+            return ctx.set_output(op, "Out", same if op.type == "isfinite_v2" else ctx.op.Not(same))
+        if dt in ("float16", "bfloat16") and ctx.opset < 20:
+            x = cast(ctx, x, "float32")
+        if op.type == "isnan_v2":
+            return ctx.set_output(op, "Out", ctx.op.IsNaN(x))
+        if op.type == "isinf_v2":
+            return ctx.set_output(op, "Out", ctx.op.IsInf(x))
+        ctx.set_output(op, "Out", ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsInf(x))))

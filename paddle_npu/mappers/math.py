@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import broadcast_y, cast
+from .common import broadcast_y, cast, in_float32, var_dtype
 from .registry import paddle_op
 
 _BINARY = {
@@ -15,26 +15,66 @@ _BINARY = {
 @paddle_op(*_BINARY)
 class Elementwise:
     @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        if op.type in ("elementwise_pow", "elementwise_max", "elementwise_min") and \
+                dt and not dt.startswith("float"):
+            return 12   # integer Pow / Max / Min
+        return 8 if op.type in ("elementwise_max", "elementwise_min") else 7
+
+    @classmethod
     def version_7(cls, ctx, op):
         x, y = ctx.input(op, "X"), ctx.input(op, "Y")
         y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
         if op.type == "elementwise_pow" and ctx.dtype(op, "Y") != ctx.dtype(op, "X"):
             y = cast(ctx, y, ctx.dtype(op, "X"))
-        if op.type in ("elementwise_max", "elementwise_min") and ctx.opset < 8:
-            raise ConversionError("Max/Min with broadcasting needs opset 8")
         ctx.set_output(op, "Out", getattr(ctx.op, _BINARY[op.type])(x, y))
 
 
 @paddle_op("elementwise_floordiv")
 class FloorDiv:
+    """Paddle floors (-3 // 2 = -2); ONNX Div on integers truncates (-1): a quotient with a
+    non-zero remainder of the divisor's opposite sign is one too big."""
+
+    @classmethod
+    def required_opset(cls, op):
+        dt = var_dtype(op, "X")
+        return 9 if dt and not dt.startswith("float") else 7   # Less on integers
+
     @classmethod
     def version_7(cls, ctx, op):
         x, y = ctx.input(op, "X"), ctx.input(op, "Y")
         y = broadcast_y(ctx, op, y, ctx.rank(op, "X"), ctx.rank(op, "Y"))
         q = ctx.op.Div(x, y)
-        if ctx.dtype(op, "X").startswith("float"):
-            q = ctx.op.Floor(q)
-        ctx.set_output(op, "Out", q)
+        dt = ctx.dtype(op, "X")
+        if dt.startswith("float"):
+            return ctx.set_output(op, "Out", ctx.op.Floor(q))
+        zero = ctx.const(np.zeros((), np.dtype(dt)))
+        r = ctx.op.Sub(x, ctx.op.Mul(q, y))
+        off = ctx.op.And(ctx.op.Not(ctx.op.Equal(r, zero)),
+                         ctx.op.Xor(ctx.op.Less(r, zero), ctx.op.Less(y, zero)))
+        ctx.set_output(op, "Out", ctx.op.Sub(q, cast(ctx, off, dt)))
+
+
+@paddle_op("atan2")
+class Atan2:
+    """atan(x1 / x2) moved into x2 < 0's half-plane by +-pi; atan2(0, 0) = 0 as in Paddle.
+    Integer inputs give float64, as Paddle's kernel does."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        dtype = ctx.out_dtype(op, "Out") or ctx.dtype(op, "X1")
+        x1, x2 = ctx.input(op, "X1"), ctx.input(op, "X2")
+        if ctx.dtype(op, "X1") != dtype:
+            x1, x2 = cast(ctx, x1, dtype), cast(ctx, x2, dtype)
+
+        def c(v):
+            return ctx.const(np.asarray(v, dtype))
+        base = in_float32(ctx, dtype, ctx.op.Atan, ctx.op.Div(x1, x2))
+        turn = ctx.op.Where(ctx.op.Less(x1, c(0)), c(-np.pi), c(np.pi))
+        out = ctx.op.Add(base, ctx.op.Where(ctx.op.Less(x2, c(0)), turn, c(0)))
+        origin = ctx.op.And(ctx.op.Equal(x1, c(0)), ctx.op.Equal(x2, c(0)))
+        ctx.set_output(op, "Out", ctx.op.Where(origin, c(0), out))
 
 
 @paddle_op("elementwise_mod")

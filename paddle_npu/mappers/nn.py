@@ -1,7 +1,7 @@
 """Convolution, normalisation, pooling, dropout."""
 import numpy as np
 
-from .common import conv_padding, ints, paddle_pads_2d, reduce
+from .common import computed_dtype, conv_padding, in_float32, ints, paddle_pads_2d, reduce
 from .registry import paddle_op
 
 
@@ -41,6 +41,51 @@ def _channel_bias(ctx, b, n_spatial):
     return unsqueeze(ctx, b, list(range(1, 1 + n_spatial)))
 
 
+@paddle_op("deformable_conv", "deformable_conv_v1")
+class DeformableConv:
+    """ONNX DeformConv (opset 19): Paddle's Offset ((y, x) per kernel position and offset
+    group) and Mask layouts are its own; v1 has no Mask."""
+
+    @classmethod
+    def version_19(cls, ctx, op):
+        x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
+        args = [x, w, ctx.input(op, "Offset"), None]
+        if ctx.has_input(op, "Mask"):
+            args.append(ctx.input(op, "Mask"))
+        k = ctx.shape(op, "Filter")[2:]
+        y = ctx.op.DeformConv(*args, kernel_shape=k, strides=ints(op.attr("strides", [1, 1])),
+                              dilations=ints(op.attr("dilations", [1, 1])),
+                              pads=paddle_pads_2d(op.attr("paddings", [0, 0])),
+                              group=int(op.attr("groups", 1) or 1),
+                              offset_group=int(op.attr("deformable_groups", 1) or 1))
+        ctx.set_output(op, "Output", y)
+
+
+@paddle_op("data_norm")
+class DataNorm:
+    """(x - BatchSum / BatchSize) * sqrt(BatchSize / BatchSquareSum) per column of [N, C]
+    (then * scale_w + bias when enable_scale_and_shift). Paddle 3 no longer has this op."""
+
+    @classmethod
+    def check(cls, op):
+        if (op.attr("slot_dim", -1) or -1) > 0:
+            return "data_norm with slot_dim (show/click slots) is not supported"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        size, total, square = (ctx.input(op, s) for s in ("BatchSize", "BatchSum", "BatchSquareSum"))
+        means = ctx.op.Div(total, size)
+        scales = ctx.op.Sqrt(ctx.op.Div(size, square))
+        y = ctx.op.Mul(ctx.op.Sub(x, means), scales)
+        if op.attr("enable_scale_and_shift", False):
+            y = ctx.op.Add(ctx.op.Mul(y, ctx.input(op, "scale_w")), ctx.input(op, "bias"))
+        ctx.set_output(op, "Y", y)
+        ctx.set_output(op, "Means", means)
+        ctx.set_output(op, "Scales", scales)
+
+
 @paddle_op("batch_norm")
 class BatchNorm:
     @classmethod
@@ -71,7 +116,12 @@ class Pool2d:
 
     @classmethod
     def version_7(cls, ctx, op):
-        x = ctx.input(op, "X")
+        # onnxruntime has no float64 average pools (nor max pools before opset 8)
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x: cls._pool(ctx, op, x), ctx.input(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x):
         kind = op.attr("pooling_type", "max")
         ksize = ints(op.attr("ksize", [1, 1]))
         from .vision import pool_spatial
@@ -82,12 +132,11 @@ class Pool2d:
             not adaptive and ksize == spatial and all(d > 0 for d in spatial)
             and _zero_pads(op) and op.attr("padding_algorithm", "EXPLICIT") != "SAME")
         if is_global:
-            y = ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
-            return ctx.set_output(op, "Out", y)
+            return ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
         if adaptive:
             if any(s % k for s, k in zip(spatial, ksize)):   # uneven or overlapping bins
                 from .vision import _adaptive_pool
-                return ctx.set_output(op, "Out", _adaptive_pool(ctx, x, spatial, ksize, kind))
+                return _adaptive_pool(ctx, x, spatial, ksize, kind)
             stride = [s // k for s, k in zip(spatial, ksize)]
             attrs = {"kernel_shape": stride, "strides": stride, "pads": [0, 0, 0, 0]}
         else:
@@ -99,11 +148,9 @@ class Pool2d:
             if op.attr("ceil_mode", False):
                 attrs["ceil_mode"] = 1
         if kind == "max":
-            y = ctx.op.MaxPool(x, **attrs)
-        else:
-            from .vision import avg_pool   # Paddle's divisor for exclusive=False
-            y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, ctx.dtype(op, "X"))
-        ctx.set_output(op, "Out", y)
+            return ctx.op.MaxPool(x, **attrs)
+        from .vision import avg_pool   # Paddle's divisor for exclusive=False
+        return avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
 
 
 def _zero_pads(op):

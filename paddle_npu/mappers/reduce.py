@@ -4,7 +4,7 @@ import onnx_ir as ir
 
 from .common import cast, const_i64, dtype_attr, ints, reduce, reshape
 from .registry import paddle_op
-from .tensor import const_of
+from .tensor import const_of, out_rank
 
 # Paddle reduction -> ONNX reduction
 _REDUCE = {
@@ -66,6 +66,19 @@ class Reduce:
         ctx.set_output(op, "Out", y)
 
 
+@paddle_op("mean")
+class Mean:
+    """The old `mean` op: the mean of every element (0-d, or [1] in programs before 2.5)."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        y = reduce(ctx, "ReduceMean", reshape(ctx, x, [-1]), [0], keepdims=False)
+        if out_rank(ctx, op) == 1:
+            y = reshape(ctx, y, [1])
+        ctx.set_output(op, "Out", y)
+
+
 @paddle_op("p_norm")
 class PNorm:
     """sum(|x|^p)^(1/p) over one axis (or all, asvector); 0, inf and -inf orders too."""
@@ -77,27 +90,29 @@ class PNorm:
         p = float(op.attr("porder", 2.0))
         keep = op.attr("keepdim", False)
         axes = None if op.attr("asvector", False) or rank <= 1 else [op.attr("axis", -1) % rank]
-        dtype = np.dtype(ctx.dtype(op, "X"))
-        if p == 2:
-            y = reduce(ctx, "ReduceL2", x, axes, keep)
-        elif p == 1:
-            y = reduce(ctx, "ReduceL1", x, axes, keep)
-        elif p == np.inf:
-            y = reduce(ctx, "ReduceMax", ctx.op.Abs(x), axes, keep)
-        elif p == -np.inf:
-            y = reduce(ctx, "ReduceMin", ctx.op.Abs(x), axes, keep)
-        elif p == 0:   # count of non-zeros
-            nz = cast(ctx, ctx.op.Not(ctx.op.Equal(x, ctx.const(np.zeros((), dtype)))), dtype.name)
-            y = reduce(ctx, "ReduceSum", nz, axes, keep)
-        else:
-            powed = ctx.op.Pow(ctx.op.Abs(x), ctx.const(np.asarray(p, dtype)))
-            y = ctx.op.Pow(reduce(ctx, "ReduceSum", powed, axes, keep),
-                           ctx.const(np.asarray(1.0 / p, dtype)))
-        ctx.set_output(op, "Out", y)
+        ctx.set_output(op, "Out", p_norm(ctx, x, p, axes, keep, np.dtype(ctx.dtype(op, "X"))))
 
     @classmethod
     def required_opset(cls, op):
         return 11 if float(op.attr("porder", 2.0)) == 0 else 7   # Equal on floats
+
+
+def p_norm(ctx, x, p, axes, keep, dtype):
+    """sum(|x|^p)^(1/p) over axes (None: all); orders 0 (non-zeros), inf and -inf too."""
+    if p == 2:
+        return reduce(ctx, "ReduceL2", x, axes, keep)
+    if p == 1:
+        return reduce(ctx, "ReduceL1", x, axes, keep)
+    if p == np.inf:
+        return reduce(ctx, "ReduceMax", ctx.op.Abs(x), axes, keep)
+    if p == -np.inf:
+        return reduce(ctx, "ReduceMin", ctx.op.Abs(x), axes, keep)
+    if p == 0:   # count of non-zeros
+        nz = cast(ctx, ctx.op.Not(ctx.op.Equal(x, ctx.const(np.zeros((), dtype)))), dtype.name)
+        return reduce(ctx, "ReduceSum", nz, axes, keep)
+    powed = ctx.op.Pow(ctx.op.Abs(x), ctx.const(np.asarray(p, dtype)))
+    return ctx.op.Pow(reduce(ctx, "ReduceSum", powed, axes, keep),
+                      ctx.const(np.asarray(1.0 / p, dtype)))
 
 
 def _index_dtype(op):
@@ -143,6 +158,9 @@ class TopK:
                 k = reshape(ctx, cast(ctx, ctx.input(op, "K"), "int64"), [1])
         else:
             k = const_i64(ctx, [int(op.attr("k", 1))])
+        if rank == 0:   # the one element, at index 0
+            ctx.set_output(op, "Out", ctx.op.Identity(x))
+            return ctx.set_output(op, "Indices", ctx.const(np.zeros((), np.int64)))
         axis = -1 if op.type == "top_k" else int(op.attr("axis", -1))
         values, indices = ctx.op.TopK(x, k, axis=axis % max(rank, 1),
                                       largest=int(op.attr("largest", True)),
@@ -170,5 +188,7 @@ class CumSum:
         y = ctx.op.CumSum(x, ctx.const(np.asarray(axis, np.int64)),
                           exclusive=int(op.attr("exclusive", False)),
                           reverse=int(op.attr("reverse", False)))
+        if rank == 0 and out_rank(ctx, op) == 0:   # a 0-d input keeps its shape
+            y = reshape(ctx, y, [])
         ctx.set_output(op, "Out", y)
 

@@ -3,8 +3,8 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
-from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reshape, slice_,
-                     split, squeeze, unsqueeze)
+from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reduce, reshape,
+                     slice_, split, squeeze, unsqueeze)
 from .registry import paddle_op
 
 # Slice bounds meaning "to the end" / "to the front" (kept well inside int64 so that
@@ -127,14 +127,14 @@ class Flatten2:
 @paddle_op("squeeze2")
 class Squeeze:
     @classmethod
-    def check(cls, op):
-        if op.input("axis"):
-            return "squeeze with computed axes is not supported"
-        return None
+    def required_opset(cls, op):
+        return 13 if op.input("axis") else 7   # computed axes: Squeeze's axes input
 
     @classmethod
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
+        if ctx.has_input(op, "axis"):
+            return ctx.set_output(op, "Out", cls._computed_axes(ctx, op, x))
         shape = ctx.shape(op, "X")
         rank = len(shape)
         axes = sorted({a % rank for a in ints(op.attr("axes", []) or [])}) if rank else []
@@ -152,6 +152,14 @@ class Squeeze:
         if not ones:
             return ctx.set_output(op, "Out", ctx.op.Identity(x))
         ctx.set_output(op, "Out", squeeze(ctx, x, ones))
+
+
+    @staticmethod
+    def _computed_axes(ctx, op, x):
+        """Axes known at run time: the ones whose dim is 1 go (Paddle ignores the others)."""
+        axes = reshape(ctx, as_int64(ctx, ctx.input(op, "axis"), ctx.dtype(op, "axis")), [-1])
+        ones = ctx.op.Equal(ctx.op.Gather(ctx.op.Shape(x), axes, axis=0), const_i64(ctx, 1))
+        return ctx.op.Squeeze(x, ctx.op.Compress(axes, ones, axis=0))
 
 
 def unsqueeze_positions(axes, rank):
@@ -530,6 +538,8 @@ class Gather:
     def version_7(cls, ctx, op):
         x, idx = ctx.input(op, "X"), ctx.input(op, "Index")
         axis = _axis_input(ctx, op, "axis", "Axis")
+        if ctx.rank(op, "Index") == 2:   # Paddle reads an [N, 1] index as [N]
+            idx = reshape(ctx, idx, [-1])
         ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
 
 
@@ -602,10 +612,12 @@ class Roll:
     def version_10(cls, ctx, op):
         x = ctx.input(op, "X")
         shape = ctx.shape(op, "X")
-        shifts = int_list_input(ctx, op, "shifts", "ShiftsTensor")
-        if is_value(shifts):
-            raise ConversionError("roll with computed shifts is not supported")
+        shifts = int_list_input(ctx, op, "shifts", first_input(op, "ShiftsTensor", "shifts"))
         axes = ints(op.attr("axis", []) or [])
+        if is_value(shifts):   # computed shifts: one Value per axis
+            shifts = reshape(ctx, shifts, [-1])
+            shifts = [ctx.op.Gather(shifts, const_i64(ctx, [i]), axis=0)
+                      for i in range(len(axes) or 1)]
         if not axes:   # no axis: roll the flattened tensor, then restore the shape
             flat = reshape(ctx, x, [-1])
             n = int(np.prod(shape)) if all(d >= 0 for d in shape) else -1
@@ -618,15 +630,116 @@ class Roll:
 
     @staticmethod
     def _roll(ctx, x, axis, dim, shift):
-        if dim >= 0:
+        """x rolled by `shift` (an int, or a [1] int64 Value) along axis of size dim."""
+        if dim >= 0 and not is_value(shift):
             if dim == 0 or shift % dim == 0:
                 return x
             s = shift % dim
             return ctx.op.Concat(slice_(ctx, x, [dim - s], [dim], [axis]),
                                  slice_(ctx, x, [0], [dim - s], [axis]), axis=axis)
         # unknown size: the cut point (dim - shift mod dim) is computed
-        d = dims_of(ctx, x, [axis])
-        cut = ctx.op.Sub(d, ctx.op.Mod(const_i64(ctx, [shift]), d))
+        d = dims_of(ctx, x, [axis]) if dim < 0 else const_i64(ctx, [dim])
+        s = shift if is_value(shift) else const_i64(ctx, [shift])
+        cut = ctx.op.Sub(d, ctx.op.Mod(s, d))     # Mod with fmod=0 takes the divisor's sign
         ax = const_i64(ctx, [axis])
         return ctx.op.Concat(ctx.op.Slice(x, cut, d, ax),
                              ctx.op.Slice(x, const_i64(ctx, [0]), cut, ax), axis=axis)
+
+
+@paddle_op("expand")
+class Expand:
+    """The old expand: X tiled expand_times times along each dim. Its output is shaped here:
+    Paddle 3 records expand_times as the output's shape when it writes this op."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        times = int_list_input(ctx, op, "expand_times", "ExpandTimes", "expand_times_tensor")
+        y = _tile(ctx, x, len(shape), times)
+        if not is_value(times) and len(times) == len(shape):
+            y.shape = ir.Shape([d * t if d >= 0 else None for d, t in zip(shape, times)])
+        ctx.set_output(op, "Out", y)
+
+
+@paddle_op("repeat_interleave")
+class RepeatInterleave:
+    """Each slice along `dim` repeated: an int count tiles a new axis after `dim` and merges
+    it; per-slice counts gather the slices by index (count i of slice i)."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        rank = len(shape)
+        axis = int(op.attr("dim", 0)) % max(rank, 1)
+        if not ctx.has_input(op, "RepeatsTensor"):
+            r = int(op.attr("Repeats", 1))
+            tiled = ctx.op.Tile(unsqueeze(ctx, x, [axis + 1]),
+                                const_i64(ctx, [1] * (axis + 1) + [r] + [1] * (rank - axis - 1)))
+            parts = [const_i64(ctx, [-1])]
+            if axis:
+                parts.insert(0, dims_of(ctx, x, range(axis)))
+            if axis + 1 < rank:
+                parts.append(dims_of(ctx, x, range(axis + 1, rank)))
+            target = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
+            return ctx.set_output(op, "Out", reshape(ctx, tiled, target))
+        reps = const_of(ctx, op, "RepeatsTensor")
+        if reps is not None:
+            idx = const_i64(ctx, np.repeat(np.arange(len(reps)), np.asarray(reps).reshape(-1)))
+        else:   # index of output j = how many cumulative counts are <= j
+            counts = as_int64(ctx, ctx.input(op, "RepeatsTensor"), ctx.dtype(op, "RepeatsTensor"))
+            ends = ctx.op.CumSum(counts, const_i64(ctx, 0))
+            total = reduce(ctx, "ReduceSum", counts, [0], keepdims=False)
+            pos = ctx.op.Range(const_i64(ctx, 0), total, const_i64(ctx, 1))
+            passed = cast(ctx, ctx.op.Not(ctx.op.Less(unsqueeze(ctx, pos, [1]),
+                                                      unsqueeze(ctx, ends, [0]))), "int64")
+            idx = reduce(ctx, "ReduceSum", passed, [1], keepdims=False)
+        ctx.set_output(op, "Out", ctx.op.Gather(x, idx, axis=axis))
+
+
+@paddle_op("tril_triu")
+class TrilTriu:
+    """Lower (col - row <= diagonal) or upper (col - row >= diagonal) triangle of the last two
+    dims: ONNX Trilu from opset 14, a mask before."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        k = int(op.attr("diagonal", 0))
+        lower = bool(op.attr("lower", False))
+        rank = ctx.rank(op, "X")
+        if ctx.opset >= 14 and ctx.dtype(op, "X") in _TRILU_DTYPES:
+            return ctx.set_output(op, "Out", ctx.op.Trilu(x, const_i64(ctx, k), upper=int(not lower)))
+        zero, one = const_i64(ctx, 0), const_i64(ctx, 1)
+        rows = ctx.op.Range(zero, reshape(ctx, dims_of(ctx, x, [rank - 2]), []), one)
+        cols = ctx.op.Range(zero, reshape(ctx, dims_of(ctx, x, [rank - 1]), []), one)
+        offset = ctx.op.Sub(unsqueeze(ctx, cols, [0]), unsqueeze(ctx, rows, [1]))
+        kc = const_i64(ctx, k)
+        keep = ctx.op.Not(ctx.op.Greater(offset, kc) if lower else ctx.op.Less(offset, kc))
+        if ctx.dtype(op, "X") == "bool":   # (no bool Where in onnxruntime before opset 16)
+            return ctx.set_output(op, "Out", ctx.op.And(x, keep))
+        zero_x = ctx.const(np.zeros((), np.dtype(ctx.dtype(op, "X"))))
+        ctx.set_output(op, "Out", ctx.op.Where(keep, x, zero_x))
+
+
+_TRILU_DTYPES = ("float32", "float64", "int64", "bool")
+
+
+@paddle_op("partial_concat", "partial_sum")
+class PartialConcatSum:
+    """Columns [start_index, start_index + length) of each 2-D input, concatenated / summed."""
+
+    @classmethod
+    def version_8(cls, ctx, op):
+        start = int(op.attr("start_index", 0))
+        length = int(op.attr("length", -1))
+        end = END if length < 0 else start + length
+        parts = [slice_(ctx, x, [start], [end], [1]) for x in ctx.inputs(op, "X")]
+        if len(parts) == 1:
+            out = ctx.op.Identity(parts[0])
+        elif op.type == "partial_concat":
+            out = ctx.op.Concat(*parts, axis=1)
+        else:
+            out = ctx.op.Sum(*parts)
+        ctx.set_output(op, "Out", out)

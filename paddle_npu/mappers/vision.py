@@ -1,12 +1,14 @@
 """Vision layers: interpolation, padding, transposed convolution, index/adaptive/3-D pooling,
 pixel shuffles, instance/group normalisation, affine_channel."""
 import numpy as np
+import onnx_ir as ir
 
 from ..errors import ConversionError
 from ..shapes import FLAG_HINT, inputs_static
-from .common import (cast, const_i64, ints, int64_vector, paddle_pads_nd, reduce, reshape,
-                     slice_, unsqueeze)
+from .common import (cast, computed_dtype, const_i64, in_float32, ints, int64_vector,
+                     paddle_pads_nd, reduce, reshape, slice_, unsqueeze)
 from .registry import paddle_op
+from .tensor import first_input, first_output
 
 INT_MAX = 2 ** 62   # an 'until the end' bound for Slice
 
@@ -589,7 +591,12 @@ class Pool3d:
 
     @classmethod
     def version_7(cls, ctx, op):
-        x = ctx.input(op, "X")
+        # onnxruntime has no float64 average pools (nor max pools before opset 8)
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x: cls._pool(ctx, op, x), ctx.input(op, "X"))
+        ctx.set_output(op, "Out", y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x):
         kind = op.attr("pooling_type", "max")
         spatial = pool_spatial(ctx, op, "X", 3)
         ksize = ints(_pool_ksize(op))
@@ -603,9 +610,8 @@ class Pool3d:
             if kind == "max":
                 y = ctx.op.MaxPool(x, **attrs)
             else:
-                y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial,
-                             ctx.dtype(op, "X"))
-        ctx.set_output(op, "Out", y)
+                y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
+        return y
 
 
 @paddle_op("max_pool2d_with_index", "max_pool3d_with_index")
@@ -824,3 +830,118 @@ class AffineChannel:
         scale = _channel_param(ctx, op, "Scale", None, 1.0, n_sp)
         bias = _channel_param(ctx, op, "Bias", None, 0.0, n_sp)
         ctx.set_output(op, "Out", ctx.op.Add(ctx.op.Mul(x, scale), bias))
+
+
+# --- sampling, unpooling, patches, temporal shift -----------------------------------------------
+
+@paddle_op("grid_sampler")
+class GridSampler:
+    """ONNX GridSample (opset 16; its modes were renamed linear / cubic at 20)."""
+
+    @classmethod
+    def check(cls, op):
+        if op.attr("mode", "bilinear") not in ("bilinear", "nearest"):
+            return f"mode={op.attr('mode')!r} is not supported"
+        return None
+
+    @classmethod
+    def version_16(cls, ctx, op):
+        mode = op.attr("mode", "bilinear")
+        if ctx.opset >= 20 and mode == "bilinear":
+            mode = "linear"
+        y = ctx.op.GridSample(ctx.input(op, "X"), ctx.input(op, "Grid"), mode=mode,
+                              padding_mode=op.attr("padding_mode", "zeros"),
+                              align_corners=int(bool(op.attr("align_corners", True))))
+        ctx.set_output(op, "Output", y)
+
+
+@paddle_op("unpool")
+class Unpool:
+    """Max unpooling: each value written at its Indices (flat positions within its output
+    H*W plane, as max_pool2d_with_index gives them) of a zero plane."""
+
+    @classmethod
+    def check(cls, op):
+        if op.attr("unpooling_type", "max") != "max":
+            return f"unpooling_type={op.attr('unpooling_type')!r} is not supported"
+        return _nchw_only_unpool(op)
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x, idx = ctx.input(op, "X"), ctx.input(op, "Indices")
+        shape = ctx.shape(op, "X")
+        out_hw = ints(op.attr("output_size", []) or [])
+        if len(out_hw) != 2 or any(d <= 0 for d in out_hw):   # Paddle's default output size
+            if any(d <= 0 for d in shape[2:]):
+                raise ConversionError("unpool without output_size needs static input sizes")
+            k, s = ints(op.attr("ksize")), ints(op.attr("strides", [1, 1]))
+            p = ints(op.attr("paddings", [0, 0]))
+            out_hw = [(shape[2 + i] - 1) * s[i] - 2 * p[i] + k[i] for i in range(2)]
+        idx = reshape(ctx, cast(ctx, idx, "int64") if ctx.dtype(op, "Indices") != "int64" else idx,
+                      [0, 0, -1])
+        n_c = ctx.op.Gather(ctx.op.Shape(x), const_i64(ctx, [0, 1]), axis=0)
+        plane = ctx.op.ConstantOfShape(
+            ctx.op.Concat(n_c, const_i64(ctx, [out_hw[0] * out_hw[1]]), axis=0),
+            value=ir.tensor(np.zeros(1, np.dtype(ctx.dtype(op, "X")))))
+        out = ctx.op.ScatterElements(plane, idx, reshape(ctx, x, [0, 0, -1]), axis=2)
+        ctx.set_output(op, "Out", reshape(ctx, out, [0, 0] + out_hw))
+
+
+def _nchw_only_unpool(op):
+    fmt = op.attr("data_format", "NCHW")
+    return None if _channels_first(fmt) else f"data_format={fmt!r} is not supported"
+
+
+@paddle_op("unfold")
+class Unfold:
+    """im2col: [N, C, H, W] -> [N, C*kh*kw, L], a grouped Conv whose kh*kw one-hot kernels
+    per channel pick each window position (channel-major, as Paddle orders them)."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x_slot = first_input(op, "X", "in0")          # PIR keeps its own slot names
+        x = ctx.input(op, x_slot)
+        c = ctx.shape(op, x_slot)[1]
+        if c <= 0:
+            raise ConversionError("unfold needs a static channel count")
+        kh, kw = ints(op.attr("kernel_sizes"))
+        pads = ints(op.attr("paddings", [0, 0, 0, 0]))
+        if len(pads) == 2:
+            pads = pads + pads
+        eye = np.eye(kh * kw, dtype=np.dtype(ctx.dtype(op, x_slot))).reshape(kh * kw, 1, kh, kw)
+        w = ctx.const(np.tile(eye, (c, 1, 1, 1)))
+        y = ctx.op.Conv(x, w, group=c, kernel_shape=[kh, kw],
+                        strides=ints(op.attr("strides", [1, 1])),
+                        dilations=ints(op.attr("dilations", [1, 1])), pads=pads)
+        ctx.set_output(op, first_output(op, "Y", "out0"), reshape(ctx, y, [0, 0, -1]))
+
+
+@paddle_op("temporal_shift")
+class TemporalShift:
+    """[N*T, C, H, W] seen as [N, T, C, H, W]: the first C*ratio channels take frame t-1,
+    the next C*ratio frame t+1 (zeros past the ends), the rest stay."""
+
+    @classmethod
+    def check(cls, op):
+        fmt = op.attr("data_format", "NCHW")
+        return None if fmt == "NCHW" else f"data_format={fmt!r} is not supported"
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.shape(op, "X")
+        t = int(op.attr("seg_num"))
+        c = shape[1]
+        if c <= 0:
+            raise ConversionError("temporal_shift needs a static channel count")
+        ratio = float(op.attr("shift_ratio", 0.25))
+        c1, c2 = int(c * ratio), int(c * 2 * ratio)
+        v = reshape(ctx, x, ctx.op.Concat(const_i64(ctx, [-1, t]), slice_(
+            ctx, ctx.op.Shape(x), [1], [4], [0]), axis=0))           # [N, T, C, H, W]
+        padded = _onnx_pad(ctx, v, [0, 1, 0, 0, 0, 0, 1, 0, 0, 0], "constant", 0.0,
+                           ctx.dtype(op, "X"))                       # a zero frame each side
+        back = slice_(ctx, padded, [0, 0], [t, c1], [1, 2])          # frame t-1
+        fwd = slice_(ctx, padded, [2, c1], [t + 2, c2], [1, 2])      # frame t+1
+        keep = slice_(ctx, v, [c2], [c], [2])
+        out = ctx.op.Concat(back, fwd, keep, axis=2)
+        ctx.set_output(op, "Out", reshape(ctx, out, ctx.op.Shape(x)))
