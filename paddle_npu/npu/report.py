@@ -52,6 +52,20 @@ class Report:
     preprocess: Optional[dict] = None   # what fuse_preprocess fused in front, if anything
     restruct: Optional[list] = None     # restruct.py: per pass, what fired and what refused
     marks: Optional[dict] = None        # marks.py: compile_mode, CPU-marked and 16-bit nodes
+    dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
+
+    def dynamic_line(self):
+        """One line naming the inputs of open size, the nodes that stay off the NPU for it,
+        and the flag; None when nothing is kept off."""
+        if not self.dynamic:
+            return None
+        from .input_shapes import FLAG
+        ins = ", ".join(f"{n} [{','.join(str(d) for d in dims) if dims else '?'}]"
+                        for n, dims in self.dynamic["inputs"].items())
+        kept = self.dynamic["kept_off_npu"]
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(kept.items(), key=lambda t: -t[1]))
+        return (f"inputs of open size ({ins}): {sum(kept.values())} node(s) stay off the NPU "
+                f"({ops}); fix the sizes with {FLAG}")
 
     def totals(self):
         """Sums over the layers of the plan emitted."""
@@ -89,7 +103,8 @@ class Report:
                 "layers": [l.as_dict() for l in self.layers],
                 "segments": [s.as_dict() for s in self.segments],
                 "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
-                "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks}
+                "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks,
+                "dynamic": self.dynamic}
 
     def render(self):
         """The terminal table."""
@@ -152,5 +167,7 @@ class Report:
         if self.marks and (self.marks["cpu"] or self.marks["hp"] or self.marks["compile_mode"]):
             lines.append(f"marks: compile_mode {self.marks['compile_mode']}; "
                          f"{len(self.marks['cpu'])} on the CPU, {len(self.marks['hp'])} at 16 bits")
+        if self.dynamic:
+            lines += ["", self.dynamic_line()]
         lines.append(f"\nlowered in {self.seconds:.2f} s")
         return "\n".join(lines)
