@@ -53,6 +53,13 @@ class Report:
     restruct: Optional[list] = None     # restruct.py: per pass, what fired and what refused
     marks: Optional[dict] = None        # marks.py: compile_mode, CPU-marked and 16-bit nodes
     dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
+    plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
+
+    def npu_mac_share(self):
+        """The arrays' share of the model's multiply-accumulates (1.0 with none at all)."""
+        npu = self.totals()["macs"]
+        rest = sum((self.plain_macs or {}).values())
+        return npu / (npu + rest) if npu + rest else 1.0
 
     def dynamic_line(self):
         """One line naming the inputs of open size, the nodes that stay off the NPU for it,
@@ -104,7 +111,8 @@ class Report:
                 "segments": [s.as_dict() for s in self.segments],
                 "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
                 "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks,
-                "dynamic": self.dynamic}
+                "dynamic": self.dynamic, "plain_macs": self.plain_macs,
+                "npu_mac_share": round(self.npu_mac_share(), 6)}
 
     def render(self):
         """The terminal table."""
@@ -136,6 +144,10 @@ class Report:
             lines.append(f"chip has {count} arrays: "
                          + ("fits" if tot["arrays"] <= count else
                             f"needs {tot['arrays']}, weights must be reloaded"))
+        if self.plain_macs:
+            lines.append(f"NPU share of MACs: {self.npu_mac_share():.1%} (left as plain ops: "
+                         + ", ".join(f"{op} {n}" for op, n in sorted(self.plain_macs.items()))
+                         + ")")
         lines += ["", "segments:"]
         for s in self.segments:
             lines.append(f"  #{s.index} {s.device.upper():<4} {len(s.nodes):>5} nodes  "
