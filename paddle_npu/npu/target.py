@@ -47,8 +47,10 @@ VECTOR_UNIT_OPS = (
 # --- what a 2025-era edge NPU runs beside its arrays (the presets but `nnie`) ---------------
 # A lookup-table unit for unary activations (primitive Lut, ops/lut.py), and a vector unit
 # that also does the moves, normalisations, reductions and resizing transformer, detection
-# and segmentation models split into CPU islands otherwise.
+# and segmentation models split into CPU islands otherwise. Arrays that may be written at
+# run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
 EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut",)
+RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2",
@@ -108,11 +110,12 @@ class Target:
 
 PRESETS = {
     "npu256": Target(
-        "npu256", description="default: 256 x 256 arrays, all primitives, a lookup table "
-                              "for activations and a vector unit for elementwise / pooling / "
-                              "moves / normalisation / resizing; the rest on the CPU"),
+        "npu256", primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="default: 256 x 256 arrays (also written at run time for attention), "
+                    "a lookup table for activations and a vector unit for elementwise / "
+                    "pooling / moves / normalisation / resizing; the rest on the CPU"),
     "npu64": Target(
-        "npu64", rows=64, cols=64,
+        "npu64", rows=64, cols=64, primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
         description="small 64 x 64 arrays (exercises row and column tiling)"),
     "npu256-vmm-only": Target(
         "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),

@@ -201,6 +201,7 @@ class ArrayModel:
         self.add_elements = 0        # element additions done by AddInTile
         self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
+        self.written_cells = 0       # array cells written at run time (RuntimeVMM)
         self.seconds = {}            # primitive -> wall time in its reference
 
     @property
@@ -211,6 +212,7 @@ class ArrayModel:
         return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
                 "macs": self.macs, "add_elements": self.add_elements,
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
+                "written_cells": self.written_cells,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
