@@ -141,27 +141,20 @@ def main(argv=None):
                     help="per model: NPU share of MACs and segments, sizes open vs fixed")
     args = ap.parse_args(argv)
     target = load_target(args.target)
-    if args.whole:
-        rows = []
-        for name in zoo.select(args.models):
-            rows.append(whole_model(name, target, args.cache))
-            print(f"{name}: done", file=sys.stderr, flush=True)
-        print(f"target {target.name}")
-        print(render_whole(rows))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
-        return 0
+    names = zoo.select(args.models) if args.whole else args.models.split(",")
     rows = []
-    for name in args.models.split(","):
-        rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
+    for name in names:
+        rows.append(whole_model(name, target, args.cache) if args.whole else
+                    bench_model(name, target, args.cache, args.reference_plans.split(","),
                                 args.repeat))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
-    print(render(rows))
+    print(render_whole(rows) if args.whole else render(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.whole:
+        return 0
     if "resnet50" in args.models.split(",") and target.rows == target.cols == 256:
         r = next(r for r in rows if r["model"] == "resnet50")
         ok = r["ratio"]["arrays"] >= 10
