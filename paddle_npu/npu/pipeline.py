@@ -2,7 +2,8 @@
 
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
-        name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks -> restruct rules -> shapes again
+        name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
+        -> restruct rules -> shapes again
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
         -> place / order / segment -> attach function bodies
     -> (ir.Model, Report)
