@@ -26,6 +26,7 @@ def test_attention_runs_whole_on_the_npu():
     layers = {l.name: l for l in report.layers}
     assert layers["scores"].cost.macs == 2 * 3 * 5 * 8 * 5      # K=8 rows, N=5 per matrix
     assert "written at run time: 240 cells per inference" in layers["scores"].detail
+    assert layers["scores"].cost.arrays == 0       # no weight stays on an array
     assert report.npu_mac_share() == 1.0
     rng = np.random.default_rng(0)
     feeds = {k: rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for k in "qkv"}

@@ -29,10 +29,10 @@ def lower(ctx, node):
         matrices *= d if isinstance(d, int) else 1
     k = out[-2] if isinstance(out[-2], int) else 1
     tiles = -(-r // target.rows) * -(-m // target.cols)
-    cost = PlanCost("written", tiles, tiles * target.rows * target.cols, r * m,
-                    matrices * k, matrices * k * tiles, matrices * k * r * m, 0,
-                    (r * m * target.weight_bits + 7) // 8)
-    ctx.record(LayerReport(node.name, node.op_type, f"K={r} N={m} written at run time: "
-                                                    f"{matrices * r * m} cells per inference",
-                           cost))
+    # no weights stay on arrays (arrays, cells, weights 0): the tiles are written per matrix
+    cost = PlanCost("written", 0, 0, 0, matrices * k, matrices * k * tiles,
+                    matrices * k * r * m, 0, 0)
+    ctx.record(LayerReport(node.name, node.op_type,
+                           f"K={r} N={m} on {tiles} array tile(s) written at run time: "
+                           f"{matrices * r * m} cells per inference", cost))
     return [y]
