@@ -6,6 +6,11 @@ NumPy reference's throughput (useful MACs per second) running the lowered model.
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
+
+With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
+arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
+zoo's test input size (--input-shape), the arrays, the lowering time and how the lowered
+model agrees with the ONNX one (onnxruntime and the NumPy reference, worst relative diff).
 """
 import argparse
 import json
@@ -68,6 +73,43 @@ def bench_model(name, target, cache, reference_plans, repeat):
     return row
 
 
+def whole_model(name, target, cache):
+    from paddle_npu.npu import verify
+
+    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
+    onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
+    feeds = _feeds(info)
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    row = {"model": name, "input_shape": shapes}
+    for key, given in (("open", None), ("fixed", shapes)):
+        t0 = time.perf_counter()
+        lowered, report = lower(onnx_bytes, target, input_shape=given)
+        seconds = time.perf_counter() - t0
+        devices = [s.device for s in report.segments]
+        row[key] = {"npu_mac_share": round(report.npu_mac_share(), 4),
+                    "segments": len(devices), "npu_segments": devices.count("npu"),
+                    "arrays": report.totals()["arrays"], "lower_seconds": round(seconds, 2),
+                    "cpu_ops": {op: n["cpu"] for op, n in report.plain.items() if "cpu" in n}}
+    result = verify(onnx_bytes, lowered, target, feeds=feeds)
+    row["fixed"]["worst_rel_diff"] = result["worst_rel_diff"]
+    return row
+
+
+def render_whole(rows):
+    head = (f"{'model':<20} {'MACs on NPU':>11} {'segments':>8}   {'at fixed size:':<14} "
+            f"{'MACs on NPU':>11} {'segments':>8} {'NPU segs':>8} {'arrays':>7} {'lower s':>7} "
+            f"{'rel diff':>9}  CPU ops")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        o, f = r["open"], r["fixed"]
+        cpu = ", ".join(f"{op} {n}" for op, n in sorted(f["cpu_ops"].items()))
+        lines.append(f"{r['model']:<20} {o['npu_mac_share']:>11.1%} {o['segments']:>8}   "
+                     f"{'':<14} {f['npu_mac_share']:>11.1%} {f['segments']:>8} "
+                     f"{f['npu_segments']:>8} {f['arrays']:>7} {f['lower_seconds']:>7.2f} "
+                     f"{f['worst_rel_diff']:>9.1e}  {cpu}")
+    return "\n".join(lines)
+
+
 def render(rows):
     lines = []
     head = (f"{'model':<20} {'plan':<12} {'arrays':>8} {'util':>7} {'VMM invocations':>16} "
@@ -95,18 +137,24 @@ def main(argv=None):
                     help="plans whose lowered model the NumPy reference runs (comma-separated)")
     ap.add_argument("--repeat", type=int, default=3, help="reference runs, the best is kept")
     ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument("--whole", action="store_true",
+                    help="per model: NPU share of MACs and segments, sizes open vs fixed")
     args = ap.parse_args(argv)
     target = load_target(args.target)
+    names = zoo.select(args.models) if args.whole else args.models.split(",")
     rows = []
-    for name in args.models.split(","):
-        rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
+    for name in names:
+        rows.append(whole_model(name, target, args.cache) if args.whole else
+                    bench_model(name, target, args.cache, args.reference_plans.split(","),
                                 args.repeat))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
-    print(render(rows))
+    print(render_whole(rows) if args.whole else render(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.whole:
+        return 0
     if "resnet50" in args.models.split(",") and target.rows == target.cols == 256:
         r = next(r for r in rows if r["model"] == "resnet50")
         ok = r["ratio"]["arrays"] >= 10

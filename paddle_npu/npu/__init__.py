@@ -18,16 +18,18 @@ _LAZY = {"DOMAIN": ".ops", "VERSION": ".ops", "all_primitives": ".ops",
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=()):
-    """(ir.Model, Report) of a model lowered for a target; see npu/pipeline.py."""
+          disable=(), input_shape=None):
+    """(ir.Model, Report) of a model lowered for a target; see npu/pipeline.py.
+    input_shape: {input name: [sizes]} fixed before lowering (npu/input_shapes.py)."""
     from .pipeline import lower as _lower
-    return _lower(model, target, plan, preprocess, marks, enable, disable)
+    return _lower(model, target, plan, preprocess, marks, enable, disable, input_shape)
 
 
-def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5):
+def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5,
+           input_shape=None):
     """onnxruntime before / after lowering and the NumPy reference; see npu/verifier.py."""
     from .verifier import verify as _verify
-    return _verify(original, lowered, target, feeds, seed, tolerance)
+    return _verify(original, lowered, target, feeds, seed, tolerance, input_shape)
 
 
 def __getattr__(name):

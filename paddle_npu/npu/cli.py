@@ -1,6 +1,8 @@
 """The stage-2 sub-commands of `paddle-npu`: lower, verify, targets (and convert --npu)."""
 import json
 
+from .input_shapes import add_argument as add_input_shape_argument
+from .input_shapes import parse_input_shapes
 from .target import DEFAULT
 from .tiling import PLANS
 
@@ -14,6 +16,7 @@ def add_commands(sub):
     p.add_argument("model", help="the .onnx model to lower")
     p.add_argument("-o", "--output", required=True, help="the lowered .onnx to write")
     add_lowering_options(p)
+    add_input_shape_argument(p)
     p.add_argument("--verify", action="store_true",
                    help="also run `verify` on the result (seeded input)")
     from ..preprocess import add_arguments as add_preprocess_arguments
@@ -33,6 +36,7 @@ def add_commands(sub):
     p.add_argument("--tolerance", type=float, default=1e-5,
                    help="largest relative diff accepted (default 1e-5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_input_shape_argument(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run-segments", help="run a segmented plan (lower --segments DIR)",
@@ -108,7 +112,8 @@ def _lower_and_save(source, output, args, quiet=False):
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(getattr(args, "restruct", "")),
-                          disable=split(getattr(args, "no_restruct", "")))
+                          disable=split(getattr(args, "no_restruct", "")),
+                          input_shape=parse_input_shapes(getattr(args, "input_shape", None)))
     save_model(model, output)
     if getattr(args, "segments", None):
         from .segments import emit_segments
@@ -130,7 +135,8 @@ def cmd_lower(args):
     if args.verify:
         from ..preprocess import fused_reference
         original = fused_reference(args.model, args, args.target)   # raw uint8 input too
-        return _print_verification(original, args.output, args.target, None, 0, 1e-5, False)
+        return _print_verification(original, args.output, args.target, None, 0, 1e-5, False,
+                                   parse_input_shapes(args.input_shape))
     return 0
 
 
@@ -139,7 +145,8 @@ def lower_converted(onnx_bytes, output, args):
     _lower_and_save(onnx_bytes, output, args)
 
 
-def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json):
+def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
+                        input_shape=None):
     from ..compare import load_reference
     from ..onnx_io import load_proto
     from .verifier import render, verify
@@ -149,14 +156,15 @@ def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json
         graph = load_proto(model).graph
         inits = {i.name for i in graph.initializer}
         feeds, _ = load_reference(inputs, [i.name for i in graph.input if i.name not in inits], [])
-    result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance)
+    result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance,
+                    input_shape=input_shape)
     print(json.dumps(result, indent=1) if as_json else render(result))
     return 0 if result["ok"] else 1
 
 
 def cmd_verify(args):
     return _print_verification(args.model, args.lowered, args.target, args.inputs, args.seed,
-                               args.tolerance, args.json)
+                               args.tolerance, args.json, parse_input_shapes(args.input_shape))
 
 
 def cmd_targets(args):

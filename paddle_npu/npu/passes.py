@@ -6,6 +6,7 @@ list of them and keeps every result. A local rewrite is a `Rule` (a pattern anch
 node, a check that says why not, a rewrite), run over the graph by `RulePass`.
 
     NameNodes             every node a unique, readable name
+    FixInputShapes        the inputs' sizes set (--input-shape), every shape inferred again
     InferShapes           onnx's shape inference written into the model's values
     FoldBatchNorm         Conv / Gemm followed by BatchNormalization -> one op (a Rule)
     BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
@@ -17,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
+from ..errors import ConversionError
 from . import graph as g
 
 
@@ -153,6 +155,59 @@ class InferShapes(Pass):
     def run(self, model, result):
         from ..onnx_io import infer_shapes
         result.modified = infer_shapes(model)
+
+
+class FixInputShapes(Pass):
+    """Set the inputs' sizes ({name: dims}, -1 dynamic), infer every shape again from them
+    and fold the shape sub-graphs that became constant."""
+    name = "input_shapes"
+
+    def __init__(self, shapes):
+        super().__init__()
+        self.shapes = dict(shapes)
+
+    def run(self, model, result):
+        graph = model.graph
+        inputs = {v.name: v for v in graph.inputs}
+        unknown = [n for n in self.shapes if n not in inputs]
+        if unknown:
+            raise ConversionError(f"--input-shape names {', '.join(map(repr, unknown))}, "
+                                  f"not an input of the model (its inputs: "
+                                  f"{', '.join(inputs) or 'none'})")
+        for name, dims in self.shapes.items():
+            value = inputs[name]
+            dims = [int(d) for d in dims]
+            if any(d < -1 or d == 0 for d in dims):
+                raise ConversionError(f"--input-shape {name}: {dims} has a size below 1 "
+                                      "(-1 leaves one dynamic)")
+            if value.shape is not None and len(value.shape) != len(dims):
+                raise ConversionError(f"--input-shape {name}: {dims} has rank {len(dims)}, "
+                                      f"the model's input has rank {len(value.shape)} "
+                                      f"{list(value.shape)}")
+            value.shape = ir.Shape([d if d > 0 else None for d in dims])
+            result.fired.append(f"{name}: {dims}")
+        # what inference derived from the old sizes is stale: derive it again
+        for node in graph:
+            for out in node.outputs:
+                out.shape = None
+        from ..onnx_io import infer_shapes
+        from ..optimize import fold_constants
+        for _ in range(8):          # each round of folding may make more sizes static
+            infer_shapes(model)
+            if not fold_constants(model):
+                break
+        result.modified = True
+
+
+def with_input_shapes(model, shapes):
+    """The ModelProto of `model` (path, bytes, ModelProto, ir.Model) with its inputs' sizes
+    fixed (`FixInputShapes`): what calibration and verification run when lowering fixes
+    them."""
+    from ..onnx_io import load_model, to_proto
+
+    m = load_model(model)
+    FixInputShapes(shapes)(m)
+    return to_proto(m)
 
 
 class RemoveUnused(Pass):

@@ -2,7 +2,8 @@
 
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
-        name nodes -> fuse preprocessing -> marks -> restruct rules -> shapes again
+        name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
+        -> restruct rules -> shapes again
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
         -> place / order / segment -> attach function bodies
     -> (ir.Model, Report)
@@ -13,11 +14,13 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from .context import LowerContext
 from .functions import AttachFunctions
-from .graph import device
+from .graph import device, dims
+from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
-from .passes import BatchNormToAffine, InferShapes, NameNodes, Pass, RemoveUnused, Sequence
+from .passes import (BatchNormToAffine, FixInputShapes, InferShapes, NameNodes, Pass,
+                     RemoveUnused, Sequence)
 from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
@@ -76,10 +79,11 @@ class LowerNodes(Pass):
         result.refused.update(ctx.refusals)
 
 
-def passes(ctx, preprocess=None, marks=None, enable=(), disable=()):
+def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None):
     """The declared stage-2 pass list for a LowerContext (model, target, plan)."""
     target = ctx.target
     return Sequence(
+        FixInputShapes(input_shape) if input_shape else None,
         FusePreprocess(preprocess) if preprocess is not None else None,
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
@@ -93,20 +97,22 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=()):
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=()):
+          disable=(), input_shape=None):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
     model first (raw uint8 images in; see paddle_npu/preprocess.py).
     marks: a marks.Marks (CPU / 16-bit placement, compile_mode); enable / disable: restruct
-    passes to switch on / off beyond the target's own (restruct.py)."""
+    passes to switch on / off beyond the target's own (restruct.py).
+    input_shape: {input name: [sizes]} fixing the inputs' sizes first (-1 leaves one
+    dynamic; input_shapes.py), so that layers on inputs of open size can lower."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
     ctx = LowerContext(m, target, plan)
-    steps = passes(ctx, preprocess, marks, enable, disable)
+    steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
 
@@ -123,5 +129,60 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     report = Report(target.as_dict(), plan, ctx.layers, steps.result("partition").info["segments"],
                     devices, plain, ctx.refusals, time.perf_counter() - start,
                     preprocess=fused.info["fused"] if fused else None,
-                    restruct=restructured, marks=steps.result("marks").info["marks"].as_dict())
+                    restruct=restructured, marks=steps.result("marks").info["marks"].as_dict(),
+                    dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m))
     return m, report
+
+
+def _left_dynamic(model, target):
+    """When inputs keep sizes that are not fixed and nodes the NPU has a form for stay off
+    it with sizes not fixed: {"inputs": {name: dims}, "kept_off_npu": {op type: count}}."""
+    inputs = dynamic_inputs(model)
+    if not inputs:
+        return None
+    kept = {}
+    for node in model.graph:
+        if device(node) == "npu" or not (get_onnx_mapper(node.op_type, node.domain) or
+                                         target.npu_runs(node.op_type, node.domain)):
+            continue
+        values = [v for v in list(node.inputs) + list(node.outputs) if v is not None]
+        if any(v.shape is None or not all(isinstance(d, int) for d in v.shape.dims)
+               for v in values):
+            kept[node.op_type] = kept.get(node.op_type, 0) + 1
+    return {"inputs": inputs, "kept_off_npu": kept} if kept else None
+
+
+def _count(dims):
+    """Elements of a shape, a size that is not fixed counted as 1; None if unknown."""
+    if dims is None:
+        return None
+    n = 1
+    for d in dims:
+        n *= d if isinstance(d, int) else 1
+    return n
+
+
+def _plain_macs(model):
+    """{op type: multiply-accumulates} of the matrix layers left as plain ONNX ops (Conv,
+    ConvTranspose, MatMul, Gemm): the work the arrays do not do."""
+    out = {}
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in (
+                "Conv", "ConvTranspose", "MatMul", "Gemm"):
+            continue
+        x, w, y = (node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None,
+                   node.outputs[0])
+        wd = dims(w)
+        if node.op_type == "Conv" and wd is not None:       # each output: C/g * kernel
+            macs = _count(dims(y)) * _count(wd[1:]) if dims(y) is not None else None
+        elif node.op_type == "ConvTranspose" and wd is not None:   # each input: M/g * kernel
+            macs = _count(dims(x)) * _count(wd[1:]) if dims(x) is not None else None
+        else:                                               # each output: the inner size K
+            xd = dims(x)
+            k = xd[-1] if xd and isinstance(xd[-1], int) else None
+            if node.op_type == "Gemm" and node.attributes.get_int("transA", 0) and xd:
+                k = xd[0] if isinstance(xd[0], int) else None
+            macs = _count(dims(y)) * k if k is not None and dims(y) is not None else None
+        if macs:
+            out[node.op_type] = out.get(node.op_type, 0) + macs
+    return out

@@ -52,6 +52,27 @@ class Report:
     preprocess: Optional[dict] = None   # what fuse_preprocess fused in front, if anything
     restruct: Optional[list] = None     # restruct.py: per pass, what fired and what refused
     marks: Optional[dict] = None        # marks.py: compile_mode, CPU-marked and 16-bit nodes
+    dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
+    plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
+
+    def npu_mac_share(self):
+        """The arrays' share of the model's multiply-accumulates (1.0 with none at all)."""
+        npu = self.totals()["macs"]
+        rest = sum((self.plain_macs or {}).values())
+        return npu / (npu + rest) if npu + rest else 1.0
+
+    def dynamic_line(self):
+        """One line naming the inputs of open size, the nodes that stay off the NPU for it,
+        and the flag; None when nothing is kept off."""
+        if not self.dynamic:
+            return None
+        from .input_shapes import FLAG
+        ins = ", ".join(f"{n} [{','.join(str(d) for d in dims) if dims else '?'}]"
+                        for n, dims in self.dynamic["inputs"].items())
+        kept = self.dynamic["kept_off_npu"]
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(kept.items(), key=lambda t: -t[1]))
+        return (f"inputs of open size ({ins}): {sum(kept.values())} node(s) stay off the NPU "
+                f"({ops}); fix the sizes with {FLAG}")
 
     def totals(self):
         """Sums over the layers of the plan emitted."""
@@ -89,7 +110,9 @@ class Report:
                 "layers": [l.as_dict() for l in self.layers],
                 "segments": [s.as_dict() for s in self.segments],
                 "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
-                "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks}
+                "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks,
+                "dynamic": self.dynamic, "plain_macs": self.plain_macs,
+                "npu_mac_share": round(self.npu_mac_share(), 6)}
 
     def render(self):
         """The terminal table."""
@@ -121,6 +144,10 @@ class Report:
             lines.append(f"chip has {count} arrays: "
                          + ("fits" if tot["arrays"] <= count else
                             f"needs {tot['arrays']}, weights must be reloaded"))
+        if self.plain_macs:
+            lines.append(f"NPU share of MACs: {self.npu_mac_share():.1%} (left as plain ops: "
+                         + ", ".join(f"{op} {n}" for op, n in sorted(self.plain_macs.items()))
+                         + ")")
         lines += ["", "segments:"]
         for s in self.segments:
             lines.append(f"  #{s.index} {s.device.upper():<4} {len(s.nodes):>5} nodes  "
@@ -152,5 +179,7 @@ class Report:
         if self.marks and (self.marks["cpu"] or self.marks["hp"] or self.marks["compile_mode"]):
             lines.append(f"marks: compile_mode {self.marks['compile_mode']}; "
                          f"{len(self.marks['cpu'])} on the CPU, {len(self.marks['hp'])} at 16 bits")
+        if self.dynamic:
+            lines += ["", self.dynamic_line()]
         lines.append(f"\nlowered in {self.seconds:.2f} s")
         return "\n".join(lines)

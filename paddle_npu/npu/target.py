@@ -12,7 +12,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     weight_bits = 8
     activation_bits = 8
     [npu]
-    primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform"]
+    primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform", "Lut"]
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
     [cpu]
     onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
@@ -44,6 +44,20 @@ VECTOR_UNIT_OPS = (
     "Concat", "Identity", "Dropout",
 )
 
+# --- what a 2025-era edge NPU runs beside its arrays (the presets but `nnie`) ---------------
+# A lookup-table unit for unary activations (primitive Lut, ops/lut.py), and a vector unit
+# that also does the moves, normalisations, reductions and resizing transformer, detection
+# and segmentation models split into CPU islands otherwise. Arrays that may be written at
+# run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
+EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut",)
+RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
+EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
+    "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2",
+    "Split", "Slice", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Pad",
+    "Resize", "Upsample",
+)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -53,8 +67,8 @@ class Target:
     array_count: int = 0                  # arrays on the chip; 0 = unbounded
     weight_bits: int = 8
     activation_bits: int = 8
-    primitives: tuple = ALL_PRIMITIVES
-    npu_ops: tuple = VECTOR_UNIT_OPS
+    primitives: tuple = EDGE_PRIMITIVES
+    npu_ops: tuple = EDGE_VECTOR_UNIT_OPS
     cpu_ops: tuple = ("*",)
     description: str = ""
     source: str = "built-in"
@@ -96,17 +110,19 @@ class Target:
 
 PRESETS = {
     "npu256": Target(
-        "npu256", description="default: 256 x 256 arrays, all primitives and a vector unit "
-                              "for elementwise / activation / pooling; the rest on the CPU"),
+        "npu256", primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="default: 256 x 256 arrays (also written at run time for attention), "
+                    "a lookup table for activations and a vector unit for elementwise / "
+                    "pooling / moves / normalisation / resizing; the rest on the CPU"),
     "npu64": Target(
-        "npu64", rows=64, cols=64,
+        "npu64", rows=64, cols=64, primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
         description="small 64 x 64 arrays (exercises row and column tiling)"),
     "npu256-vmm-only": Target(
         "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),
         description="a cautious chip: arrays and Add In Tile only; Im2Col, "
                     "DimTransform and every plain op run on the MCU"),
     "nnie": Target(
-        "nnie", npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
+        "nnie", primitives=ALL_PRIMITIVES, npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
         restruct=("bn_collapse", "merge_linear", "l2norm", "fc_to_conv"),
         fc_followers=("Softmax",), broadcast=False, max_npu_segments=8,
         description="HiSilicon NNIE-like: an FC may only feed softmax, no "

@@ -41,8 +41,14 @@ def _serialized(model):
     return proto.SerializeToString()
 
 
-def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERANCE):
-    """Compare the three runs; returns a dict with per-output agreement and `ok`."""
+def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERANCE,
+           input_shape=None):
+    """Compare the three runs; returns a dict with per-output agreement and `ok`.
+    input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
+    input and the run before lowering."""
+    if input_shape:
+        from .passes import with_input_shapes
+        original = with_input_shapes(original, input_shape)
     if feeds is None:
         feeds = seeded_inputs(original, seed)
     names, want = run_onnx(_serialized(original), feeds)

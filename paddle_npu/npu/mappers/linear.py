@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..registry import onnx_op
+from . import runtime_matmul
 from ..report import LayerReport
 from ..tiling import Geometry, plan_cost, plan_tiles, tile_weight
 
@@ -37,6 +38,10 @@ def _vectors(dims):
     return out
 
 
+def _constant_operand(ctx, node):
+    return any(ctx.constant(v) is not None for v in node.inputs[:2])
+
+
 def _common_check(ctx, node, a, w):
     if not ctx.target.runs_primitive("VMM"):
         return "the target has no VMM"
@@ -58,10 +63,14 @@ def _common_check(ctx, node, a, w):
 class MatMul:
     @classmethod
     def check(cls, ctx, node):
+        if not _constant_operand(ctx, node):        # two activations: runtime_matmul.py
+            return runtime_matmul.check(ctx, node)
         return _common_check(ctx, node, node.inputs[0], ctx.constant(node.inputs[1]))
 
     @classmethod
     def lower(cls, ctx, node):
+        if not _constant_operand(ctx, node):
+            return runtime_matmul.lower(ctx, node)
         x = node.inputs[0]
         return [emit_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None,
                             _vectors(ctx.dims(x)))]

@@ -45,7 +45,7 @@ class Ref:
 @dataclass(frozen=True)
 class Attr:
     name: str
-    type: str            # "int" | "ints"
+    type: str            # "int" | "ints" | "float" | "string"
     doc: str
     default: object = None   # None: required
 
@@ -200,6 +200,8 @@ class ArrayModel:
         self.tile_ids = set()        # distinct (weight, tile) pairs programmed
         self.add_elements = 0        # element additions done by AddInTile
         self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
+        self.lut_elements = 0        # elements through the lookup-table unit (Lut)
+        self.written_cells = 0       # array cells written at run time (RuntimeVMM)
         self.seconds = {}            # primitive -> wall time in its reference
 
     @property
@@ -209,7 +211,8 @@ class ArrayModel:
     def as_dict(self):
         return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
                 "macs": self.macs, "add_elements": self.add_elements,
-                "moved_elements": self.moved_elements,
+                "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
+                "written_cells": self.written_cells,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 

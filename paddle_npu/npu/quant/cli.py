@@ -11,6 +11,9 @@ parser of `paddle-npu --help` is built from this module.
 """
 
 
+from ..input_shapes import add_argument as add_input_shape_argument
+from ..input_shapes import parse_input_shapes
+
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
                  "output's cosine to float to reach C, e.g. 0.99 (needs --data; --auto-hp N "
                  "caps how many)")
@@ -59,6 +62,7 @@ def add_commands(sub):
     p.add_argument("--limit", type=int, default=None, help="use the first N samples only")
     from ...preprocess import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p, fuse=False)
+    add_input_shape_argument(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("quant-report", help="layer-by-layer float vs quantised accuracy",
@@ -84,7 +88,18 @@ def add_commands(sub):
     p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
     p.add_argument("--top", type=int, default=None, help="show only the N worst layers")
     p.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    add_input_shape_argument(p)
     p.set_defaults(func=cmd_quant_report)
+
+
+def _shaped(args):
+    """The model with its input sizes fixed when --input-shape is given, all but the
+    leading one: the data's sample axis is the batch, run in slices of its own size."""
+    shapes = parse_input_shapes(args.input_shape)
+    if not shapes:
+        return args.model
+    from ..passes import with_input_shapes
+    return with_input_shapes(args.model, {k: [-1] + d[1:] for k, d in shapes.items()})
 
 
 def _bits(args):
@@ -270,7 +285,7 @@ def cmd_calibrate(args):
                               "normalisation: --mean/--std (or --scale; --std 1 for raw "
                               "0-255 pixels) or --preprocess-config")
     spec = spec_from_args(args, enabled=folder, needs="--data FOLDER")
-    table = calibrate(args.model, args.data, method=args.method, limit=args.limit,
+    table = calibrate(_shaped(args), args.data, method=args.method, limit=args.limit,
                       preprocess=spec)
     save_table(table, args.output)
     print(f"calibrated {len(table['tensors'])} tensors on {table['samples']} samples "
@@ -288,7 +303,7 @@ def cmd_quant_report(args):
     from .calibrate import load_feeds
     from .qlower import quantized_lower
 
-    proto = load_proto(args.model)
+    proto = load_proto(_shaped(args))
     feeds = load_feeds(proto, args.data)
     arrays = np.load(args.data)
     labels = arrays[args.labels] if args.labels in arrays.files else None

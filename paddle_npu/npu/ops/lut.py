@@ -1,0 +1,100 @@
+"""Lut: a unary activation on the lookup-table unit beside the arrays."""
+import math
+
+import numpy as np
+
+from .base import Arg, Attr, Primitive, config_tag, primitive
+
+
+def _hardsigmoid(b, x, alpha, beta):
+    return b.op("HardSigmoid", x, alpha=alpha, beta=beta)
+
+
+def _gelu(b, x, alpha, beta):        # x * (1 + erf(x / sqrt 2)) / 2: Gelu is opset 20
+    c = b.op("Constant", value_float=1 / math.sqrt(2))
+    half, one = b.op("Constant", value_float=0.5), b.op("Constant", value_float=1.0)
+    e = b.op("Erf", b.op("Mul", x, b.op("CastLike", c, x)))
+    return b.op("Mul", b.op("Mul", x, b.op("CastLike", half, x)),
+                b.op("Add", e, b.op("CastLike", one, x)))
+
+
+def _mish(b, x, alpha, beta):        # x * tanh(softplus(x)): Mish is opset 18
+    return b.op("Mul", x, b.op("Tanh", b.op("Softplus", x)))
+
+
+def _swish(b, x, alpha, beta):
+    return b.op("Mul", x, b.op("Sigmoid", x))
+
+
+def _plain(op_type):
+    return lambda b, x, alpha, beta: b.op(op_type, x)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _np_softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+# function -> (ONNX body, NumPy in float64, the ONNX op it stands for)
+FUNCTIONS = {
+    "sigmoid": (_plain("Sigmoid"), lambda x, a, b: 1 / (1 + np.exp(-x))),
+    "tanh": (_plain("Tanh"), lambda x, a, b: np.tanh(x)),
+    "exp": (_plain("Exp"), lambda x, a, b: np.exp(x)),
+    "log": (_plain("Log"), lambda x, a, b: np.log(x)),
+    "sqrt": (_plain("Sqrt"), lambda x, a, b: np.sqrt(x)),
+    "reciprocal": (_plain("Reciprocal"), lambda x, a, b: 1 / x),
+    "erf": (_plain("Erf"), lambda x, a, b: _erf(x)),
+    "softplus": (_plain("Softplus"), lambda x, a, b: _np_softplus(x)),
+    "hardswish": (_plain("HardSwish"), lambda x, a, b: x * np.clip(x / 6 + 0.5, 0, 1)),
+    "hardsigmoid": (_hardsigmoid, lambda x, a, b: np.clip(a * x + b, 0, 1)),
+    "gelu": (_gelu, lambda x, a, b: 0.5 * x * (1 + _erf(x / math.sqrt(2)))),
+    "mish": (_mish, lambda x, a, b: x * np.tanh(_np_softplus(x))),
+    "swish": (_swish, lambda x, a, b: x / (1 + np.exp(-x))),
+}
+
+
+@primitive
+class Lut(Primitive):
+    """Y = f(X) element by element on the lookup-table unit: `function` names f (sigmoid,
+    tanh, exp, log, sqrt, reciprocal, erf, softplus, hardswish, hardsigmoid (alpha * x +
+    beta clipped to [0, 1]), gelu (the erf form), mish, swish (x * sigmoid(x))). In the
+    float plan the unit is ideal: f is computed exactly, in float64, rounded once to X's
+    type."""
+
+    inputs = (Arg("X", "any float tensor"),)
+    outputs = (Arg("Y", "f(X), X's shape and type"),)
+    attributes = (Attr("function", "string", "the function f"),
+                  Attr("alpha", "float", "hardsigmoid's slope", 0.2),
+                  Attr("beta", "float", "hardsigmoid's offset", 0.5))
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        function = cls.attrs_of(attrs)["function"]
+        if function not in FUNCTIONS:
+            raise ValueError(f"Lut: unknown function {function!r} (known: {sorted(FUNCTIONS)})")
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        if a["function"] == "hardsigmoid":
+            return f"hardsigmoid_{config_tag(a['alpha'], a['beta'])}"
+        return a["function"]
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        body, _ = FUNCTIONS[attrs["function"]]
+        y = body(b, "X", attrs["alpha"], attrs["beta"])
+        b.op("Identity", y, out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        x = inputs[0]
+        _, f = FUNCTIONS[a["function"]]
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            y = f(x.astype(np.float64), a["alpha"], a["beta"])
+        array.lut_elements += x.size
+        return [y.astype(x.dtype)]
