@@ -49,9 +49,9 @@ def _cmd_convert(args):
     if spec is not None and args.reference:
         raise ConversionError("--reference holds the model's float inputs: it cannot check a "
                               "model taking raw uint8 images (--fuse-preprocess)")
-    from .shapes import parse_input_shape, parse_shape_dict
+    from .shapes import parse_input_shapes, parse_shape_dict
     input_shape = parse_shape_dict(args.input_shape_dict) if args.input_shape_dict else {}
-    input_shape.update(parse_input_shape(text) for text in args.input_shape or ())
+    input_shape.update(parse_input_shapes(args.input_shape))
     data = export(model, params, None if args.target or spec else save_file,
                   opset_version=args.opset_version or 7,
                   auto_upgrade_opset=args.enable_auto_update_opset,

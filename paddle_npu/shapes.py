@@ -26,6 +26,17 @@ def parse_input_shape(text):
     return name, shape
 
 
+def parse_input_shapes(texts):
+    """The repeated flag's values -> {name: dims}; an input given twice is an error."""
+    shapes = {}
+    for text in texts or ():
+        name, dims = parse_input_shape(text)
+        if name in shapes:
+            raise ConversionError(f"--input-shape given twice for input {name!r}")
+        shapes[name] = dims
+    return shapes
+
+
 def parse_shape_dict(text):
     """paddle2onnx's --input_shape_dict "{'x': [1, 3, 640, 640]}" -> {'x': [1, 3, 640, 640]}."""
     try:

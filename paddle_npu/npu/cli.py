@@ -2,7 +2,7 @@
 import json
 
 from .input_shapes import add_argument as add_input_shape_argument
-from .input_shapes import parse_input_shapes
+from ..shapes import parse_input_shapes
 from .target import DEFAULT
 from .tiling import PLANS
 

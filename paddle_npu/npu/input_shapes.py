@@ -10,33 +10,7 @@ lowers. A size the model fixes may be replaced by another (exports often declare
 and run at any). The syntax is stage 1's (`convert --input-shape`): -1 or ? keeps a size
 dynamic.
 """
-from ..errors import ConversionError
-
-FLAG = "--input-shape NAME:D0,D1,..."
-
-
-def parse_input_shape(text):
-    """'x:1,3,640,640' -> ('x', [1, 3, 640, 640]); -1 or ? for a size left dynamic."""
-    name, sep, sizes = str(text).rpartition(":")
-    try:
-        dims = [-1 if d.strip() in ("?", "-1") else int(d) for d in sizes.split(",")]
-    except ValueError:
-        dims = None
-    if not sep or not name or not dims or any(d < -1 or d == 0 for d in dims):
-        raise ConversionError(f"--input-shape {text!r}: expected NAME:D0,D1,... with positive "
-                              "sizes or -1 for a dynamic one, e.g. x:1,3,640,640")
-    return name, dims
-
-
-def parse_input_shapes(texts):
-    """The repeated flag's values -> {name: dims}; an input given twice is an error."""
-    shapes = {}
-    for text in texts or ():
-        name, dims = parse_input_shape(text)
-        if name in shapes:
-            raise ConversionError(f"--input-shape given twice for input {name!r}")
-        shapes[name] = dims
-    return shapes
+FLAG = "--input-shape NAME:D0,D1,..."    # parsed by paddle_npu.shapes, as for convert
 
 
 def add_argument(parser):

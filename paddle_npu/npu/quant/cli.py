@@ -12,7 +12,7 @@ parser of `paddle-npu --help` is built from this module.
 
 
 from ..input_shapes import add_argument as add_input_shape_argument
-from ..input_shapes import parse_input_shapes
+from ...shapes import parse_input_shapes
 
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
                  "output's cosine to float to reach C, e.g. 0.99 (needs --data; --auto-hp N "
