@@ -1,9 +1,9 @@
 """The Python API, drop-in for `paddle2onnx.export`."""
 import os
 import sys
-import tempfile
 
-from .errors import ConversionError
+from .errors import ConversionError, PaddleFormatError
+from .outputs import check_output, write_bytes, write_with
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
@@ -55,34 +55,31 @@ def _initializer_bytes(model):
                if v.const_value is not None)
 
 
-def _write_atomically(path, write):
-    """write(tmp_path) into a temp file beside `path`, renamed over it when complete."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".paddle_npu.", suffix=".onnx", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
-
-
-def save_model(model, save_file):
-    """Write an ir.Model; weights go to `<save_file>.data` when the model is over 2 GB."""
+def save_model(model, save_file, inputs=()):
+    """Write an ir.Model (see `outputs`: never over one of `inputs`); weights go to
+    `<save_file>.data` when the model is over 2 GB."""
     import onnx_ir as ir
 
     if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
         # The data file's name is recorded in the model: it is written under its final name.
         data_name = os.path.basename(save_file) + ".data"
-        return _write_atomically(save_file, lambda tmp: ir.save(
-            model, tmp, external_data=data_name, size_threshold_bytes=1024))
-    data = ir.serde.serialize_model(model).SerializeToString()
-    return _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+        check_output(os.path.join(os.path.dirname(save_file), data_name), inputs,
+                     "external data")
+        return write_with(save_file, lambda tmp: ir.save(
+            model, tmp, external_data=data_name, size_threshold_bytes=1024), inputs)
+    return write_bytes(save_file, ir.serde.serialize_model(model).SerializeToString(), inputs)
+
+
+def model_files(model, params=None):
+    """The program and params files a Paddle export is read from (what must never be
+    overwritten), as far as they exist."""
+    from .frontend import default_params_file, find_program_file
+
+    try:
+        program_file = find_program_file(model)
+    except PaddleFormatError:
+        return [os.fspath(model)]
+    return [f for f in (program_file, params or default_params_file(program_file)) if f]
 
 
 def export(model_filename, params_filename=None, save_file=None, opset_version=7,
@@ -113,6 +110,9 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
         if value not in _P2O_NEUTRAL[key]:
             raise ConversionError(f"paddle2onnx option {key}={value!r} is not supported by "
                                   "paddle_npu; leave it at its default")
+    inputs = model_files(model_filename, params_filename)
+    if save_file is not None:
+        check_output(save_file, inputs)
     program = load(model_filename, params_filename or None)
     progress = None
     if verbose or sum(len(b.ops) for b in program.blocks) > 300:
@@ -124,7 +124,7 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
         if save_file is None:
             raise ConversionError("the model is over 2 GB: give save_file so that its weights "
                                   "can go to an external data file")
-        save_model(model, save_file)
+        save_model(model, save_file, inputs)
         if enable_onnx_checker:
             import onnx
             try:
@@ -138,7 +138,7 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     if enable_onnx_checker:
         check_model(data, proto)
     if save_file is not None:
-        _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+        write_bytes(save_file, data, inputs)
         if verbose:
             print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
     return data

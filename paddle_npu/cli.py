@@ -1,6 +1,7 @@
 """The `paddle-npu` command line. Heavy imports happen inside the sub-commands."""
 import argparse
 import json
+import os
 import sys
 
 from .errors import ConversionError, PaddleFormatError
@@ -26,24 +27,60 @@ def _flag(text):
     raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
 
-def _cmd_convert(args):
+_GENERIC_STEMS = ("inference", "model", "__model__", "")
+
+
+def default_output(model):
+    """The .onnx name `convert` writes without -o: the model's own name (its folder's when the
+    file has Paddle's generic name), in the current directory."""
     import os
 
-    from .api import export
+    path = os.path.normpath(os.path.abspath(model))
+    stem = os.path.splitext(os.path.basename(path))[0] if not os.path.isdir(path) \
+        else os.path.basename(path)
+    if stem in _GENERIC_STEMS:
+        stem = os.path.basename(os.path.dirname(path)) or "model"
+    return stem + ".onnx"
 
+
+def _prepare_convert(args):
+    """Resolve MODEL / --model_dir, the params and the output name (flags that contradict
+    each other are refused, not silently chosen between)."""
+    import os
+
+    if args.model and args.model_dir:
+        raise ConversionError(f"both MODEL ({args.model}) and --model_dir ({args.model_dir}) "
+                              "were given; give one")
+    if args.output and args.save_file and args.output != args.save_file:
+        raise ConversionError(f"both -o ({args.output}) and --save_file ({args.save_file}) "
+                              "were given; give one")
+    if args.params and args.params_filename and args.params != args.params_filename:
+        raise ConversionError("both --params and --params_filename were given; give one")
     model = args.model
     if args.model_dir:
         model = os.path.join(args.model_dir, args.model_filename) if args.model_filename \
             else args.model_dir
+    elif args.model_filename:
+        model = args.model_filename
     if model is None:
-        raise SystemExit("paddle-npu convert: give MODEL or --model_dir")
+        raise ConversionError("convert: give the model (MODEL, or paddle2onnx's --model_dir "
+                              "and --model_filename); see `paddle-npu convert --help`")
     params = args.params or args.params_filename
     if params and args.model_dir and not os.path.isabs(params) and not os.path.exists(params):
         params = os.path.join(args.model_dir, params)
-    save_file = args.output or args.save_file
-    if save_file is None:
-        stem = os.path.splitext(os.path.basename(os.path.normpath(model)))[0]
-        save_file = stem + ".onnx"
+    output = args.output or args.save_file
+    if output is None:
+        output = default_output(model)
+        if os.path.lexists(output):
+            raise ConversionError(f"{output} exists (the default output name for {model}); "
+                                  "name it with -o to replace it, or choose another name")
+    args.model, args.params, args.output = model, params, output
+
+
+def _cmd_convert(args):
+    from .api import export
+
+    model, params, save_file = args.model, args.params, args.output
     from .preprocess import spec_from_args
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
     if spec is not None and args.reference:
@@ -92,6 +129,58 @@ def _report_agreement(onnx_file, reference, tolerance):
     print(f"{'agrees' if ok else 'DISAGREES'} with {reference} "
           f"(worst relative diff {worst:.2e}, tolerance {tolerance:g})")
     return 0 if ok else 1
+
+
+# Where each command's arguments name files: the outputs are all checked (against each other
+# and the inputs, see `outputs.check_output`) before the command starts.
+_OUTPUT_ARGS = {"output": "-o", "report": "--report", "qdq": "--qdq", "json": "--json",
+                "write_precision": "--write-precision", "plot": "--plot",
+                "outputs": "--outputs"}
+_OUTPUT_DIR_ARGS = {"segments": "--segments"}
+_INPUT_ARGS = ("model", "params", "lowered", "data", "calibration", "reference", "inputs",
+               "precision", "marks", "preprocess_config", "dir", "target")
+
+
+def check_files(args):
+    """Every output the command names can be written, none is one of its inputs and no two
+    are the same file: checked before anything is read or written."""
+    from .outputs import check_output, check_output_dir
+
+    prepare = getattr(args, "prepare", None)
+    if prepare is not None:
+        prepare(args)
+    inputs = [v for v in (getattr(args, k, None) for k in _INPUT_ARGS)
+              if isinstance(v, str) and os.path.exists(v)]
+    if args.command == "convert":
+        from .api import model_files
+        inputs += model_files(args.model, args.params)
+    seen = {}
+    for table, check in ((_OUTPUT_ARGS, check_output), (_OUTPUT_DIR_ARGS, check_output_dir)):
+        for key, flag in table.items():
+            path = getattr(args, key, None)
+            if not isinstance(path, str):       # unset, or a switch (`verify --json`)
+                continue
+            check(path, inputs, f"{flag} output")
+            real = os.path.realpath(path)
+            if real in seen:
+                raise ConversionError(f"{seen[real]} and {flag} name the same file ({path}); "
+                                      "give each output its own name")
+            seen[real] = flag
+
+
+def describe_error(exc):
+    """One line for any exception reaching the command line."""
+    if isinstance(exc, (PaddleFormatError, ConversionError)):
+        return str(exc)
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        return f"{exc.filename}: {reason}" if exc.filename else reason
+    text = " ".join(str(exc).split())
+    if type(exc).__module__.startswith("onnxruntime"):
+        return (f"onnxruntime cannot run the model on these inputs: {text} (check the inputs' "
+                "names, shapes and dtypes against the model's)")
+    return (f"unexpected {type(exc).__name__}: {text} -- a bug in paddle_npu; please report "
+            "it with the command that caused it (PADDLE_NPU_TRACEBACK=1 shows where)")
 
 
 def build_parser():
@@ -144,21 +233,30 @@ def build_parser():
     add_lowering_options(g, target_flag="--npu")
     from .preprocess import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p)
-    p.set_defaults(func=_cmd_convert)
+    p.set_defaults(func=_cmd_convert, prepare=_prepare_convert)
     add_commands(sub)
     return ap
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    """Run one command. Every failure ends here as one message on stderr and exit status 2
+    (130 for Ctrl-C); PADDLE_NPU_TRACEBACK=1 shows the traceback of an unexpected one."""
     try:
+        args = build_parser().parse_args(argv)
+        check_files(args)
         return args.func(args)
-    except (PaddleFormatError, ConversionError) as exc:
-        print(f"paddle-npu: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("paddle-npu: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `paddle-npu inspect M | head`: not an error
         sys.stderr.close()
         return 0
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
+        print(f"paddle-npu: error: {describe_error(exc)}", file=sys.stderr)
+        if os.environ.get("PADDLE_NPU_TRACEBACK"):
+            import traceback
+            traceback.print_exc()
+        return 2
 
 
 if __name__ == "__main__":

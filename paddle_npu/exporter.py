@@ -4,7 +4,7 @@ import json
 import numpy as np
 import onnx_ir as ir
 
-from .errors import ConversionError, UnsupportedOpsError
+from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError
 from .mappers.registry import get_mapper
 from .naming import UniqueNames
 
@@ -248,7 +248,17 @@ class ExportContext:
             mapper = get_mapper(op.type)
             handler = mapper.handler(self.opset)
             self._current = (op, self._op_index[id(op)])
-            handler(self, op)
+            try:
+                handler(self, op)
+            except (ConversionError, PaddleFormatError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a mapper's failure, named for the user
+                text = " ".join(str(exc).split())
+                raise ConversionError(
+                    f"{self.program.model_path or '<memory>'}: op #{self._current[1]} "
+                    f"({op.type}) cannot be converted: {type(exc).__name__}: {text} (its "
+                    "variables' shapes or attributes may be damaged; otherwise this is a bug in "
+                    f"the {op.type} mapper, please report it)") from exc
         self._current = None
 
 

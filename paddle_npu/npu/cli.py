@@ -94,6 +94,7 @@ def add_lowering_options(p, target_flag="--target"):
 
 def _lower_and_save(source, output, args, quiet=False):
     from ..api import save_model
+    from ..outputs import write_text
     from .pipeline import lower
 
     from ..preprocess import spec_from_args
@@ -120,8 +121,7 @@ def _lower_and_save(source, output, args, quiet=False):
         print(report.render())
         print(f"wrote {output}")
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report.as_dict(), f, indent=1)
+        write_text(args.report, json.dumps(report.as_dict(), indent=1))
     return model
 
 
@@ -192,13 +192,14 @@ def cmd_targets(args):
 def cmd_run_segments(args):
     import numpy as np
 
+    from ..outputs import write_with
     from .segments import run_segments
 
     with np.load(args.inputs) as data:
         feeds = {k: data[k] for k in data.files}
     trace = []
     outs = run_segments(args.dir, feeds, trace)
-    np.savez(args.outputs, **outs)
+    write_with(args.outputs, lambda path: np.savez(path, **outs))
     for index, device, seconds in trace:
         print(f"  #{index} {device.upper():<4} {seconds * 1000:8.2f} ms")
     print(f"wrote {args.outputs} ({', '.join(outs)})")

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from ..errors import ConversionError
+from ..outputs import write_text, write_with
 
 FORMAT = "paddle_npu.segments"
 MANIFEST = "manifest.json"
@@ -143,9 +144,7 @@ def emit_segments(lowered, report, out_dir):
     entries = []
     for s, m in zip(report.segments, models):
         name = f"segment_{s.index}_{s.device}.onnx"
-        tmp = os.path.join(out_dir, name + ".tmp")
-        onnx.save(m, tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+        write_with(os.path.join(out_dir, name), lambda path: onnx.save(m, path))
         entries.append({"index": s.index, "device": s.device, "file": name,
                         "inputs": list(s.inputs), "outputs": list(s.outputs),
                         "nodes": len(s.nodes), "first": s.nodes[0], "last": s.nodes[-1],
@@ -154,8 +153,7 @@ def emit_segments(lowered, report, out_dir):
                 "model": {"inputs": [v.name for v in proto.graph.input],
                           "outputs": [v.name for v in proto.graph.output]},
                 "segments": entries}
-    with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1)
+    write_text(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=1))
     return manifest
 
 

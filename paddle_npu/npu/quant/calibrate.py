@@ -201,11 +201,8 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
 
 
 def save_table(table, path):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(table, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    from ...outputs import write_text
+    write_text(path, json.dumps(table, indent=1) + "\n")
 
 
 def load_table(path):
