@@ -115,6 +115,10 @@ def _report_agreement(onnx_file, reference, tolerance):
     inputs = [i.name for i in graph.input if i.name not in inits]
     outputs = [o.name for o in graph.output]
     feeds, expected = load_reference(reference, inputs, outputs)
+    if all(e is None for e in expected):
+        raise ConversionError(f"{reference}: no expected outputs to compare with (keys "
+                              f"out_0..out_{len(outputs) - 1} or the output names "
+                              f"{', '.join(outputs)}); the model was written but not checked")
     _, got = run_onnx(onnx_file, feeds)
     worst = 0.0
     print(f"{'output':<36} {'max abs diff':>13} {'rel diff':>10} {'cosine':>10}")

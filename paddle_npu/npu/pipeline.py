@@ -38,9 +38,14 @@ def load_proto(model):
         if not os.path.exists(model):
             raise ConversionError(f"{model}: does not exist")
         try:
-            return onnx.load(os.fspath(model))
-        except Exception as exc:  # protobuf's DecodeError and friends
-            raise ConversionError(f"{model}: not an ONNX model ({exc})") from None
+            proto = onnx.load(os.fspath(model))
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+            proto = None
+        if proto is None or not proto.HasField("graph") or not proto.opset_import:
+            from ..filekind import describe
+            raise ConversionError(f"{model}: {describe(model)}, not an ONNX model (a Paddle "
+                                  "export goes through `paddle-npu convert` first)")
+        return proto
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
 
 
