@@ -31,7 +31,10 @@ def add_commands(sub):
     p.add_argument("--inputs", metavar="NPZ", help="inputs to use (in_<name> or <name> keys)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
     p.add_argument("--tolerance", type=float, default=1e-5,
-                   help="largest relative diff accepted (default 1e-5)")
+                   help="largest relative diff accepted for a float plan (default 1e-5)")
+    p.add_argument("--min-cosine", type=float, default=0.99,
+                   help="smallest output cosine to float accepted for an integer plan, which "
+                        "must also match the NumPy reference bit for bit (default 0.99)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
@@ -139,7 +142,8 @@ def lower_converted(onnx_bytes, output, args):
     _lower_and_save(onnx_bytes, output, args)
 
 
-def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json):
+def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
+                        min_cosine=0.99):
     from ..compare import load_reference
     from .pipeline import load_proto
     from .verifier import render, verify
@@ -149,14 +153,15 @@ def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json
         graph = load_proto(model).graph
         inits = {i.name for i in graph.initializer}
         feeds, _ = load_reference(inputs, [i.name for i in graph.input if i.name not in inits], [])
-    result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance)
+    result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance,
+                    min_cosine=min_cosine)
     print(json.dumps(result, indent=1) if as_json else render(result))
     return 0 if result["ok"] else 1
 
 
 def cmd_verify(args):
     return _print_verification(args.model, args.lowered, args.target, args.inputs, args.seed,
-                               args.tolerance, args.json)
+                               args.tolerance, args.json, args.min_cosine)
 
 
 def cmd_targets(args):
