@@ -78,31 +78,49 @@ def _prepare_convert(args):
 
 
 def _cmd_convert(args):
-    from .api import export
+    import time
+
+    from .api import convert_model, refuse_paddle2onnx_options
 
     model, params, save_file = args.model, args.params, args.output
+    refuse_paddle2onnx_options(
+        dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
+        deploy_backend=args.deploy_backend, export_fp16_model=args.export_fp16_model,
+        calibration_file=args.save_calibration_file, custom_op_info=args.custom_ops)
+    start = time.perf_counter()
     from .preprocess import spec_from_args
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
     if spec is not None and args.reference:
         raise ConversionError("--reference holds the model's float inputs: it cannot check a "
                               "model taking raw uint8 images (--fuse-preprocess)")
-    data = export(model, params, None if args.target or spec else save_file,
-                  opset_version=args.opset_version or 7,
-                  auto_upgrade_opset=args.enable_auto_update_opset,
-                  enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
-                  dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
-                  deploy_backend=args.deploy_backend)
+    done = convert_model(model, params, None if args.target or spec else save_file,
+                         opset_version=args.opset_version,
+                         auto_upgrade_opset=args.enable_auto_update_opset,
+                         enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
+                         external_file=args.external_filename or "")
+    data = done.data
     if args.target:   # --npu: stage 2 too, the file written is the lowered model
         from .npu.cli import lower_converted
         lower_converted(data, save_file, args)
     elif spec is not None:
         from .preprocess import save_fused
         save_fused(data, spec, save_file, check=args.enable_onnx_checker)
-    else:
-        print(f"wrote {save_file}")
+    if not args.quiet:
+        raised = f" (raised from the {done.asked} asked)" if done.asked and \
+            done.opset > done.asked else ""
+        size = os.path.getsize(save_file) if os.path.isfile(save_file) else len(data or b"")
+        print(f"converted {model}: opset {done.opset}{raised}, {done.nodes} nodes, "
+              f"{time.perf_counter() - start:.2f} s; wrote {save_file} ({_size(size)})")
     if args.reference:
         return _report_agreement(save_file, args.reference, args.tolerance)
     return 0
+
+
+def _size(n):
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def _report_agreement(onnx_file, reference, tolerance):
@@ -191,6 +209,8 @@ def build_parser():
     ap = argparse.ArgumentParser(
         prog="paddle-npu",
         description="Convert PaddlePaddle models to ONNX and lower them to NPU primitives.")
+    from . import __version__
+    ap.add_argument("--version", action="version", version=f"paddle-npu {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -219,7 +239,10 @@ def build_parser():
                    help="recorded inputs/outputs (in_<name>, out_<i>) to check the result against")
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest max-abs-diff relative to the output scale for --reference")
-    p.add_argument("--verbose", action="store_const", const=True, help="progress bar and details")
+    p.add_argument("-v", "--verbose", action="store_const", const=True,
+                   help="progress bar and details")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing but errors (and --reference's table)")
     g = p.add_argument_group("paddle2onnx compatibility")
     g.add_argument("--model_dir")
     g.add_argument("--model_filename")
@@ -232,6 +255,15 @@ def build_parser():
                    help="accepted for compatibility: paddle_npu always folds constants itself")
     g.add_argument("--enable_dev_version", type=_flag, default=True, help=argparse.SUPPRESS)
     g.add_argument("--deploy_backend", default="onnxruntime", help=argparse.SUPPRESS)
+    g.add_argument("--external_filename", metavar="NAME",
+                   help="the weights file (beside the output) of a model over 2 GB "
+                        "(default: OUTPUT.data)")
+    g.add_argument("--export_fp16_model", type=_flag, default=False, metavar="BOOL",
+                   help="refused when True: the NPU path quantises to integers instead")
+    g.add_argument("--save_calibration_file", default="", metavar="FILE",
+                   help="refused: quantised models keep their scales in the ONNX model")
+    g.add_argument("--custom_ops", default=None, metavar="JSON",
+                   help="refused: add a mapper with @paddle_op instead")
     g = p.add_argument_group("stage 2 (ONNX -> NPU primitives)")
     from .npu.cli import add_commands, add_lowering_options
     add_lowering_options(g, target_flag="--npu")
@@ -245,6 +277,10 @@ def build_parser():
 def main(argv=None):
     """Run one command. Every failure ends here as one message on stderr and exit status 2
     (130 for Ctrl-C); PADDLE_NPU_TRACEBACK=1 shows the traceback of an unexpected one."""
+    import logging
+    # Libraries' logged warnings (onnx_ir's failed shape inference prints a traceback) are
+    # not for users: what matters reaches them as our error.
+    logging.getLogger("onnx_ir").setLevel(logging.CRITICAL)
     try:
         args = build_parser().parse_args(argv)
         check_files(args)
@@ -261,6 +297,12 @@ def main(argv=None):
             import traceback
             traceback.print_exc()
         return 2
+
+
+def paddle2onnx_main(argv=None):
+    """`paddle2onnx-npu`: paddle2onnx's command line, `paddle-npu convert` underneath."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return main(argv if argv == ["--version"] else ["convert", *argv])
 
 
 if __name__ == "__main__":

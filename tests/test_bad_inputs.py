@@ -188,7 +188,7 @@ def test_ctrl_c_is_one_line_and_exit_130(ws, capsys, monkeypatch):
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(paddle_npu.api, "export", interrupted)
+    monkeypatch.setattr(paddle_npu.api, "convert_model", interrupted)
     code, _, err = _run(["convert", str(ws / "model.pdmodel"), "-o", str(ws / "k.onnx")],
                         capsys)
     assert code == 130 and err == "paddle-npu: interrupted\n"
@@ -200,7 +200,7 @@ def test_an_unexpected_error_is_one_line_naming_it_a_bug(ws, capsys, monkeypatch
 
     def broken(*args, **kwargs):
         raise TypeError("object of type 'NoneType' has no len()")
-    monkeypatch.setattr(paddle_npu.api, "export", broken)
+    monkeypatch.setattr(paddle_npu.api, "convert_model", broken)
     code, _, err = _run(["convert", str(ws / "model.pdmodel"), "-o", str(ws / "k.onnx")],
                         capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1

@@ -24,10 +24,11 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     return _lower(model, target, plan, preprocess, marks, enable, disable)
 
 
-def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5):
+def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5,
+           min_cosine=0.99):
     """onnxruntime before / after lowering and the NumPy reference; see npu/verifier.py."""
     from .verifier import verify as _verify
-    return _verify(original, lowered, target, feeds, seed, tolerance)
+    return _verify(original, lowered, target, feeds, seed, tolerance, min_cosine)
 
 
 def __getattr__(name):
