@@ -84,6 +84,9 @@ def main(argv=None):
     ap.add_argument("--every", type=int, default=5000, help="print counts every N cases")
     args = ap.parse_args(argv)
 
+    import logging
+    logging.getLogger("onnx_ir").setLevel(logging.CRITICAL)   # as the CLI does
+
     from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
 
