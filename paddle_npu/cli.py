@@ -33,8 +33,6 @@ _GENERIC_STEMS = ("inference", "model", "__model__", "")
 def default_output(model):
     """The .onnx name `convert` writes without -o: the model's own name (its folder's when the
     file has Paddle's generic name), in the current directory."""
-    import os
-
     path = os.path.normpath(os.path.abspath(model))
     stem = os.path.splitext(os.path.basename(path))[0] if not os.path.isdir(path) \
         else os.path.basename(path)
@@ -46,8 +44,6 @@ def default_output(model):
 def _prepare_convert(args):
     """Resolve MODEL / --model_dir, the params and the output name (flags that contradict
     each other are refused, not silently chosen between)."""
-    import os
-
     if args.model and args.model_dir:
         raise ConversionError(f"both MODEL ({args.model}) and --model_dir ({args.model_dir}) "
                               "were given; give one")

@@ -204,7 +204,10 @@ def cmd_run_segments(args):
         feeds = {k: data[k] for k in data.files}
     trace = []
     outs = run_segments(args.dir, feeds, trace)
-    write_with(args.outputs, lambda path: np.savez(path, **outs))
+    def save(path):                 # a file object: np.savez would add ".npz" to a name
+        with open(path, "wb") as f:
+            np.savez(f, **outs)
+    write_with(args.outputs, save)
     for index, device, seconds in trace:
         print(f"  #{index} {device.upper():<4} {seconds * 1000:8.2f} ms")
     print(f"wrote {args.outputs} ({', '.join(outs)})")

@@ -38,13 +38,16 @@ def load_proto(model):
         if not os.path.exists(model):
             raise ConversionError(f"{model}: does not exist")
         try:
-            proto = onnx.load(os.fspath(model))
-        except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
-            proto = None
+            proto, problem = onnx.load(os.fspath(model)), None
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+            proto, problem = None, exc
         if proto is None or not proto.HasField("graph") or not proto.opset_import:
             from ..filekind import describe
-            raise ConversionError(f"{model}: {describe(model)}, not an ONNX model (a Paddle "
-                                  "export goes through `paddle-npu convert` first)")
+            kind = describe(model)
+            if kind == "an ONNX model":     # e.g. its external data file is missing
+                raise ConversionError(f"{model}: cannot be read ({problem})")
+            raise ConversionError(f"{model}: {kind}, not an ONNX model (a Paddle export "
+                                  "goes through `paddle-npu convert` first)")
         return proto
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
 
