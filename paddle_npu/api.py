@@ -39,12 +39,13 @@ class Exported:
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
                     progress=None):
     """A Program -> (ir.Model, opset used)."""
-    from .exporter import choose_opset, program_to_onnx
+    from .exporter import choose_opset, name_free_dims, program_to_onnx
     from .optimize import optimize as optimize_model
 
     opset = choose_opset(program, opset_version, auto_upgrade_opset)
     model = program_to_onnx(program, opset, progress=progress)
     optimize_model(model, fold=optimize)
+    name_free_dims(model)
     return model, opset
 
 

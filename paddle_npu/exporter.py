@@ -307,6 +307,18 @@ def _graph_input(program, name):
     return ir.Value(name=name, type=ir.TensorType(onnx_dtype(var.dtype)), shape=ir.Shape(dims))
 
 
+def name_free_dims(model):
+    """Give the graph outputs' dims that shape inference left unknown a symbol of their own
+    (`<output>_dim<i>`): a dynamic dim then always has a name."""
+    def unknown(d):
+        return not isinstance(d, int) and getattr(d, "value", d) is None
+
+    for value in model.graph.outputs:
+        if value.shape is not None and any(unknown(d) for d in value.shape):
+            value.shape = ir.Shape([f"{value.name}_dim{i}" if unknown(d) else d
+                                    for i, d in enumerate(value.shape)])
+
+
 def program_to_onnx(program, opset, progress=None):
     """Map every op of the Program to ONNX nodes; returns an ir.Model (not yet optimized)."""
     ctx = ExportContext(program, opset)
@@ -334,8 +346,9 @@ def program_to_onnx(program, opset, progress=None):
         if var is not None and var.dtype is not None and value.type is None:
             value.type = ir.TensorType(onnx_dtype(var.dtype))
         if var is not None and var.shape is not None and value.shape is None:
-            value.shape = ir.Shape([d if d >= 0 else f"{value.name}_dim{i}"
-                                    for i, d in enumerate(var.shape)])
+            # Unknown dims stay unnamed here: shape inference gives them the inputs' symbols
+            # where the program makes them equal; `name_free_dims` names the rest.
+            value.shape = ir.Shape([d if d >= 0 else None for d in var.shape])
 
     graph = ir.Graph(graph_inputs, outputs, nodes=ctx._graphs[0],
                      initializers=list(ctx.initializers.values()),
