@@ -4,7 +4,6 @@ NumPy reference runs BatchNormalization as inference."""
 import os
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
