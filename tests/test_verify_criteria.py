@@ -61,3 +61,18 @@ def test_reference_batchnorm_is_inference_at_opset_9():
     r = lambda a: a.reshape(1, c, 1, 1)   # noqa: E731
     want = (x - r(mean)) / np.sqrt(r(var) + 1e-3) * r(scale) + r(bias)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lower_quantize_verify_on_the_calibration_data_agrees(tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    m, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "data.npz"
+    np.savez(data, x=X[:64])
+    assert main(["convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o", str(m)]) == 0
+    assert main(["calibrate", str(m), "--data", str(data), "-o", str(table)]) == 0
+    capsys.readouterr()
+    code = main(["lower", str(m), "-o", str(tmp_path / "q.onnx"), "--quantize", "int8",
+                 "--calibration", str(table), "--verify", "--data", str(data)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "agrees (integer plan)" in out and "bit-exact" in out

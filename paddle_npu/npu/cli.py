@@ -133,7 +133,11 @@ def cmd_lower(args):
     if args.verify:
         from ..preprocess import fused_reference
         original = fused_reference(args.model, args, args.target)   # raw uint8 input too
-        return _print_verification(original, args.output, args.target, None, 0, 1e-5, False)
+        # An integer plan is checked on the inputs it is meant for when --data gives them
+        # (random ones fall outside the calibrated ranges); raw images have none.
+        data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \
+            else None
+        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False)
     return 0
 
 
@@ -156,6 +160,9 @@ def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json
     result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance,
                     min_cosine=min_cosine)
     print(json.dumps(result, indent=1) if as_json else render(result))
+    if result["integer"] and not result["ok"] and not inputs and not as_json:
+        print("(on seeded random inputs, which an integer plan's calibrated ranges may not "
+              "cover: give representative ones with --data / --inputs)")
     return 0 if result["ok"] else 1
 
 
