@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 
 import numpy as np
 import pytest
@@ -30,6 +31,8 @@ def ws(tmp_path_factory):
                  "--segments", str(d / "seg")]) == 0
     x = np.load(os.path.join(EXAMPLE, "reference_io.npz"))["in_x"][:8]
     np.savez(d / "good.npz", x=x)
+    assert main(["calibrate", str(d / "m.onnx"), "--data", str(d / "good.npz"), "-o",
+                 str(d / "table.json")]) == 0
     np.savez(d / "wrong_shape.npz", x=np.zeros((8, 1, 5, 5), np.float32),
              in_x=np.zeros((8, 1, 5, 5), np.float32), out_0=np.zeros((8, 10), np.float32))
     np.savez(d / "no_out.npz", in_x=x)
@@ -99,6 +102,9 @@ CASES = {
     "reference, wrong input shape": (["convert", "{d}/model.pdmodel", "-o", "{d}/r.onnx",
                                       "--reference", "{d}/wrong_shape.npz"], "onnxruntime",
                                      ("r.onnx",)),
+    "quant-report, wrong input shape": (["quant-report", "{d}/m.onnx", "--calibration",
+                                         "{d}/table.json", "--data", "{d}/wrong_shape.npz"],
+                                        "onnxruntime", ()),
     "run-segments, wrong input shape": (["run-segments", "{d}/seg", "--inputs",
                                          "{d}/wrong_shape.npz", "--outputs", "{d}/o.npz"],
                                         "onnxruntime", ()),
@@ -158,6 +164,12 @@ def test_bad_input(ws, capsys, case):
         if os.path.exists(ws / name):
             os.remove(ws / name)
     assert after == before
+
+
+def test_a_device_is_written_through(ws, capsys):
+    code, _, err = _run(["convert", str(ws / "model.pdmodel"), "-o", os.devnull], capsys)
+    assert code == 0, err
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 def _corpus():
