@@ -64,7 +64,7 @@ def _prepare_convert(args):
     params = args.params or args.params_filename
     if params and args.model_dir and not os.path.isabs(params) and not os.path.exists(params):
         params = os.path.join(args.model_dir, params)
-    output = args.output or args.save_file
+    output = args.output if args.output is not None else args.save_file
     if output is None:
         output = default_output(model)
         if os.path.lexists(output):

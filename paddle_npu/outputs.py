@@ -53,6 +53,8 @@ def check_output(path, inputs=(), what="output"):
     if path is None or not os.fspath(path):
         raise OutputError(f"the {what} file name is empty")
     path = os.fspath(path)
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise OutputError(f"{path}: names a directory; give a file name for the {what}")
     target = os.path.realpath(path)
     for source in inputs:
         if source and os.path.exists(source) and _same_file(target, source):
