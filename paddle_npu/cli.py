@@ -172,6 +172,8 @@ def check_files(args):
     if args.command == "convert":
         from .api import model_files
         inputs += model_files(args.model, args.params)
+    if args.command == "run-segments" and os.path.isdir(args.dir):   # the plan's files
+        inputs += [os.path.join(args.dir, name) for name in os.listdir(args.dir)]
     seen = {}
     for table, check in ((_OUTPUT_ARGS, check_output), (_OUTPUT_DIR_ARGS, check_output_dir)):
         for key, flag in table.items():

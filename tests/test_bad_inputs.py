@@ -90,6 +90,9 @@ CASES = {
                               "{d}/file"], "is not a directory", ()),
     "two outputs, one file": (["lower", "{d}/m.onnx", "-o", "{d}/new.onnx", "--qdq",
                                "{d}/new.onnx", "--quantize", "int8"], "the same file", ()),
+    "outputs over the segment plan": (["run-segments", "{d}/seg", "--inputs", "{d}/good.npz",
+                                       "--outputs", "{d}/seg/manifest.json"],
+                                      "which this command reads", ()),
     # flags
     "no model": (["convert"], "give the model", ()),
     "-o and --save_file": (["convert", "{d}/model.pdmodel", "-o", "{d}/a.onnx", "--save_file",
