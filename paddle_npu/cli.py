@@ -83,6 +83,9 @@ def _cmd_convert(args):
         dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
         deploy_backend=args.deploy_backend, export_fp16_model=args.export_fp16_model,
         calibration_file=args.save_calibration_file, custom_op_info=args.custom_ops)
+    if args.reference:     # unreadable: say so before converting, not after
+        from .compare import load_reference
+        load_reference(args.reference, [], [])
     start = time.perf_counter()
     from .preprocess import spec_from_args
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess

@@ -114,6 +114,15 @@ CASES = {
     "run-segments, wrong input shape": (["run-segments", "{d}/seg", "--inputs",
                                          "{d}/wrong_shape.npz", "--outputs", "{d}/o.npz"],
                                         "onnxruntime", ()),
+    "reference not an npz": (["convert", "{d}/model.pdmodel", "-o", "{d}/r.onnx", "--reference",
+                              "{d}/array.json"], "cannot read it as an .npz of arrays: it is a "
+                                                 "JSON array", ()),
+    "calibration data not an npz": (["calibrate", "{d}/m.onnx", "--data", "{d}/array.json",
+                                     "-o", "{d}/t.json"], "it is a JSON array", ()),
+    "marks file holding an array": (["lower", "{d}/m.onnx", "-o", "{d}/c.onnx", "--marks",
+                                     "{d}/array.json"], "holds a JSON list", ()),
+    "device as the model": (["convert", "/dev/zero", "-o", "{d}/c.onnx"],
+                            "is not a regular file", ()),
     # checks that would pass with nothing checked
     "reference without outputs": (["convert", "{d}/model.pdmodel", "-o", "{d}/r.onnx",
                                    "--reference", "{d}/no_out.npz"], "no expected outputs",

@@ -35,6 +35,9 @@ def find_program_file(path):
         raise PaddleFormatError(path, "does not exist",
                                 hint="give the .pdmodel, .json or the model directory")
     if not os.path.isdir(path):
+        if not os.path.isfile(path):     # /dev/zero would be read forever
+            raise PaddleFormatError(path, "is not a regular file",
+                                    hint="give the .pdmodel, .json or the model directory")
         return path
     names = sorted(os.listdir(path))
     candidates = [n for n in names if n.endswith((".pdmodel", ".json")) and

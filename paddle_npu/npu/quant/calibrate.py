@@ -41,8 +41,10 @@ def load_feeds(proto, data, limit=None, preprocess=None):
                               "not to an .npz of model inputs")
     try:
         arrays = np.load(data)
-    except Exception as exc:
-        raise ConversionError(f"{data}: not an .npz file ({exc})") from None
+    except Exception:  # noqa: BLE001 - numpy's various complaints
+        from ...filekind import describe
+        raise ConversionError(f"{data}: cannot read it as an .npz of arrays: it is "
+                              f"{describe(data)}") from None
     feeds = {}
     for name in names:
         for key in (name, f"in_{name}"):
