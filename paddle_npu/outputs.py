@@ -126,7 +126,7 @@ def _failed(dest, exc):
 def write_with(path, write, inputs=(), what="output"):
     """Write `path` with write(file_path): `file_path` is a temp file renamed over `path` when
     complete, or the device itself. Returns the path written."""
-    dest = path if isinstance(path, Destination) else check_output(path, inputs, what)
+    dest = check_output(path, inputs, what)
     if dest.device:
         try:
             write(dest.target)
@@ -143,7 +143,7 @@ def write_with(path, write, inputs=(), what="output"):
         os.close(fd)
         write(tmp)
         os.chmod(tmp, dest.mode)
-        if dest.existing and os.geteuid() == 0:
+        if dest.existing and hasattr(os, "geteuid") and os.geteuid() == 0:
             st = os.stat(dest.target)
             os.chown(tmp, st.st_uid, st.st_gid)
         os.replace(tmp, dest.target)
