@@ -29,5 +29,8 @@ setup(
             "pillow>=9",
         ],
     },
-    entry_points={"console_scripts": ["paddle-npu=paddle_npu.cli:main"]},
+    # paddle2onnx-npu: paddle2onnx's own command line (`--model_dir ... --save_file ...`); not
+    # named plain `paddle2onnx`, which would silently replace paddle2onnx's script.
+    entry_points={"console_scripts": ["paddle-npu=paddle_npu.cli:main",
+                                      "paddle2onnx-npu=paddle_npu.cli:paddle2onnx_main"]},
 )

@@ -3,7 +3,7 @@ from ._deferred_imports import defer_sympy
 
 defer_sympy()
 
-from .api import export  # noqa: E402
+from .api import export, lower  # noqa: E402
 from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError  # noqa: E402
 from .mappers import OpMapper, paddle_op, supported_ops  # noqa: E402
 
@@ -17,4 +17,4 @@ def load(model, params=None):
 
 
 __all__ = ["ConversionError", "OpMapper", "PaddleFormatError", "UnsupportedOpsError", "export",
-           "load", "paddle_op", "supported_ops", "__version__"]
+           "load", "lower", "paddle_op", "supported_ops", "__version__"]

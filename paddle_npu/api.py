@@ -1,29 +1,51 @@
 """The Python API, drop-in for `paddle2onnx.export`."""
 import os
 import sys
-import tempfile
 
-from .errors import ConversionError
+from .errors import ConversionError, PaddleFormatError
+from .outputs import check_output, write_bytes, write_with
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
 
-# paddle2onnx.export options we accept for compatibility, with the value meaning "as usual".
+# paddle2onnx.export options we accept for compatibility, with the value meaning "as usual",
+# and why any other value is refused.
 _P2O_NEUTRAL = {"dist_prim_all": (False,), "enable_experimental_op": (True, False),
                 "custom_op_info": (None, {}), "deploy_backend": ("onnxruntime",),
-                "calibration_file": ("",), "external_file": ("",), "export_fp16_model": (False,),
+                "calibration_file": ("",), "export_fp16_model": (False,),
                 "optimize_tool": ("polygraphy", "onnxoptimizer", "None", None)}
+_P2O_WHY_NOT = {
+    "custom_op_info": "an op without a mapper gets one through @paddle_op (README, 'Adding "
+                      "an op'); there is no renaming table",
+    "calibration_file": "a quantised Paddle model keeps its scales in the ONNX model itself "
+                        "(there is no TensorRT calibration cache to write); for a float model "
+                        "`paddle-npu calibrate` writes a calibration table",
+    "export_fp16_model": "the NPU path narrows weights to integers instead "
+                         "(`paddle-npu lower --quantize int8`); a float16 ONNX model is not "
+                         "produced",
+    "deploy_backend": "the model is written for onnxruntime, which also checks it",
+    "dist_prim_all": "distributed primitive ops are not read",
+}
+
+
+class Exported:
+    """What `convert_model` made: the serialized model (None above 2 GB, when it went to
+    external data), the opset, the opset asked for, and the main graph's node count."""
+
+    def __init__(self, data, opset, asked, nodes):
+        self.data, self.opset, self.asked, self.nodes = data, opset, asked, nodes
 
 
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
                     progress=None):
     """A Program -> (ir.Model, opset used)."""
-    from .exporter import choose_opset, program_to_onnx
+    from .exporter import choose_opset, name_free_dims, program_to_onnx
     from .optimize import optimize as optimize_model
 
     opset = choose_opset(program, opset_version, auto_upgrade_opset)
     model = program_to_onnx(program, opset, progress=progress)
     optimize_model(model, fold=optimize)
+    name_free_dims(model)
     return model, opset
 
 
@@ -47,7 +69,8 @@ def check_model(data, proto=None):
             data = proto.SerializeToString()
         c_shape_inference.infer_shapes(data, True, True, False)   # check_type, strict_mode
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
+        problems = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ConversionError(f"the converted model fails ONNX validation: {problems}") from None
 
 
 def _initializer_bytes(model):
@@ -55,34 +78,41 @@ def _initializer_bytes(model):
                if v.const_value is not None)
 
 
-def _write_atomically(path, write):
-    """write(tmp_path) into a temp file beside `path`, renamed over it when complete."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".paddle_npu.", suffix=".onnx", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
-
-
-def save_model(model, save_file):
-    """Write an ir.Model; weights go to `<save_file>.data` when the model is over 2 GB."""
+def save_model(model, save_file, inputs=(), external_file=""):
+    """Write an ir.Model (see `outputs`: never over one of `inputs`); weights go to
+    `external_file` (default `<save_file>.data`, beside it) when the model is over 2 GB."""
     import onnx_ir as ir
 
     if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
         # The data file's name is recorded in the model: it is written under its final name.
-        data_name = os.path.basename(save_file) + ".data"
-        return _write_atomically(save_file, lambda tmp: ir.save(
-            model, tmp, external_data=data_name, size_threshold_bytes=1024))
-    data = ir.serde.serialize_model(model).SerializeToString()
-    return _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+        data_name = os.path.basename(external_file or save_file + ".data")
+        check_output(os.path.join(os.path.dirname(save_file), data_name), inputs,
+                     "external data")
+        return write_with(save_file, lambda tmp: ir.save(
+            model, tmp, external_data=data_name, size_threshold_bytes=1024), inputs)
+    return write_bytes(save_file, ir.serde.serialize_model(model).SerializeToString(), inputs)
+
+
+def model_files(model, params=None):
+    """The program and params files a Paddle export is read from (what must never be
+    overwritten), as far as they exist."""
+    from .frontend import default_params_file, find_program_file
+
+    try:
+        program_file = find_program_file(model)
+    except PaddleFormatError:
+        return [os.fspath(model)]
+    return [f for f in (program_file, params or default_params_file(program_file)) if f]
+
+
+def refuse_paddle2onnx_options(**given):
+    """paddle2onnx options at a value that means something else than "as usual" here are
+    refused, saying why."""
+    for key, value in given.items():
+        if value not in _P2O_NEUTRAL[key]:
+            why = _P2O_WHY_NOT.get(key, "leave it at its default")
+            raise ConversionError(f"paddle2onnx option {key}={value!r} is not supported by "
+                                  f"paddle_npu: {why}")
 
 
 def export(model_filename, params_filename=None, save_file=None, opset_version=7,
@@ -97,24 +127,35 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     save_file:        where to write the .onnx (atomically); None: only return it
     opset_version:    the opset to use; raised to what the model needs when
                       auto_upgrade_opset (the default 7 thus means "the lowest that works")
+    external_file:    the weights file's name (beside save_file) when the model is over 2 GB
     input_shape:      (keyword only, ours) {input name: [sizes]} replacing what the program
                       declares (-1 makes a size dynamic); by default the declared shapes are kept
     Returns the serialized model (None when it went to external data, over 2 GB).
     paddle2onnx options with no meaning here are accepted at their defaults and refused
-    otherwise, so nothing is silently ignored.
+    otherwise, saying why, so nothing is silently ignored.
     """
+    refuse_paddle2onnx_options(
+        dist_prim_all=dist_prim_all, enable_experimental_op=enable_experimental_op,
+        custom_op_info=custom_op_info, deploy_backend=deploy_backend,
+        calibration_file=calibration_file, export_fp16_model=export_fp16_model,
+        optimize_tool=optimize_tool)
+    return convert_model(model_filename, params_filename, save_file, opset_version,
+                         auto_upgrade_opset, verbose, enable_onnx_checker, enable_optimize,
+                         external_file, input_shape=input_shape).data
+
+
+def convert_model(model_filename, params_filename=None, save_file=None, opset_version=None,
+                  auto_upgrade_opset=True, verbose=False, enable_onnx_checker=True,
+                  enable_optimize=True, external_file="", *, input_shape=None):
+    """`export` without paddle2onnx's compatibility options; returns an `Exported`.
+    opset_version None: the lowest opset that covers the model."""
     import onnx_ir as ir
 
     from .frontend import load
 
-    given = {"dist_prim_all": dist_prim_all, "enable_experimental_op": enable_experimental_op,
-             "custom_op_info": custom_op_info, "deploy_backend": deploy_backend,
-             "calibration_file": calibration_file, "external_file": external_file,
-             "export_fp16_model": export_fp16_model, "optimize_tool": optimize_tool}
-    for key, value in given.items():
-        if value not in _P2O_NEUTRAL[key]:
-            raise ConversionError(f"paddle2onnx option {key}={value!r} is not supported by "
-                                  "paddle_npu; leave it at its default")
+    inputs = model_files(model_filename, params_filename)
+    if save_file is not None:
+        check_output(save_file, inputs)
     program = load(model_filename, params_filename or None)
     if input_shape:
         from .shapes import set_input_shapes
@@ -129,7 +170,7 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
         if save_file is None:
             raise ConversionError("the model is over 2 GB: give save_file so that its weights "
                                   "can go to an external data file")
-        save_model(model, save_file)
+        save_model(model, save_file, inputs, external_file)
         if enable_onnx_checker:
             import onnx
             try:
@@ -137,13 +178,29 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
             except onnx.checker.ValidationError as exc:
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
-        return None
+        return Exported(None, opset, opset_version, len(model.graph))
     proto = ir.serde.serialize_model(model)
+    nodes = len(proto.graph.node)
     data = proto.SerializeToString()
     if enable_onnx_checker:
-        check_model(data, proto)
+        try:
+            check_model(data, proto)
+        except ConversionError as exc:
+            raise ConversionError(f"{program.model_path}: {exc}") from None
     if save_file is not None:
-        _write_atomically(save_file, lambda tmp: open(tmp, "wb").write(data))
+        write_bytes(save_file, data, inputs)
         if verbose:
             print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
-    return data
+    return Exported(data, opset, opset_version, nodes)
+
+
+def lower(model, target=None, plan="packed", **options):
+    """Stage 2 in one call: the ONNX model (path, bytes or ModelProto) lowered for `target`,
+    as (onnx.ModelProto, Report): what `onnx.save` takes, and the cost report. `options` are
+    `paddle_npu.npu.lower`'s (preprocess, marks, enable, disable)."""
+    import onnx_ir as ir
+
+    from .npu.pipeline import lower as lower_ir
+
+    lowered, report = lower_ir(model, target, plan, **options)
+    return ir.serde.serialize_model(lowered), report

@@ -27,8 +27,10 @@ def load_reference(path, input_names, output_names):
     """(feeds, expected outputs) from a reference .npz; a clear error when keys are missing."""
     try:
         data = np.load(path)
-    except (OSError, ValueError) as exc:
-        raise ConversionError(f"{path}: cannot read reference file ({exc})") from None
+    except (OSError, ValueError):
+        from .filekind import describe
+        raise ConversionError(f"{path}: cannot read it as an .npz of arrays: it is "
+                              f"{describe(path)}") from None
     feeds = {}
     for name in input_names:
         for key in (f"in_{name}", name):

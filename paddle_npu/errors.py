@@ -43,3 +43,7 @@ class UnsupportedOpsError(ConversionError):
         lines.append("add a mapper with @paddle_op (see README, 'Adding an op'), or export the model "
                      "without these ops")
         super().__init__("\n".join(lines))
+
+
+class OutputError(ConversionError):
+    """An output path that cannot (or must not) be written: named, with the reason."""

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import onnx_ir as ir
 
-from .errors import ConversionError, UnsupportedOpsError
+from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError
 from .mappers.registry import get_mapper
 from .naming import UniqueNames
 
@@ -308,7 +308,17 @@ class ExportContext:
             mapper = get_mapper(op.type)
             handler = mapper.handler(self.opset)
             self._current = (op, self._op_index[id(op)])
-            handler(self, op)
+            try:
+                handler(self, op)
+            except (ConversionError, PaddleFormatError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a mapper's failure, named for the user
+                text = " ".join(str(exc).split())
+                raise ConversionError(
+                    f"{self.program.model_path or '<memory>'}: op #{self._current[1]} "
+                    f"({op.type}) cannot be converted: {type(exc).__name__}: {text} (its "
+                    "variables' shapes or attributes may be damaged; otherwise this is a bug in "
+                    f"the {op.type} mapper, please report it)") from exc
         self._current = None
 
 
@@ -357,6 +367,18 @@ def _graph_input(program, name):
     return ir.Value(name=name, type=ir.TensorType(onnx_dtype(var.dtype)), shape=ir.Shape(dims))
 
 
+def name_free_dims(model):
+    """Give the graph outputs' dims that shape inference left unknown a symbol of their own
+    (`<output>_dim<i>`): a dynamic dim then always has a name."""
+    def unknown(d):
+        return not isinstance(d, int) and getattr(d, "value", d) is None
+
+    for value in model.graph.outputs:
+        if value.shape is not None and any(unknown(d) for d in value.shape):
+            value.shape = ir.Shape([f"{value.name}_dim{i}" if unknown(d) else d
+                                    for i, d in enumerate(value.shape)])
+
+
 def program_to_onnx(program, opset, progress=None):
     """Map every op of the Program to ONNX nodes; returns an ir.Model (not yet optimized)."""
     ctx = ExportContext(program, opset)
@@ -385,8 +407,9 @@ def program_to_onnx(program, opset, progress=None):
         if var is not None and var.dtype is not None and value.type is None:
             value.type = ir.TensorType(onnx_dtype(var.dtype))
         if var is not None and var.shape is not None and value.shape is None:
-            value.shape = ir.Shape([d if d >= 0 else f"{value.name}_dim{i}"
-                                    for i, d in enumerate(var.shape)])
+            # Unknown dims stay unnamed here: shape inference gives them the inputs' symbols
+            # where the program makes them equal; `name_free_dims` names the rest.
+            value.shape = ir.Shape([d if d >= 0 else None for d in var.shape])
 
     graph = ir.Graph(graph_inputs, outputs, nodes=ctx._graphs[0],
                      initializers=list(ctx.initializers.values()),

@@ -49,7 +49,16 @@ def add_initializer(graph, array, name):
 
 
 def read_settings(path, what, error=ConversionError):
-    """A .json or .toml settings file as a dict; `error(message)` when it can't be read."""
+    """A .json or .toml settings file as a dict; `error(message)` when it can't be read or
+    holds something else than a table / object."""
+    data = _read_settings(path, what, error)
+    if not isinstance(data, dict):
+        raise error(f"{path}: a {what} holds a table / object, this one holds a JSON "
+                    f"{type(data).__name__}")
+    return data
+
+
+def _read_settings(path, what, error):
     if not os.path.exists(path):
         raise error(f"{path}: {what} does not exist")
     if path.endswith(".toml"):

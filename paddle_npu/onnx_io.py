@@ -29,9 +29,17 @@ def load_proto(model):
         if not os.path.exists(model):
             raise ConversionError(f"{model}: does not exist")
         try:
-            return onnx.load(os.fspath(model))
-        except Exception as exc:  # protobuf's DecodeError and friends
-            raise ConversionError(f"{model}: not an ONNX model ({exc})") from None
+            proto, problem = onnx.load(os.fspath(model)), None
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+            proto, problem = None, exc
+        if proto is None or not proto.HasField("graph") or not proto.opset_import:
+            from .filekind import describe
+            kind = describe(model)
+            if kind == "an ONNX model":     # e.g. its external data file is missing
+                raise ConversionError(f"{model}: cannot be read ({problem})")
+            raise ConversionError(f"{model}: {kind}, not an ONNX model (a Paddle export "
+                                  "goes through `paddle-npu convert` first)")
+        return proto
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
 
 
@@ -144,14 +152,10 @@ def _restore_names(original, converted):
 
 
 def save_proto(proto, path):
-    """Write a ModelProto to `path` through a temp file renamed over it when complete."""
+    """Write a ModelProto to `path` the way every output is written (paddle_npu/outputs.py:
+    a temp file renamed over it when complete, or through a device or symlink)."""
     import onnx
 
-    tmp = f"{path}.tmp"
-    try:
-        onnx.save(proto, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    from .outputs import write_with
+
+    return write_with(path, lambda tmp: onnx.save(proto, tmp))

@@ -158,3 +158,16 @@ def test_sympy_waits_for_first_use():
     r = subprocess.run([sys.executable, "-c", code, os.path.join(legacy, "model.pdmodel"),
                         os.path.join(legacy, "model.pdiparams")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_an_output_dim_the_program_ties_to_an_input_shares_its_symbol():
+    """The batch dim of the output is the input's (x_dim0), not a symbol of its own; a dim
+    shape inference cannot tie to an input still gets a name."""
+    for model in (LEGACY, os.path.join(EXAMPLE, "pir", "model.json")):
+        graph = onnx.load_from_string(export(model)).graph
+        (x,), (y,) = graph.input, graph.output
+        assert x.type.tensor_type.shape.dim[0].dim_param == "x_dim0"
+        assert y.type.tensor_type.shape.dim[0].dim_param == "x_dim0"
+    ocr = onnx.load_from_string(export(os.path.join(REAL_MODELS, "ch_ppocr_mobile_v2.0_cls")))
+    assert all(d.dim_value or d.dim_param for o in ocr.graph.output
+               for d in o.type.tensor_type.shape.dim)

@@ -35,6 +35,9 @@ def find_program_file(path):
         raise PaddleFormatError(path, "does not exist",
                                 hint="give the .pdmodel, .json or the model directory")
     if not os.path.isdir(path):
+        if not os.path.isfile(path):     # /dev/zero would be read forever
+            raise PaddleFormatError(path, "is not a regular file",
+                                    hint="give the .pdmodel, .json or the model directory")
         return path
     names = sorted(os.listdir(path))
     candidates = [n for n in names if n.endswith((".pdmodel", ".json")) and
@@ -62,6 +65,23 @@ def _looks_like_pir(path):
     return head.lstrip()[:1] == b"{" and b'"base_code"' in head or b'"magic"' in head
 
 
+def _refuse_other_kinds(path, data):
+    """Files that are clearly something else, named for what they are."""
+    from ..filekind import looks_like_onnx
+
+    if not data:
+        raise PaddleFormatError(path, "is empty (0 bytes)",
+                                hint="expected the .pdmodel or .json program Paddle exported")
+    if looks_like_onnx(data):
+        raise PaddleFormatError(path, "is an ONNX model, not a Paddle program",
+                                hint="`paddle-npu lower` and `verify` take ONNX models; convert "
+                                     "and inspect take the .pdmodel or .json Paddle exported")
+    if data.lstrip()[:1] == b"[":
+        raise PaddleFormatError(path, "is a JSON array, not a Paddle PIR program",
+                                hint="a PIR program is a JSON object with a 'base_code' entry, "
+                                     "as paddle.jit.save writes it")
+
+
 def default_params_file(program_file):
     """Where Paddle puts the params of a program file, or None if there are none there."""
     folder = os.path.dirname(program_file)
@@ -84,6 +104,7 @@ def load(model, params=None, *, with_params=True):
     """
     program_file = find_program_file(model)
     data = _read_bytes(program_file)
+    _refuse_other_kinds(program_file, data)
     if data.lstrip()[:1] == b"{":
         from .pir import read_pir_program
         program = read_pir_program(program_file, data)

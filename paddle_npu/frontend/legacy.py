@@ -92,8 +92,10 @@ def parse_program_desc(data, path):
     try:
         desc.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
+        from ..filekind import protobuf_damage
+        offset, problem = protobuf_damage(data) or (None, f"protobuf decode failed: {exc}")
         raise PaddleFormatError(
-            path, f"not a valid Paddle program (protobuf decode failed: {exc})",
+            path, f"not a valid Paddle program ({problem})", offset=offset,
             hint="the file is truncated or corrupt, or is not a .pdmodel; a Paddle 3 .json "
                  "program must keep its .json name") from None
     if not desc.blocks:

@@ -191,6 +191,10 @@ def read_combined(path, names, expected=None):
     `expected` maps a name to (dtype name, shape) from the program, used to catch
     a params file that belongs to another program.
     """
+    if names and os.path.getsize(path) == 0:
+        raise PaddleFormatError(path, f"is empty (0 bytes); the program has {len(names)} "
+                                "parameters", hint="the file was cut off or not written; "
+                                "pass the params file exported with the model")
     return name_records(read_records(path), names, path, expected)
 
 

@@ -26,10 +26,10 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
 
 
 def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5,
-           input_shape=None):
+           input_shape=None, min_cosine=0.99):
     """onnxruntime before / after lowering and the NumPy reference; see npu/verifier.py."""
     from .verifier import verify as _verify
-    return _verify(original, lowered, target, feeds, seed, tolerance, input_shape)
+    return _verify(original, lowered, target, feeds, seed, tolerance, input_shape, min_cosine)
 
 
 def __getattr__(name):

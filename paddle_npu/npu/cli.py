@@ -34,7 +34,10 @@ def add_commands(sub):
     p.add_argument("--inputs", metavar="NPZ", help="inputs to use (in_<name> or <name> keys)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
     p.add_argument("--tolerance", type=float, default=1e-5,
-                   help="largest relative diff accepted (default 1e-5)")
+                   help="largest relative diff accepted for a float plan (default 1e-5)")
+    p.add_argument("--min-cosine", type=float, default=0.99,
+                   help="smallest output cosine to float accepted for an integer plan, which "
+                        "must also match the NumPy reference bit for bit (default 0.99)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_input_shape_argument(p)
     p.set_defaults(func=cmd_verify)
@@ -98,6 +101,7 @@ def add_lowering_options(p, target_flag="--target"):
 
 def _lower_and_save(source, output, args, quiet=False):
     from ..api import save_model
+    from ..outputs import write_text
     from .pipeline import lower
 
     from ..preprocess import spec_from_args
@@ -125,8 +129,7 @@ def _lower_and_save(source, output, args, quiet=False):
         print(report.render())
         print(f"wrote {output}")
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(report.as_dict(), f, indent=1)
+        write_text(args.report, json.dumps(report.as_dict(), indent=1))
     return model
 
 
@@ -135,7 +138,11 @@ def cmd_lower(args):
     if args.verify:
         from ..preprocess import fused_reference
         original = fused_reference(args.model, args, args.target)   # raw uint8 input too
-        return _print_verification(original, args.output, args.target, None, 0, 1e-5, False,
+        # An integer plan is checked on the inputs it is meant for when --data gives them
+        # (random ones fall outside the calibrated ranges); raw images have none.
+        data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \
+            else None
+        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False,
                                    parse_input_shapes(args.input_shape))
     return 0
 
@@ -146,7 +153,7 @@ def lower_converted(onnx_bytes, output, args):
 
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
-                        input_shape=None):
+                        input_shape=None, min_cosine=0.99):
     from ..compare import load_reference
     from ..onnx_io import load_proto
     from .verifier import render, verify
@@ -157,14 +164,18 @@ def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json
         inits = {i.name for i in graph.initializer}
         feeds, _ = load_reference(inputs, [i.name for i in graph.input if i.name not in inits], [])
     result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance,
-                    input_shape=input_shape)
+                    input_shape=input_shape, min_cosine=min_cosine)
     print(json.dumps(result, indent=1) if as_json else render(result))
+    if result["integer"] and not result["ok"] and not inputs and not as_json:
+        print("(on seeded random inputs, which an integer plan's calibrated ranges may not "
+              "cover: give representative ones with --data / --inputs)")
     return 0 if result["ok"] else 1
 
 
 def cmd_verify(args):
     return _print_verification(args.model, args.lowered, args.target, args.inputs, args.seed,
-                               args.tolerance, args.json, parse_input_shapes(args.input_shape))
+                               args.tolerance, args.json,
+                               parse_input_shapes(args.input_shape), args.min_cosine)
 
 
 def cmd_targets(args):
@@ -200,13 +211,17 @@ def cmd_targets(args):
 def cmd_run_segments(args):
     import numpy as np
 
+    from ..outputs import write_with
     from .segments import run_segments
 
     with np.load(args.inputs) as data:
         feeds = {k: data[k] for k in data.files}
     trace = []
     outs = run_segments(args.dir, feeds, trace)
-    np.savez(args.outputs, **outs)
+    def save(path):                 # a file object: np.savez would add ".npz" to a name
+        with open(path, "wb") as f:
+            np.savez(f, **outs)
+    write_with(args.outputs, save)
     for index, device, seconds in trace:
         print(f"  #{index} {device.upper():<4} {seconds * 1000:8.2f} ms")
     print(f"wrote {args.outputs} ({', '.join(outs)})")

@@ -67,7 +67,20 @@ def _standard_overrides():
                     y = v.copy() if y is None else np.maximum(y, v)
             return (y,)
 
-    return [GatherElements, MaxPool]
+    class BatchNormalization(OpRun):
+        # onnx.reference runs opset 6-9 BatchNormalization in training mode whenever momentum
+        # is set, and it has a default: a one-output node is inference (running statistics)
+        def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, spatial=None,
+                 training_mode=None, is_test=None):
+            if len(self.onnx_node.output) != 1 or training_mode:
+                raise NotImplementedError("BatchNormalization in training mode")
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            eps = 1e-5 if epsilon is None else epsilon
+            y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * \
+                scale.reshape(shape) + bias.reshape(shape)
+            return (y.astype(x.dtype),)
+
+    return [GatherElements, MaxPool, BatchNormalization]
 
 
 class Reference:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..onnx_io import save_proto, to_proto
+from ..outputs import write_text
 from .graph import proto_precision, proto_segment
 
 FORMAT = "paddle_npu.segments"
@@ -148,8 +149,7 @@ def emit_segments(lowered, report, out_dir):
                 "model": {"inputs": [v.name for v in proto.graph.input],
                           "outputs": [v.name for v in proto.graph.output]},
                 "segments": entries}
-    with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1)
+    write_text(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=1))
     return manifest
 
 

@@ -151,6 +151,14 @@ def _names(data, key, default, path):
     return tuple(value)
 
 
+# The keys of a target file's tables (besides [preprocess], checked by PreprocessSpec), and
+# the widths the precision table may take.
+_TABLE_KEYS = {"array": {"rows", "cols", "count"}, "precision": {"weight_bits", "activation_bits"},
+               "npu": {"primitives", "onnx_ops"}, "cpu": {"onnx_ops"},
+               "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"}}
+_BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16)}
+
+
 def target_from_dict(data, source="<dict>"):
     """A Target from the (possibly nested) dict a JSON / TOML target file holds."""
     if not isinstance(data, dict):
@@ -165,8 +173,19 @@ def target_from_dict(data, source="<dict>"):
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
+    for table, keys in _TABLE_KEYS.items():
+        if not isinstance(data.get(table, {}), dict):
+            raise ConversionError(f"{source}: {table} is a table / object")
+        unknown = sorted(set(data.get(table, {})) - keys)
+        if unknown:
+            raise ConversionError(f"{source}: unknown keys {unknown} in [{table}] "
+                                  f"(known: {sorted(keys)})")
     flat.update(data.get("array", {}))
     flat.update(data.get("precision", {}))
+    for key, allowed in _BITS.items():
+        if key in flat and flat[key] not in allowed:
+            raise ConversionError(f"{source}: {key} = {flat[key]!r} is not a width arrays "
+                                  f"are built with (one of {', '.join(map(str, allowed))})")
     npu, cpu = data.get("npu", {}), data.get("cpu", {})
     from .ops import all_primitives
 

@@ -7,6 +7,11 @@ from ..onnx_io import load_proto
 from .reference import Reference
 
 TOLERANCE = 1e-5
+# Integer plans round on purpose: they are judged by the cosine of their outputs to the float
+# model's (the way vendor toolchains compare), and onnxruntime must match the bit-true NumPy
+# reference exactly.
+MIN_COSINE = 0.99
+INTEGER_PRIMITIVES = {"Quantize", "QVMM", "Requantize", "Dequantize"}
 
 _NP = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
        9: np.bool_, 10: np.float16, 11: np.float64}
@@ -41,18 +46,44 @@ def _serialized(model):
     return proto.SerializeToString()
 
 
+def _primitives(proto):
+    from .ops import DOMAIN
+    return {n.op_type for n in proto.graph.node if n.domain == DOMAIN}
+
+
+def _sqnr_db(got, want):
+    want = np.asarray(want, np.float64)
+    noise = float(np.sum((np.asarray(got, np.float64) - want) ** 2))
+    signal = float(np.sum(want ** 2))
+    if noise == 0:
+        return float("inf")
+    return 10 * np.log10(signal / noise) if signal > 0 else -float("inf")
+
+
 def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERANCE,
-           input_shape=None):
+           input_shape=None, min_cosine=MIN_COSINE):
     """Compare the three runs; returns a dict with per-output agreement and `ok`.
+
+    A float plan is ok when both runs are within `tolerance` (relative) of the original; an
+    integer plan when every output's cosine to the original reaches `min_cosine` and
+    onnxruntime's run equals the NumPy reference's bit for bit.
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
     input and the run before lowering."""
+    lowered_proto = load_proto(lowered)
+    used = _primitives(lowered_proto)
+    if not used:
+        from ..errors import ConversionError
+        name = lowered if isinstance(lowered, str) else "the second model"
+        raise ConversionError(f"{name}: has no NPU primitives, so it is not a lowered model; "
+                              "lower it first (`paddle-npu lower MODEL -o LOWERED`)")
+    integer = bool(used & INTEGER_PRIMITIVES)
     if input_shape:
         from .passes import with_input_shapes
         original = with_input_shapes(original, input_shape)
     if feeds is None:
         feeds = seeded_inputs(original, seed)
     names, want = run_onnx(_serialized(original), feeds)
-    lowered_bytes = _serialized(lowered)
+    lowered_bytes = lowered_proto.SerializeToString()
     _, got_ort = run_onnx(lowered_bytes, feeds)
     ref = Reference(lowered_bytes, target)
     got_ref = ref.run(feeds)
@@ -68,9 +99,20 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
                      "rel_diff": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0}
             entry[key] = a
             worst = max(worst, a["rel_diff"])
+        if integer:
+            entry["sqnr_db"] = _sqnr_db(o, w)
+            entry["bit_exact"] = bool(np.array_equal(np.asarray(o), np.asarray(r)))
         outputs.append(entry)
-    return {"outputs": outputs, "worst_rel_diff": worst, "tolerance": tolerance,
-            "ok": worst <= tolerance, "array": ref.array.as_dict()}
+    result = {"outputs": outputs, "worst_rel_diff": worst, "tolerance": tolerance,
+              "integer": integer, "array": ref.array.as_dict()}
+    if integer:
+        result["min_cosine"] = min_cosine
+        result["worst_cosine"] = min((e["onnxruntime"]["cosine"] for e in outputs), default=1.0)
+        result["ok"] = result["worst_cosine"] >= min_cosine and \
+            all(e["bit_exact"] for e in outputs)
+    else:
+        result["ok"] = worst <= tolerance
+    return result
 
 
 def render(result):
@@ -83,6 +125,15 @@ def render(result):
     arr = result["array"]
     lines.append(f"reference: {arr['arrays']} arrays programmed, {arr['vmm_invocations']} VMM "
                  f"invocations, {arr['macs']} array MACs")
-    lines.append(f"{'agrees' if result['ok'] else 'DISAGREES'}: worst relative diff "
-                 f"{result['worst_rel_diff']:.2e} (tolerance {result['tolerance']:g})")
+    verdict = "agrees" if result["ok"] else "DISAGREES"
+    if result.get("integer"):
+        exact = all(o["bit_exact"] for o in result["outputs"])
+        sqnr = min(o["sqnr_db"] for o in result["outputs"])
+        lines.append(f"{verdict} (integer plan): worst cosine to float "
+                     f"{result['worst_cosine']:.6f} (at least {result['min_cosine']:g}), SQNR "
+                     f"{sqnr:.2f} dB; onnxruntime vs NumPy reference "
+                     f"{'bit-exact' if exact else 'NOT bit-exact'}")
+    else:
+        lines.append(f"{verdict}: worst relative diff {result['worst_rel_diff']:.2e} "
+                     f"(tolerance {result['tolerance']:g})")
     return "\n".join(lines)

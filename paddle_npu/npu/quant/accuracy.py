@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ...outputs import write_text, write_with
+
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
 
@@ -186,7 +188,7 @@ def plot_sqnr(reports, path):
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_with(path, lambda file_path: fig.savefig(file_path, dpi=120))
     plt.close(fig)
     return path
 
@@ -209,5 +211,4 @@ def _write_svg(reports, path):
         parts.append(f'<text x="{w - 200}" y="{20 + 16 * k}" fill="{c}" font-size="12">'
                      f'{label}</text>')
     parts.append("</svg>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
+    write_text(path, "\n".join(parts))

@@ -41,8 +41,10 @@ def load_feeds(proto, data, limit=None, preprocess=None):
                               "not to an .npz of model inputs")
     try:
         arrays = np.load(data)
-    except Exception as exc:
-        raise ConversionError(f"{data}: not an .npz file ({exc})") from None
+    except Exception:  # noqa: BLE001 - numpy's various complaints
+        from ...filekind import describe
+        raise ConversionError(f"{data}: cannot read it as an .npz of arrays: it is "
+                              f"{describe(data)}") from None
     feeds = {}
     for name in names:
         for key in (name, f"in_{name}"):
@@ -162,10 +164,19 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
     feeds = data if isinstance(data, dict) else load_feeds(proto, data, limit, preprocess)
     names = list(float_tensors(proto))
     inputs = [name for name, arr in feeds.items() if np.asarray(arr).dtype.kind == "f"]
+    n = len(next(iter(feeds.values()))) if feeds else 0
+    where = data if isinstance(data, (str, os.PathLike)) else "the calibration data"
+    if n == 0:
+        raise ConversionError(f"{where}: 0 samples; calibration needs the model's inputs "
+                              "with a leading sample axis")
+    for name in inputs:
+        bad = int(np.count_nonzero(~np.isfinite(feeds[name])))
+        if bad:
+            raise ConversionError(f"{where}: input {name!r} has {bad} NaN or infinite values "
+                                  f"of {np.size(feeds[name])}; calibrate on real inputs")
     session = session_with_all(proto, names)
     rng = np.random.default_rng(seed)
     stats = {}
-    n = len(next(iter(feeds.values())))
 
     def add(name, arr):
         arr = np.asarray(arr, np.float32).reshape(-1)
@@ -195,17 +206,17 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
                  "mse": mse_threshold(np.concatenate(s["sample"]), absmax)}
         entry["threshold"] = entry[method]
         tensors[name] = entry
+    if not tensors:
+        raise ConversionError(f"{where}: no tensor of the model took a finite float value "
+                              "on this data; nothing to calibrate")
     source = model if isinstance(model, (str, os.PathLike)) else None
     return {"format": FORMAT, "model": os.fspath(source) if source else None, "samples": n,
             "method": method, "percentile": PERCENTILE, "tensors": tensors, "precision": {}}
 
 
 def save_table(table, path):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(table, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    from ...outputs import write_text
+    write_text(path, json.dumps(table, indent=1) + "\n")
 
 
 def load_table(path):

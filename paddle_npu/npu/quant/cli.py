@@ -13,6 +13,7 @@ parser of `paddle-npu --help` is built from this module.
 
 from ..input_shapes import add_argument as add_input_shape_argument
 from ...shapes import parse_input_shapes
+from ...errors import ConversionError
 
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
                  "output's cosine to float to reach C, e.g. 0.99 (needs --data; --auto-hp N "
@@ -116,8 +117,8 @@ def lower_for(args):
         precision = args.precision
         if _wants_hp(args):
             if not args.data:
-                raise SystemExit("paddle-npu: --auto-hp / --hp-until-cosine need --data "
-                                 "(inputs to measure on)")
+                raise ConversionError("--auto-hp / --hp-until-cosine need --data "
+                                      "(inputs to measure on)")
             result = auto_hp(source, args.calibration, args.data, args.auto_hp,
                              _bits(args), target, plan, precision,
                              until_cosine=args.hp_until_cosine, **kw)
@@ -133,8 +134,10 @@ def lower_for(args):
               f"{n16} at int16")
         if args.qdq:
             import onnx
+
+            from ...outputs import write_with
             proto = export_qdq(source, records)
-            onnx.save(proto, args.qdq)
+            write_with(args.qdq, lambda path: onnx.save(proto, path))
             print(f"wrote {args.qdq} (QDQ)")
         return model, report
     return _lower
@@ -275,7 +278,6 @@ def _accuracy(outs, labels):
 def cmd_calibrate(args):
     import os
 
-    from ...errors import ConversionError
     from ...preprocess import settings_given, spec_from_args
     from .calibrate import calibrate, save_table
 
@@ -299,6 +301,7 @@ def cmd_quant_report(args):
     import numpy as np
 
     from ...onnx_io import load_proto
+    from ...outputs import write_text
     from .accuracy import input_floor, layer_report, plot_sqnr, render
     from .calibrate import load_feeds
     from .qlower import quantized_lower
@@ -342,16 +345,14 @@ def cmd_quant_report(args):
             out["auto_hp"]["accuracy"] = _accuracy(after["_quant"][name], labels)
             print(f"top-1 accuracy with auto-hp: {out['auto_hp']['accuracy']:.4f}")
         if args.write_precision:
-            with open(args.write_precision, "w", encoding="utf-8") as f:
-                f.write("# layers promoted by --auto-hp (paddle-npu quant-report)\n")
-                for name, p in res["precision"].items():
-                    f.write(f"{name} {p}\n")
+            lines = ["# layers promoted by --auto-hp (paddle-npu quant-report)"]
+            lines += [f"{name} {p}" for name, p in res["precision"].items()]
+            write_text(args.write_precision, "\n".join(lines) + "\n")
             print(f"wrote {args.write_precision}")
     if args.plot:
         written = plot_sqnr(reports, args.plot)
         note = "" if written == args.plot else " (matplotlib is not installed: SVG instead)"
         print(f"wrote {written}{note}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
+        write_text(args.json, json.dumps(out, indent=1))
     return 0
