@@ -13,7 +13,7 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from .context import LowerContext
 from .functions import AttachFunctions
-from .graph import device
+from . import graph as g
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
@@ -63,6 +63,8 @@ class LowerNodes(Pass):
     def run(self, model, result):
         ctx = self.ctx
         for node in list(model.graph):
+            if node.graph is not model.graph:       # absorbed by a lowering before it
+                continue
             mapper = get_onnx_mapper(node.op_type, node.domain)
             if mapper is None:
                 continue
@@ -93,26 +95,30 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=()):
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=()):
+          disable=(), quantization=None):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
     model first (raw uint8 images in; see paddle_npu/preprocess.py).
     marks: a marks.Marks (CPU / 16-bit placement, compile_mode); enable / disable: restruct
-    passes to switch on / off beyond the target's own (restruct.py)."""
+    passes to switch on / off beyond the target's own (restruct.py); quantization: a
+    plan.Quantization to lower matrix layers to integer primitives (their records are kept
+    in the model's metadata, `quantization_records`)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
-    ctx = LowerContext(m, target, plan)
+    ctx = LowerContext(m, target, plan, quantization)
     steps = passes(ctx, preprocess, marks, enable, disable)
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
+    if quantization is not None:
+        g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans)})
 
     devices, plain = {}, {}
     for node in m.graph:
-        dev = device(node)
+        dev = g.device(node)
         devices[dev] = devices.get(dev, 0) + 1
         if node.domain != DOMAIN:
             where = plain.setdefault(node.op_type, {})
@@ -125,3 +131,21 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     preprocess=fused.info["fused"] if fused else None,
                     restruct=restructured, marks=steps.result("marks").info["marks"].as_dict())
     return m, report
+
+
+def _records(model, plans):
+    """The quantisation records of the integer layers, in the order their first array
+    (QVMM) runs in the placed graph."""
+    first = {}
+    for i, node in enumerate(model.graph):
+        if node.domain == DOMAIN and node.op_type == "QVMM":
+            first.setdefault(g.source(node), i)
+    return [p.record() for p in sorted((p for p in plans if p.bits is not None),
+                                       key=lambda p: first[p.layer])]
+
+
+def quantization_records(model):
+    """The per-layer quantisation records an ir.Model lowered with `quantization` carries,
+    or None."""
+    found = g.quantization(model)
+    return None if found is None else found["layers"]
