@@ -122,3 +122,16 @@ def test_uncalibrated_input_is_named():
     with pytest.raises(ConversionError, match="layer fc: its input 'f' is not in the "
                        "calibration table"):
         quantized_lower(model, table, target="npu64")
+
+
+def test_cli_auto_hp_without_data_is_our_error(tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    model, feeds = conv_relu_gemm()
+    path = str(tmp_path / "m.onnx")
+    ir.save(ir.serde.deserialize_model(model), path)
+    out = str(tmp_path / "q.onnx")
+    rc = main(["lower", path, "-o", out, "--quantize", "int8", "--calibration", "t.json",
+               "--auto-hp", "2"])
+    assert rc == 2 and not (tmp_path / "q.onnx").exists()
+    assert "--auto-hp / --hp-until-cosine need --data" in capsys.readouterr().err

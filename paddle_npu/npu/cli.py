@@ -98,19 +98,19 @@ def _lower_and_save(source, output, args, quiet=False):
 
     from ..preprocess import spec_from_args
 
-    from .marks import marks_from_args
+    from .marks import marks_from
 
-    marks = marks_from_args(args)
+    marks = marks_from(args.marks, args.cpu_nodes, args.hp_nodes, args.cpu_ops,
+                       args.compile_mode)
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
-    if getattr(args, "quantize", None):          # the integer lowering
+    if args.quantize:                            # the integer lowering
         from .quant.cli import lower_for
         lower = lower_for(args)                  # noqa: F811
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
-                          enable=split(getattr(args, "restruct", "")),
-                          disable=split(getattr(args, "no_restruct", "")))
+                          enable=split(args.restruct), disable=split(args.no_restruct))
     save_model(model, output)
-    if getattr(args, "segments", None):
+    if args.segments:
         from .segments import emit_segments
         manifest = emit_segments(model, report, args.segments)
         if not quiet:

@@ -232,17 +232,12 @@ class ApplyMarks(Pass):
         result.fired.extend(f"{name}: 16 bits" for name in marks.hp)
 
 
-def marks_from_args(args):
-    """Marks from the command line (--marks FILE first, then the flags), or None."""
-    marks = Marks()
-    path = getattr(args, "marks", None)
-    if path:
-        marks = Marks.from_file(path)
-    flags = Marks(split_list(getattr(args, "cpu_nodes", "")),
-                  split_list(getattr(args, "hp_nodes", "")),
-                  split_list(getattr(args, "cpu_ops", "")),
-                  0 if getattr(args, "compile_mode", None) is None else
-                  _mode(args.compile_mode))
+def marks_from(file=None, cpu_nodes="", hp_nodes="", cpu_ops="", compile_mode=None):
+    """Marks from a marks file (first) and comma-separated globs / op types (the command
+    line's --marks, --cpu-nodes, --hp-nodes, --cpu-ops, --compile-mode)."""
+    marks = Marks.from_file(file) if file else Marks()
+    flags = Marks(split_list(cpu_nodes), split_list(hp_nodes), split_list(cpu_ops),
+                  0 if compile_mode is None else _mode(compile_mode))
     return marks.merged(flags)
 
 
