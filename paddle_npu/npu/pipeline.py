@@ -11,9 +11,9 @@ import time
 
 from ..errors import ConversionError
 from ..onnx_io import load_model
+from . import graph as g
 from .context import LowerContext
 from .functions import AttachFunctions
-from . import graph as g
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition

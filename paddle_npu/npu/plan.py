@@ -124,6 +124,12 @@ class LayerPlan:
         return [t.col_start for t in self.tiles]
 
     @property
+    def sums_tiles(self):
+        """Whether an AddInTile sums the tiles (and adds the bias): not for one tile that
+        covers every column with no bias."""
+        return len(self.tiles) > 1 or self.tiles[0].cols != self.width or self.bias is not None
+
+    @property
     def acc_bits(self):
         return 32 if self.bits == 8 else 64
 

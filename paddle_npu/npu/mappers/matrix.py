@@ -25,7 +25,7 @@ def emit_matrix(ctx, plan, x, im2col=None):
         partials = [ctx.npu.VMM(rows, ctx.initializer(w, f"w_{_tag(t)}"),
                                 row_offset=t.row_start, _name=f"vmm_{_tag(t)}")
                     for t, w in zip(plan.tiles, plan.weights)]
-        if len(plan.tiles) == 1 and plan.tiles[0].cols == plan.width and plan.bias is None:
+        if not plan.sums_tiles:
             return partials[0]
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
         return ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
@@ -47,7 +47,7 @@ def emit_matrix(ctx, plan, x, im2col=None):
     partials = [ctx.npu.QVMM(rows, ctx.initializer(w, f"wq_{_tag(t)}"), row_offset=t.row_start,
                              acc_bits=plan.acc_bits, _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
                 for t, w in zip(plan.tiles, s.weights_q)]
-    if len(plan.tiles) == 1 and plan.tiles[0].cols == plan.width and plan.bias is None:
+    if not plan.sums_tiles:
         acc = partials[0]
     else:
         bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
