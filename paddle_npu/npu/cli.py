@@ -71,7 +71,7 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
     from .quant.cli import add_quant_options     # --quantize, --calibration, ...
     add_quant_options(p)
-    g = p        # restructuring, placement marks and segments (seed 002); `p` may be a group
+    g = p        # restructuring, placement marks and segments (NNIE-style); `p` may be a group
     g.add_argument("--restruct", metavar="PASS,...", default="",
                    help="restruct passes to run besides the target's own "
                         "(bn_collapse, merge_linear, l2norm, fc_to_conv)")

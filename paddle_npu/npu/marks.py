@@ -1,4 +1,4 @@
-"""User placement marks (seed 002): which nodes run on the CPU, which at 16-bit precision.
+"""User placement marks (NNIE-style): which nodes run on the CPU, which at 16-bit precision.
 
 A node is marked
     for the CPU  when its name ends in `_cpu`, matches a `cpu_nodes` glob or its op type is in
@@ -12,7 +12,7 @@ compile_mode (as NNIE's mapper has it):
     1  every layer at 16 bits (high precision; `_hp` marks are an error)
     2  user-defined: `_hp` layers at 16 bits, the rest at the target's precision
 
-The seed's rules for `_cpu`, as they map to an ONNX graph (which has no data layers and no
+NNIE's rules for `_cpu`, as they map to an ONNX graph (which has no data layers and no
 in-place ops):
     1. not on the data layer: a model input cannot be marked;
     2. not right after a data / custom / proposal layer: a CPU-marked node may not read a
@@ -45,7 +45,7 @@ _STD = ("", "ai.onnx", "ai.paddle_npu")
 
 
 class MarkError(ConversionError):
-    """A mark breaks one of the seed's rules."""
+    """A mark breaks one of NNIE's rules."""
 
 
 @dataclass
