@@ -1,4 +1,4 @@
-"""Image preprocessing fused into the model (seed 003): raw uint8 images in.
+"""Image preprocessing fused into the model: raw uint8 images in.
 
     spec = PreprocessSpec(mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375),
                           pixel_format="bgr", channel_format="nhwc", resize_dims=(256, 256))
@@ -30,7 +30,7 @@ any runtime runs; with `primitives=True` (what `lower` uses) Scale, ScaleLut and
 are the NPU primitives of the same names (paddle_npu/npu/ops/).
 
 Cast pairs that cancel are removed: when the model itself quantises its input (its first op
-is a per-tensor QuantizeLinear, a QDQ model: the seed's "cast pair" of an int8 first layer)
+is a per-tensor QuantizeLinear, a QDQ model: the "cast pair" of an int8 first layer)
 the table quantises with that op's scale and zero point and both the DequantizeLinear we
 would insert and the model's QuantizeLinear go, in either mode; a Cast from uint8 to a float
 type followed by the model's own Cast back is merged into one Cast (or none).

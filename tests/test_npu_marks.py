@@ -1,5 +1,5 @@
-"""Placement marks (seed 002): `_cpu` / `_hp` name suffixes, --cpu-nodes / --hp-nodes /
---cpu-ops / --compile-mode, and the seed's rules, each with its exact error message."""
+"""Placement marks (NNIE-style): `_cpu` / `_hp` name suffixes, --cpu-nodes / --hp-nodes /
+--cpu-ops / --compile-mode, and NNIE's rules, each with its exact error message."""
 import json
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Issue 7: integer primitives, calibration, quantised lowering, QDQ export, accuracy report."""
+"""Integer precision: integer primitives, calibration, quantised lowering, QDQ export,
+accuracy report."""
 import json
 import os
 import subprocess

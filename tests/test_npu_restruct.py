@@ -1,4 +1,4 @@
-"""Restruct passes (seed 002): each fires on a real zoo model and keeps its outputs within
+"""Restruct passes (NNIE-style): each fires on a real zoo model and keeps its outputs within
 1e-5 relative (onnxruntime before / after), and refuses where it must, with its reason."""
 
 import numpy as np

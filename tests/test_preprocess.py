@@ -1,4 +1,4 @@
-"""Fused image preprocessing (seed 003): the same photographs through the original float model
+"""Fused image preprocessing: the same photographs through the original float model
 with the preprocessing done in NumPy, and through the fused model taking the raw uint8 image,
 in onnxruntime (standard ops; NPU primitives by their function bodies) and in the NumPy
 reference of the primitives. Float mode within 1e-5 relative; int8 (ScaleLut) mode within

@@ -78,7 +78,7 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
     from .quant.cli import add_quant_options     # --quantize, --calibration, ...
     add_quant_options(p)
-    g = p        # restructuring, placement marks and segments (seed 002); `p` may be a group
+    g = p        # restructuring, placement marks and segments (NNIE-style); `p` may be a group
     g.add_argument("--restruct", metavar="PASS,...", default="",
                    help="restruct passes to run besides the target's own "
                         "(bn_collapse, merge_linear, l2norm, fc_to_conv)")
@@ -106,20 +106,20 @@ def _lower_and_save(source, output, args, quiet=False):
 
     from ..preprocess import spec_from_args
 
-    from .marks import marks_from_args
+    from .marks import marks_from
 
-    marks = marks_from_args(args)
+    marks = marks_from(args.marks, args.cpu_nodes, args.hp_nodes, args.cpu_ops,
+                       args.compile_mode)
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
-    if getattr(args, "quantize", None):          # the integer lowering
+    if args.quantize:                            # the integer lowering
         from .quant.cli import lower_for
         lower = lower_for(args)                  # noqa: F811
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
-                          enable=split(getattr(args, "restruct", "")),
-                          disable=split(getattr(args, "no_restruct", "")),
-                          input_shape=parse_input_shapes(getattr(args, "input_shape", None)))
+                          enable=split(args.restruct), disable=split(args.no_restruct),
+                          input_shape=parse_input_shapes(args.input_shape))
     save_model(model, output)
-    if getattr(args, "segments", None):
+    if args.segments:
         from .segments import emit_segments
         manifest = emit_segments(model, report, args.segments)
         if not quiet:

@@ -23,13 +23,17 @@ class _Builder:
 
 
 class LowerContext:
-    def __init__(self, model, target, plan):
+    """plan: the tiling plan ("packed" / "per-channel"); quantization: a plan.Quantization
+    for integer matrix layers, None for float ones."""
+
+    def __init__(self, model, target, plan, quantization=None):
         self.model, self.graph = model, model.graph
-        self.target, self.plan = target, plan
+        self.target, self.plan, self.quantization = target, plan, quantization
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
         self.layers = []            # cost records of lowered layers, in graph order
         self.refusals = {}          # source node name -> why it was not lowered
-        self._source, self._marks = None, {}
+        self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
+        self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
 
     # --- facts about values ----------------------------------------------------------------
@@ -73,8 +77,13 @@ class LowerContext:
 
     # --- bookkeeping ------------------------------------------------------------------------
     def begin(self, node):
-        self._source = node
+        self._source, self._absorbed = node, []
         self._marks = g.marks_of(node)
+
+    def absorb(self, follower):
+        """The node being lowered also does `follower`'s work (a ReLU folded into it):
+        follower's readers read the lowering's first output, which takes over its name."""
+        self._absorbed.append(follower)
 
     def replace(self, node, values):
         """Make `values` stand for the node's outputs (taking over their names) and drop it."""
@@ -98,7 +107,10 @@ class LowerContext:
             if want is not None and (got is None or len(want) != len(got) or None in got):
                 new.shape = old.shape      # what inference knew beats an unknown dim
         self.graph.remove(node, safe=True)
-        self._source = None
+        for follower in self._absorbed:
+            g.take_over(follower.outputs[0], values[0])
+            self.graph.remove(follower, safe=True)
+        self._source, self._absorbed = None, []
 
     def record(self, layer):
         self.layers.append(layer)

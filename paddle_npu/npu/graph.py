@@ -14,8 +14,11 @@ spelled:
     precision / set_precision 8 or 16 bits (None: the target's)
     device / segment          where partitioning put the node
     source / source_op        the node a lowered node was made from
+    quantization(model)       the per-layer scales of an integer lowering (model metadata)
     note(node, key, text)     free-form provenance ("folded", "merged")
 """
+import json
+
 import numpy as np
 import onnx_ir as ir
 
@@ -243,6 +246,16 @@ def copy_annotations(src, node):
     for key in (SOURCE, SOURCE_OP, DEVICE, SEGMENT) + MARK_KEYS:
         if key in src.metadata_props:
             node.metadata_props[key] = src.metadata_props[key]
+
+
+def quantization(model):
+    """The quantisation a lowered ir.Model records ({"bits", "layers": [record]}), or None."""
+    value = model.metadata_props.get(QUANTIZATION)
+    return None if value is None else json.loads(value)
+
+
+def set_quantization(model, info):
+    model.metadata_props[QUANTIZATION] = json.dumps(info)
 
 
 def note(node, key, text):

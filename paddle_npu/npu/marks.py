@@ -1,4 +1,4 @@
-"""User placement marks (seed 002): which nodes run on the CPU, which at 16-bit precision.
+"""User placement marks (NNIE-style): which nodes run on the CPU, which at 16-bit precision.
 
 A node is marked
     for the CPU  when its name ends in `_cpu`, matches a `cpu_nodes` glob or its op type is in
@@ -12,7 +12,7 @@ compile_mode (as NNIE's mapper has it):
     1  every layer at 16 bits (high precision; `_hp` marks are an error)
     2  user-defined: `_hp` layers at 16 bits, the rest at the target's precision
 
-The seed's rules for `_cpu`, as they map to an ONNX graph (which has no data layers and no
+NNIE's rules for `_cpu`, as they map to an ONNX graph (which has no data layers and no
 in-place ops):
     1. not on the data layer: a model input cannot be marked;
     2. not right after a data / custom / proposal layer: a CPU-marked node may not read a
@@ -45,7 +45,7 @@ _STD = ("", "ai.onnx", "ai.paddle_npu")
 
 
 class MarkError(ConversionError):
-    """A mark breaks one of the seed's rules."""
+    """A mark breaks one of NNIE's rules."""
 
 
 @dataclass
@@ -232,17 +232,12 @@ class ApplyMarks(Pass):
         result.fired.extend(f"{name}: 16 bits" for name in marks.hp)
 
 
-def marks_from_args(args):
-    """Marks from the command line (--marks FILE first, then the flags), or None."""
-    marks = Marks()
-    path = getattr(args, "marks", None)
-    if path:
-        marks = Marks.from_file(path)
-    flags = Marks(split_list(getattr(args, "cpu_nodes", "")),
-                  split_list(getattr(args, "hp_nodes", "")),
-                  split_list(getattr(args, "cpu_ops", "")),
-                  0 if getattr(args, "compile_mode", None) is None else
-                  _mode(args.compile_mode))
+def marks_from(file=None, cpu_nodes="", hp_nodes="", cpu_ops="", compile_mode=None):
+    """Marks from a marks file (first) and comma-separated globs / op types (the command
+    line's --marks, --cpu-nodes, --hp-nodes, --cpu-ops, --compile-mode)."""
+    marks = Marks.from_file(file) if file else Marks()
+    flags = Marks(split_list(cpu_nodes), split_list(hp_nodes), split_list(cpu_ops),
+                  0 if compile_mode is None else _mode(compile_mode))
     return marks.merged(flags)
 
 

@@ -11,6 +11,7 @@ import onnx_ir as ir
 
 from ..errors import ConversionError
 from . import graph as g
+from .ops import DOMAIN, get_primitive
 from .passes import Pass
 from .report import Segment
 from .segments import check_segment_cap
@@ -20,7 +21,10 @@ def place(node, target):
     """'npu', 'cpu', or None when neither runs it."""
     if g.mark(node) == "cpu":   # the user's mark (marks.py)
         return "cpu" if target.cpu_runs(node.op_type, node.domain) else None
-    if target.npu_runs(node.op_type, node.domain):
+    op_type = node.op_type
+    if node.domain == DOMAIN:
+        op_type = get_primitive(op_type).placed_as or op_type
+    if target.npu_runs(op_type, node.domain):
         return "npu"
     if target.cpu_runs(node.op_type, node.domain):
         return "cpu"

@@ -12,6 +12,7 @@ import time
 
 from ..errors import ConversionError
 from ..onnx_io import load_model
+from . import graph as g
 from .context import LowerContext
 from .functions import AttachFunctions
 from .graph import device, dims
@@ -66,6 +67,8 @@ class LowerNodes(Pass):
     def run(self, model, result):
         ctx = self.ctx
         for node in list(model.graph):
+            if node.graph is not model.graph:       # absorbed by a lowering before it
+                continue
             mapper = get_onnx_mapper(node.op_type, node.domain)
             if mapper is None:
                 continue
@@ -97,7 +100,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None):
+          disable=(), input_shape=None, quantization=None):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -105,20 +108,24 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     marks: a marks.Marks (CPU / 16-bit placement, compile_mode); enable / disable: restruct
     passes to switch on / off beyond the target's own (restruct.py).
     input_shape: {input name: [sizes]} fixing the inputs' sizes first (-1 leaves one
-    dynamic; input_shapes.py), so that layers on inputs of open size can lower."""
+    dynamic; input_shapes.py), so that layers on inputs of open size can lower.
+    quantization: a plan.Quantization to lower matrix layers to integer primitives (their
+    records are kept in the model's metadata, `quantization_records`)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
-    ctx = LowerContext(m, target, plan)
+    ctx = LowerContext(m, target, plan, quantization)
     steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
+    if quantization is not None:
+        g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans)})
 
     devices, plain = {}, {}
     for node in m.graph:
-        dev = device(node)
+        dev = g.device(node)
         devices[dev] = devices.get(dev, 0) + 1
         if node.domain != DOMAIN:
             where = plain.setdefault(node.op_type, {})
@@ -186,3 +193,21 @@ def _plain_macs(model):
         if macs:
             out[node.op_type] = out.get(node.op_type, 0) + macs
     return out
+
+
+def _records(model, plans):
+    """The quantisation records of the integer layers, in the order their first array
+    (QVMM) runs in the placed graph."""
+    first = {}
+    for i, node in enumerate(model.graph):
+        if node.domain == DOMAIN and node.op_type == "QVMM":
+            first.setdefault(g.source(node), i)
+    return [p.record() for p in sorted((p for p in plans if p.bits is not None),
+                                       key=lambda p: first[p.layer])]
+
+
+def quantization_records(model):
+    """The per-layer quantisation records an ir.Model lowered with `quantization` carries,
+    or None."""
+    found = g.quantization(model)
+    return None if found is None else found["layers"]

@@ -1,15 +1,15 @@
-"""Restructuring passes (seed 002's "restruct"): rewrite a model into an equivalent one a
+"""Restructuring passes (NNIE-style "restruct"): rewrite a model into an equivalent one a
 constrained NPU accepts, before the stage-2 mappers run.
 
     bn_collapse    BatchNormalization folded into the Conv / Gemm feeding it (passes.py's
                    fold_batchnorm: the one shared pass; what it cannot absorb becomes Mul + Add)
-    merge_linear   FC -> FC with nothing non-linear between (the seed's FC + PCA) -> one FC,
+    merge_linear   FC -> FC with nothing non-linear between (NNIE's FC + PCA) -> one FC,
                    weights multiplied and the first bias carried through the second
     l2norm         x / sqrt(sum(x^2) + a), x / ReduceL2(x) (optionally clipped below) and
                    LpNormalization(p=2) rebuilt from Mul, a 1x1 Conv doing the sum (the
                    reduction as a Conv), Sqrt, Clip and Div; the norm is broadcast back over
                    the channels by repeated Concat when the target has no broadcast
-                   (the seed's concat_boardcast)
+                   (NNIE's concat_boardcast)
     fc_to_conv     an FC that is not the model's last op (its output feeds something other
                    than the target's allowed FC followers, e.g. softmax) -> Reshape, 1x1 Conv,
                    Flatten
@@ -348,7 +348,7 @@ def _norm_pattern(div):
 
 def concat_broadcast(graph, names, value, count, axis, base, dims, dtype):
     """`value` (size 1 along `axis`) repeated `count` times along it by Concat nodes only:
-    32 copies at a time, as the seed's concat_boardcast does, generalised to any count by
+    32 copies at a time, as NNIE's concat_boardcast does, generalised to any count by
     its base-32 digits. Returns (nodes, output value)."""
     nodes, levels, n = [], [], count
     block, size = value, 1

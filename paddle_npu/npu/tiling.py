@@ -7,7 +7,7 @@ Conv, K for a Gemm) and one column per output channel; with groups, group g owns
 output columns [col_start, col_start + cols).
 
 Plans:
-    per-channel  seed 001: one input channel's KH*KW rows per tile
+    per-channel  one input channel's KH*KW rows per tile (the original op list's way)
     packed       as many whole channels' KH*KW rows as fit the array's rows (a channel whose
                  KH*KW exceeds them is split), output channels split over the columns; small
                  groups (depthwise) go block-diagonally, as many groups per tile as fit

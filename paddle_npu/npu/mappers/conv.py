@@ -1,8 +1,10 @@
-"""Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform (seed 001)."""
+"""Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform
+(integer: matrix.emit_matrix)."""
 from ..ops.im2col import out_size
 from ..registry import onnx_op
 from ..report import LayerReport
-from ..tiling import PLANS, Geometry, plan_cost, plan_tiles, tile_weight
+from ..tiling import PLANS, Geometry, plan_cost, plan_tiles
+from .matrix import emit_matrix, plan_matrix
 
 
 def resolve_pads(node, spatial, kernel, strides, dilations):
@@ -70,29 +72,18 @@ class Conv:
         oh = out_size(h, kh, strides[0], dilations[0], pt, pb)
         ow = out_size(wd, kw, strides[1], dilations[1], pl, pr)
 
-        rows = ctx.npu.Im2Col(x, kernel_shape=[kh, kw], strides=strides, pads=pads,
-                              dilations=dilations, _name="im2col")
         geo = Geometry(group, cg, kh * kw, m // group)
-        target = ctx.target
-        tiles = plan_tiles(geo, ctx.plan, target.rows, target.cols)
-        partials = []
-        for t in tiles:
-            tag = f"r{t.row_start}_c{t.col_start}"
-            wt = ctx.initializer(tile_weight(w, geo, t), f"w_{tag}")
-            partials.append(ctx.npu.VMM(rows, wt, row_offset=t.row_start, _name=f"vmm_{tag}"))
-        if len(tiles) == 1 and tiles[0].cols == m and b is None:
-            acc = partials[0]
-        else:
-            bias = ctx.initializer(b.astype(w.dtype), "bias") if b is not None else None
-            acc = ctx.npu.AddInTile(bias, *partials, offsets=[t.col_start for t in tiles],
-                                    width=m, _name="add_in_tile")
+        plan = plan_matrix(ctx, node, geo, w, b, ctx.plan)
+        acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
+                                                     pads=pads, dilations=dilations))
         shape = [0, m, ow] if one_d else [0, m, oh, ow]
         y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
 
         batch = n_ if isinstance(n_, int) else 1
         vectors = batch * oh * ow
+        target = ctx.target
         costs = {p: plan_cost(plan_tiles(geo, p, target.rows, target.cols) if p != ctx.plan
-                              else tiles, p, target.rows, target.cols, vectors, b is not None,
+                              else plan.tiles, p, target.rows, target.cols, vectors, b is not None,
                               target.weight_bits) for p in PLANS}
         other = next(p for p in PLANS if p != ctx.plan)
         k = "x".join(map(str, kernel[-1:] if one_d else kernel))

@@ -4,28 +4,18 @@ import numpy as np
 from ..registry import onnx_op
 from . import runtime_matmul
 from ..report import LayerReport
-from ..tiling import Geometry, plan_cost, plan_tiles, tile_weight
+from ..tiling import Geometry, plan_cost
+from .matrix import emit_matrix, plan_matrix
 
 
-def emit_matrix(ctx, node, x, weight, bias, vectors):
+def _matrix(ctx, node, x, weight, bias):
     """x [..., K] times a constant [K, N] (+ bias [N]) on array tiles; returns [..., N]."""
     k, n = weight.shape
-    geo = Geometry(1, k, 1, n)
+    plan = plan_matrix(ctx, node, Geometry(1, k, 1, n), weight, bias)
+    y = emit_matrix(ctx, plan, x)
     target = ctx.target
-    tiles = plan_tiles(geo, "packed", target.rows, target.cols)
-    partials = []
-    for t in tiles:
-        tag = f"r{t.row_start}_c{t.col_start}"
-        wt = ctx.initializer(tile_weight(weight, geo, t), f"w_{tag}")
-        partials.append(ctx.npu.VMM(x, wt, row_offset=t.row_start, _name=f"vmm_{tag}"))
-    if len(tiles) == 1 and bias is None:
-        y = partials[0]
-    else:
-        b = ctx.initializer(bias.astype(weight.dtype), "bias") if bias is not None else None
-        y = ctx.npu.AddInTile(b, *partials, offsets=[t.col_start for t in tiles], width=n,
-                              _name="add_in_tile")
-    cost = plan_cost(tiles, "packed", target.rows, target.cols, vectors, bias is not None,
-                     target.weight_bits)
+    cost = plan_cost(plan.tiles, "packed", target.rows, target.cols, _vectors(ctx.dims(x)),
+                     bias is not None, target.weight_bits)
     ctx.record(LayerReport(node.name, node.op_type, f"K={k} N={n}", cost))
     return y
 
@@ -72,8 +62,7 @@ class MatMul:
         if not _constant_operand(ctx, node):
             return runtime_matmul.lower(ctx, node)
         x = node.inputs[0]
-        return [emit_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None,
-                            _vectors(ctx.dims(x)))]
+        return [_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None)]
 
 
 def _gemm_bias(c, beta, n):
@@ -120,5 +109,4 @@ class Gemm:
             bias = _gemm_bias(ctx.constant(node.inputs[2]), a.get_float("beta", 1.0), w.shape[1])
         if a.get_int("transA", 0):
             x = ctx.npu.DimTransform(x, perm=[1, 0], shape=[0, 0], _name="transpose_a")
-        return [emit_matrix(ctx, node, x, np.ascontiguousarray(w), bias,
-                            _vectors(ctx.dims(x)))]
+        return [_matrix(ctx, node, x, np.ascontiguousarray(w), bias)]

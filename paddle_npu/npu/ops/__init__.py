@@ -1,6 +1,6 @@
 """The NPU operator set: domain `ai.paddle_npu`, version 1 (one module per primitive)."""
 from . import add_in_tile, dim_transform, im2col, vmm  # noqa: F401  (registers them)
-from . import scale, scale_lut, swap_channel  # noqa: F401  (preprocessing, seed 003)
+from . import scale, scale_lut, swap_channel  # noqa: F401  (fused preprocessing)
 from . import quant  # noqa: F401  (integer primitives)
 from . import lut, runtime_vmm  # noqa: F401  (the lookup-table unit, arrays written at run time)
 from .base import (DOMAIN, MIN_BODY_OPSET, VERSION, ArrayModel, Primitive, all_primitives,

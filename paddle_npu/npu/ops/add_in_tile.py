@@ -18,8 +18,8 @@ def _layout(attrs, in_shapes):
 class AddInTile(Primitive):
     """Y = B + sum over i of P_i placed at columns [offsets[i], offsets[i] + width(P_i)) of a
     zero row of `width` columns: partial products of the row tiles of one output are added,
-    those of different column tiles land side by side (seed 001's Add In Tile, which adds
-    the per-channel results and then the bias). The sum is kept in a wide (float64)
+    those of different column tiles land side by side (Add In Tile in the original op list,
+    which adds the per-channel results and then the bias). The sum is kept in a wide (float64)
     accumulator and rounded to the partials' type once."""
 
     inputs = (Arg("B", "bias row [width] (may be left out: empty name)", optional=True),

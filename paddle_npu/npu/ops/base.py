@@ -57,6 +57,7 @@ class Primitive:
     inputs = ()
     outputs = ()
     attributes = ()
+    placed_as = ""      # the primitive whose unit runs this one ("": itself)
 
     @classmethod
     def attrs_of(cls, attrs):

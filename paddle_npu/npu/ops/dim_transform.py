@@ -1,4 +1,5 @@
-"""DimTransform: a layout change, transpose then reshape (seed 001's dimtransform / reshape_3)."""
+"""DimTransform: a layout change, transpose then reshape (dimtransform / reshape_3 in the
+original op list)."""
 import numpy as np
 
 from .base import Arg, Attr, Primitive, Ref, primitive
@@ -24,8 +25,9 @@ def reshape_dims(src, shape):
 @primitive
 class DimTransform(Primitive):
     """Y = Reshape(Transpose(X, perm), shape): the rank and layout changes between the
-    primitives (the seed's dimtransform_1 / dimtransform_2 / reshape_3). In `shape`, 0 keeps
-    the dimension of the transposed X at that index and one -1 is inferred, as in Reshape."""
+    primitives (the original op list's dimtransform_1 / dimtransform_2 / reshape_3). In
+    `shape`, 0 keeps the dimension of the transposed X at that index and one -1 is inferred,
+    as in Reshape."""
 
     inputs = (Arg("X", "any tensor"),)
     outputs = (Arg("Y", "X's elements, permuted and reshaped"),)

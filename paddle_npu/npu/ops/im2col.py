@@ -1,4 +1,4 @@
-"""Im2Col: an image to the rows a crossbar array multiplies (seed 001's reshape_2)."""
+"""Im2Col: an image to the rows a crossbar array multiplies (reshape_2 in the original op list)."""
 import numpy as np
 
 from .base import Arg, Attr, Primitive, primitive

@@ -54,6 +54,7 @@ def quantize_array(x, scale, bits):
 class Quantize(Primitive):
     """Y = saturate(round_half_even(X / S)) as a signed integer of `bits` bits (zero point 0):
     what ONNX QuantizeLinear computes for int8, for int16 as well."""
+    placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
     inputs = (Arg("X", "float tensor"), Arg("S", "scale, a float32 scalar"))
     outputs = (Arg("Y", "int8 / int16 tensor of X's shape"),)
@@ -86,6 +87,7 @@ class Quantize(Primitive):
 @primitive
 class Dequantize(Primitive):
     """Y = float32(X) * S: an integer tensor back to real values (DequantizeLinear)."""
+    placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
     inputs = (Arg("X", "integer tensor (int8 / int16; int32 accumulators)"),
               Arg("S", "scale: a float32 scalar, or one per element of X's last axis"))
@@ -115,6 +117,7 @@ class QVMM(Primitive):
     rows times the int8 (int16) matrix held by the array, summed exactly into an
     `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones). The body multiplies
     in float64, which holds every such sum exactly (|sum| < 2^53)."""
+    placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
     inputs = (Arg("X", "integer rows [..., K, R_total]"),
               Arg("W", "constant integer weight tile [R, M]"))
@@ -180,6 +183,7 @@ class Requantize(Primitive):
     axis), D = 2^shift: the accumulator rescaled to the next tensor's int8 / int16 grid by
     a fixed-point multiplier, as integer NPUs do (no float on the way). relu=1 saturates at
     0 below (a fused ReLU)."""
+    placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
     inputs = (Arg("Acc", "int32 / int64 accumulator [..., M]"),
               Arg("M", "int64 multiplier per column [M]"),

@@ -1,4 +1,4 @@
-"""Scale: the per-channel multiply-add of image normalisation (seed 003's ScaleOp)."""
+"""Scale: the per-channel multiply-add of image normalisation (ScaleOp in the original op list)."""
 from .base import Arg, Primitive, primitive
 
 
@@ -13,7 +13,8 @@ def channel_shape(rank):
 @primitive
 class Scale(Primitive):
     """Y[n, c, ...] = X[n, c, ...] * S[c] + B[c]: the per-channel multiply-add that normalises
-    an image, (x - mean) / std written as x * (1 / std) + (-mean / std) (seed 003's Scale).
+    an image, (x - mean) / std written as x * (1 / std) + (-mean / std) (the original op list's
+    Scale).
     Computed in X's type: the product is rounded to it, then the sum, as a Mul and an Add
     would."""
 

@@ -1,4 +1,4 @@
-"""ScaleLut: normalisation and quantisation of uint8 pixels by table look-up (seed 003)."""
+"""ScaleLut: normalisation and quantisation of uint8 pixels by table look-up."""
 import numpy as np
 
 from .base import Arg, Primitive, primitive
@@ -11,8 +11,8 @@ LEVELS = 256          # a uint8 pixel's values: one table entry each
 class ScaleLut(Primitive):
     """Y[n, c, ...] = T[c, X[n, c, ...]]: each uint8 pixel is replaced by entry X of its
     channel's 256-entry table, which holds the quantised normalised value
-    round((x * scale[c] + bias[c]) / q) + zero_point precomputed for every x (seed 003's
-    ScaleLut: normalisation of an int8 NPU's input without any arithmetic). The tables'
+    round((x * scale[c] + bias[c]) / q) + zero_point precomputed for every x (ScaleLut in
+    the original op list: normalisation of an int8 NPU's input without any arithmetic). The tables'
     type (int8, or uint8 when every mean is 0) is the output's."""
 
     inputs = (Arg("X", "uint8 image [N, C, ...], channels on axis 1"),

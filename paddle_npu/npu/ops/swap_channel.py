@@ -1,4 +1,5 @@
-"""SwapChannel: the channels of an image reordered, RGB <-> BGR (seed 003's swapChannelOp)."""
+"""SwapChannel: the channels of an image reordered, RGB <-> BGR (swapChannelOp in the original
+op list)."""
 import numpy as np
 
 from .base import Arg, Attr, Primitive, primitive

@@ -21,8 +21,7 @@ HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for
 
 
 def _wants_hp(args):
-    return bool(getattr(args, "auto_hp", 0)) or \
-        getattr(args, "hp_until_cosine", None) is not None
+    return bool(args.auto_hp) or args.hp_until_cosine is not None
 
 
 def add_quant_options(p):
@@ -109,16 +108,20 @@ def _bits(args):
 
 def lower_for(args):
     """A `lower`-compatible function doing the quantised lowering with args' options."""
+    from ...errors import ConversionError
+
+    if _wants_hp(args) and not args.data:
+        raise ConversionError("--auto-hp / --hp-until-cosine need --data (inputs to "
+                              "measure on)")
+
     def _lower(source, target=None, plan="packed", preprocess=None, **kw):
+        from ...onnx_io import save_proto
         from .accuracy import render
         from .qdq import export_qdq
         from .qlower import quantized_lower
 
         precision = args.precision
         if _wants_hp(args):
-            if not args.data:
-                raise ConversionError("--auto-hp / --hp-until-cosine need --data "
-                                      "(inputs to measure on)")
             result = auto_hp(source, args.calibration, args.data, args.auto_hp,
                              _bits(args), target, plan, precision,
                              until_cosine=args.hp_until_cosine, **kw)
@@ -133,11 +136,7 @@ def lower_for(args):
         print(f"quantised {len(records)} matrix layers: {len(records) - n16} at int8, "
               f"{n16} at int16")
         if args.qdq:
-            import onnx
-
-            from ...outputs import write_with
-            proto = export_qdq(source, records)
-            write_with(args.qdq, lambda path: onnx.save(proto, path))
+            save_proto(export_qdq(source, records), args.qdq)
             print(f"wrote {args.qdq} (QDQ)")
         return model, report
     return _lower
@@ -196,7 +195,7 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
 
 def _hp_label(args):
     parts = [f"--auto-hp {args.auto_hp}"] if args.auto_hp else []
-    if getattr(args, "hp_until_cosine", None) is not None:
+    if args.hp_until_cosine is not None:
         parts.append(f"--hp-until-cosine {args.hp_until_cosine}")
     return " ".join(parts)
 

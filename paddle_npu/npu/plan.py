@@ -1,0 +1,228 @@
+"""The per-layer plan: how one matrix layer (Conv, Gemm, MatMul) goes onto the arrays,
+decided before any of its nodes is emitted, from the target, the node's marks and the
+calibration table. `mappers/matrix.emit_matrix` emits a plan, float or integer alike.
+
+    tiles, weights   the arrays the kernel matrix is cut into (tiling.py) and what each holds
+    bits             None: float primitives (no calibration, or the layer is marked `_cpu`);
+                     8 / 16: integer primitives with these scales (`LayerScales`)
+
+Integer arithmetic (symmetric, zero point 0; the primitives are in ops/quant.py):
+
+    x (float) -Quantize(s_x)-> Im2Col -> QVMM per tile (int8 x int8 -> int32)
+      -> AddInTile (+ int32 bias) -> Requantize (M / 2^shift per column) -Dequantize(s_y)->
+
+    s_x = threshold(x) / qmax          activations: per tensor, from the calibration table
+    s_w[m] = max |W[:, m]| / qmax_w     weights: per output column (qmax_w = 127 / 32767)
+    bias_q[m] = round(b[m] / (s_x s_w[m]))   in the accumulator's type
+    M[m] / 2^shift[m] ~= s_x s_w[m] / s_y   M an integer of up to 31 bits (fewer when the
+                                          accumulator bound would overflow int64)
+
+A layer's bits, first match wins: the precision table (`Quantization.precision`) by layer
+name; 16 for a layer marked high precision (`_hp` at the end of its name or of an output's,
+or a 16-bit precision mark); the calibration table's own `precision` section by layer name;
+either table by output name; the default. int16 layers accumulate in 64 bits. A ReLU that
+alone reads a layer's output is folded into Requantize (saturating at 0, on the ReLU output's
+range). Between layers values are dequantised: the vector unit's ops and the CPU see exactly
+the integer grid's values.
+"""
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConversionError
+from . import graph as g
+from .ops.quant import qrange
+from .tiling import plan_tiles, tile_weight
+
+HP_SUFFIX = "_hp"
+MULT_BITS = 31
+
+
+@dataclass
+class Quantization:
+    """What an integer lowering is given: the calibration table (calibrate.py's format, a
+    dict), the default bits, a precision table {layer or output name: 8 | 16}, weight scales
+    to keep {layer: per-output-channel scales} (a quantised Paddle model's), and whether a
+    layer whose output has no scale in the table reads its accumulator out as floats (a QDQ
+    model quantises its layers' inputs, not always their outputs: the last layer's logits)."""
+    table: dict
+    bits: int = 8
+    precision: dict = field(default_factory=dict)
+    weight_scales: dict = field(default_factory=dict)
+    float_outputs: bool = False
+
+    def bits_of(self, node, output_names):
+        """The layer's bits (see the module docstring for the order)."""
+        section = {name: 16 if p == "int16" else 8
+                   for name, p in self.table.get("precision", {}).items()}
+        if node.name in self.precision:
+            return self.precision[node.name]
+        if high_precision(node):
+            return 16
+        if node.name in section:
+            return section[node.name]
+        for name in output_names:
+            for table in (self.precision, section):
+                if name in table:
+                    return table[name]
+        return self.bits
+
+
+def high_precision(node):
+    """Whether the user marked the node to run at 16 bits."""
+    return node.name.endswith(HP_SUFFIX) or g.precision(node) == 16 or \
+        any(v.name and v.name.endswith(HP_SUFFIX) for v in node.outputs)
+
+
+def fixed_point(real, acc_bound):
+    """(M, D = 2^shift) int64 arrays with M / D ~= real (> 0), |acc| * M < 2^62."""
+    mbits = int(min(MULT_BITS, 62 - np.ceil(np.log2(max(acc_bound, 2)))))
+    if mbits < 8:
+        raise ConversionError(f"accumulator bound {acc_bound:.3g} leaves no room for the "
+                              "requantisation multiplier")
+    real = np.asarray(real, np.float64)
+    exp = np.floor(np.log2(np.maximum(real, 1e-300)))
+    shift = np.clip(mbits - 1 - exp, 1, 62).astype(np.int64)
+    mult = np.rint(real * np.exp2(shift)).astype(np.int64)
+    return mult, (np.int64(1) << shift)
+
+
+@dataclass
+class LayerScales:
+    """The integer side of a layer plan."""
+    input: str                   # the calibrated tensor the layer reads
+    output: str                  # ... and the one it writes (a folded ReLU's output)
+    relu: object                 # the ReLU node folded into Requantize, or None
+    s_x: np.float32
+    s_y: Optional[np.float32]    # None: the accumulator is read out as floats
+    s_w: np.ndarray              # float64 (float32 values) per output column
+    weights_q: list              # integer tile matrices
+    bias_q: Optional[np.ndarray]
+    mult: Optional[np.ndarray]   # Requantize's M and D per column (None when s_y is)
+    div: Optional[np.ndarray]
+    kept: bool                   # s_w are the model's own (a quantised Paddle model)
+
+    @property
+    def float_out(self):
+        return self.s_y is None
+
+
+@dataclass
+class LayerPlan:
+    layer: str                   # the node's name
+    op: str
+    tiles: list                  # tiling.Tile
+    weights: list                # the float matrix each tile holds
+    bias: Optional[np.ndarray]   # [width] in the weights' dtype, or None
+    width: int                   # output columns
+    bits: Optional[int] = None   # None: float
+    scales: Optional[LayerScales] = None
+
+    @property
+    def offsets(self):
+        return [t.col_start for t in self.tiles]
+
+    @property
+    def sums_tiles(self):
+        """Whether an AddInTile sums the tiles (and adds the bias): not for one tile that
+        covers every column with no bias."""
+        return len(self.tiles) > 1 or self.tiles[0].cols != self.width or self.bias is not None
+
+    @property
+    def acc_bits(self):
+        return 32 if self.bits == 8 else 64
+
+    def record(self):
+        """The layer's quantisation record (kept in the model's metadata, read by the
+        accuracy report and the QDQ export)."""
+        s = self.scales
+        return {"layer": self.layer, "op": self.op, "bits": self.bits, "input": s.input,
+                "output": s.output, "relu_fused": s.relu is not None, "s_x": float(s.s_x),
+                "s_y": None if s.float_out else float(s.s_y),
+                "s_w_min": float(s.s_w.min()), "s_w_max": float(s.s_w.max()),
+                "weight_scales_kept": s.kept, "acc_bits": self.acc_bits,
+                "k": sum(t.rows for t in self.tiles), "tiles": len(self.tiles)}
+
+
+def plan_layer(node, geo, weight, bias, target, tiling, quantization=None):
+    """The plan of a matrix layer: `node` x (weight, a Conv's [M, Cg, KH, KW] or a [K, N]
+    matrix, of kernel-matrix shape `geo`) + bias [N] or None, cut by `tiling` ("packed" /
+    "per-channel") for the target's arrays; integer when `quantization` is given and the
+    layer is not marked for the CPU."""
+    tiles = plan_tiles(geo, tiling, target.rows, target.cols)
+    plan = LayerPlan(node.name, node.op_type, tiles,
+                     [tile_weight(weight, geo, t) for t in tiles],
+                     None if bias is None else bias.astype(weight.dtype),
+                     geo.groups * geo.outputs)
+    if quantization is not None and g.mark(node) != "cpu":
+        plan.bits, plan.scales = _scales(node, plan, quantization)
+    return plan
+
+
+def _threshold(entry, bits):
+    return float(entry["absmax"] if bits > 8 else entry["threshold"])
+
+
+def _folded_relu(value):
+    nxt = g.single_user(value)
+    return nxt if g.is_op(nxt, "Relu") else None
+
+
+def _scales(node, plan, quantization):
+    tensors = quantization.table["tensors"]
+    source, out = node.name, node.outputs[0]
+    relu = _folded_relu(out)
+    out_value = relu.outputs[0] if relu else out
+    if out_value.name not in tensors and quantization.float_outputs:
+        relu, out_value = None, out       # the ReLU stays a vector op on the float output
+    out_name = out_value.name
+    float_out = quantization.float_outputs and out_name not in tensors
+    bits = quantization.bits_of(node, [out_name, out.name])
+    if bits not in (8, 16):
+        raise ConversionError(f"layer {source}: {bits}-bit integers are not supported")
+    in_name = node.inputs[0].name
+    if in_name not in tensors:
+        raise ConversionError(f"layer {source}: its input {in_name!r} is not in the "
+                              "calibration table")
+    if out_name not in tensors and not float_out:
+        raise ConversionError(f"layer {source}: its output {out_name!r} is not in the "
+                              "calibration table")
+    a_lo, a_hi = qrange(bits)
+    w_hi = a_hi
+    s_x = np.float32(max(_threshold(tensors[in_name], bits), 1e-12) / a_hi)
+    s_y = None if float_out else np.float32(max(_threshold(tensors[out_name], bits), 1e-12)
+                                            / a_hi)
+    offsets, width = plan.offsets, plan.width
+    tiles = [w.astype(np.float64) for w in plan.weights]
+    colmax = np.zeros(width)
+    for off, w in zip(offsets, tiles):
+        colmax[off:off + w.shape[1]] = np.maximum(colmax[off:off + w.shape[1]],
+                                                  np.abs(w).max(axis=0))
+    kept = quantization.weight_scales.get(source)
+    s_w = None
+    if kept is not None:
+        s_w = np.broadcast_to(np.asarray(kept, np.float64).reshape(-1), (width,))
+        if np.any(colmax / np.maximum(s_w, 1e-30) > w_hi + 0.5) or any(
+                np.abs(w / s_w[o:o + w.shape[1]] - np.rint(w / s_w[o:o + w.shape[1]])).max()
+                > 1e-3 for o, w in zip(offsets, tiles)):
+            s_w = None            # weights changed since (BatchNorm folded): re-derive
+    kept_scales = s_w is not None
+    if s_w is None:
+        s_w = np.where(colmax > 0, colmax, 1.0) / w_hi
+    s_w = s_w.astype(np.float32).astype(np.float64)
+    np_int = np.int8 if bits == 8 else np.int16
+    weights_q = [np.clip(np.rint(w / s_w[o:o + w.shape[1]]), -w_hi, w_hi).astype(np_int)
+                 for o, w in zip(offsets, tiles)]
+    acc_bound = sum(w.shape[0] for w in tiles) * (-a_lo) * w_hi
+    bias_q = None
+    if plan.bias is not None:
+        bias_q = np.rint(plan.bias.astype(np.float64) / (np.float64(s_x) * s_w))
+        info = np.iinfo(np.int32 if bits == 8 else np.int64)
+        bias_q = np.clip(bias_q, info.min, info.max).astype(info.dtype)
+        acc_bound += float(np.abs(bias_q).max())
+    mult = div = None
+    if not float_out:
+        mult, div = fixed_point(np.float64(s_x) * s_w / np.float64(s_y), acc_bound)
+    return bits, LayerScales(in_name, out_name, relu, s_x, s_y, s_w, weights_q, bias_q, mult,
+                             div, kept_scales)

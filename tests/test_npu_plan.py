@@ -1,0 +1,137 @@
+"""The per-layer plan (npu/plan.py): float and integer lowerings of a layer come from one plan
+and one emit_matrix. Tiny hand-built models; no Paddle."""
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from paddle_npu.errors import ConversionError
+from paddle_npu.npu import graph as g
+from paddle_npu.npu import lower
+from paddle_npu.npu.ops import DOMAIN
+from paddle_npu.npu.plan import Quantization
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.reference import Reference
+
+
+def conv_relu_gemm():
+    """x [N,3,8,8] -> Conv 3x3 (8 ch) -> Relu -> Flatten (288) -> Gemm (70): on 64 x 64
+    arrays both layers need several row tiles and the Gemm two column tiles."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    b = rng.standard_normal(8).astype(np.float32) * 0.1
+    fw = rng.standard_normal((288, 70)).astype(np.float32) * 0.05
+    fb = rng.standard_normal(70).astype(np.float32) * 0.1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], name="fc")]
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info("x", 1, ["N", 3, 6, 6])],
+        [helper.make_tensor_value_info("y", 1, ["N", 70])],
+        [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (b, "b"), (fw, "fw"),
+                                                     (fb, "fb"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((16, 3, 6, 6)).astype(np.float32)}
+    return model, feeds
+
+
+def _tiles(model, op_type):
+    """{layer: [(row_offset, weight shape)]} of a lowered model's array nodes."""
+    out = {}
+    for node in model.graph:
+        if node.domain == DOMAIN and node.op_type == op_type:
+            out.setdefault(g.source(node), []).append(
+                (node.attributes.get_int("row_offset", 0), g.constant(node.inputs[1]).shape))
+    return out
+
+
+def _run(model, feeds):
+    proto = ir.serde.serialize_model(model) if isinstance(model, ir.Model) else model
+    s = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)[0]
+
+
+def test_float_and_integer_layers_share_one_plan():
+    model, feeds = conv_relu_gemm()
+    table = calibrate(model, feeds)
+    fl, _ = lower(model, "npu64")
+    q, _, records = quantized_lower(model, table, target="npu64")
+    assert _tiles(fl, "VMM") == _tiles(q, "QVMM")
+    assert len(_tiles(q, "QVMM")["fc"]) == 10          # 288 rows in 5 tiles, 70 cols in 2
+    assert [(r["layer"], r["bits"], r["relu_fused"], r["tiles"]) for r in records] == \
+        [("conv", 8, True, 1), ("fc", 8, False, 10)]
+    ops = {(n.domain, n.op_type) for n in q.graph}
+    assert ("", "Relu") not in ops and (DOMAIN, "VMM") not in ops
+    # the integer layers run with their arrays, on the NPU
+    assert {g.device(n) for n in q.graph if n.domain == DOMAIN} == {"npu"}
+    # one function per primitive specialisation the graph calls, none left over
+    called = {(n.op_type, n.overload) for n in q.graph if n.domain == DOMAIN}
+    assert {(f.name, f.overload) for f in q.functions.values()} == called
+    # bit-true: onnxruntime through the bodies == the NumPy reference; close to float
+    proto = ir.serde.serialize_model(q)
+    got = _run(proto, feeds)
+    assert np.array_equal(got, Reference(proto, None).run(feeds)[0])
+    want = _run(model, feeds)
+    cosine = float(np.sum(got * want) / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cosine > 0.999
+
+
+def test_a_layer_marked_for_the_cpu_stays_float():
+    model, feeds = conv_relu_gemm()
+    table = calibrate(model, feeds)
+    model.graph.node[3].name = "fc_cpu"
+    from paddle_npu.npu.marks import Marks
+    q, _, records = quantized_lower(model, table, target="npu64", marks=Marks())
+    assert [r["layer"] for r in records] == ["conv"]
+    assert {g.device(n) for n in q.graph if g.source(n) == "fc_cpu"} == {"cpu"}
+    assert {n.op_type for n in q.graph if g.source(n) == "fc_cpu"} == {"VMM", "AddInTile"}
+
+
+def _node(name, output, precision=None):
+    node = ir.Node("", "Conv", [], name=name)
+    node.outputs[0].name = output
+    if precision:
+        g.set_precision(node, precision)
+    return node
+
+
+@pytest.mark.parametrize("name,output,marked,want", [
+    ("conv", "c", False, 8),            # the default
+    ("conv", "c", True, 16),            # a 16-bit mark
+    ("conv_hp", "c", False, 16),        # `_hp` in the name
+    ("conv", "c_hp", False, 16),        # ... or the output's
+    ("a", "c", True, 8),                # the precision table by layer name beats the mark
+    ("b", "c", True, 16),               # the mark beats the calibration table's section
+    ("b", "c", False, 8),               # the section by layer name
+    ("conv", "x", False, 16),           # the precision table by output name
+    ("conv", "z", False, 8),            # the section by output name
+])
+def test_layer_bits_first_match_wins(name, output, marked, want):
+    q = Quantization({"tensors": {}, "precision": {"b": "int8", "x": "int8", "z": "int8"}},
+                     bits=8, precision={"a": 8, "x": 16})
+    assert q.bits_of(_node(name, output, 16 if marked else None), [output]) == want
+
+
+def test_uncalibrated_input_is_named():
+    model, feeds = conv_relu_gemm()
+    table = calibrate(model, feeds)
+    del table["tensors"]["f"]
+    with pytest.raises(ConversionError, match="layer fc: its input 'f' is not in the "
+                       "calibration table"):
+        quantized_lower(model, table, target="npu64")
+
+
+def test_cli_auto_hp_without_data_is_our_error(tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    model, feeds = conv_relu_gemm()
+    path = str(tmp_path / "m.onnx")
+    ir.save(ir.serde.deserialize_model(model), path)
+    out = str(tmp_path / "q.onnx")
+    rc = main(["lower", path, "-o", out, "--quantize", "int8", "--calibration", "t.json",
+               "--auto-hp", "2"])
+    assert rc == 2 and not (tmp_path / "q.onnx").exists()
+    assert "--auto-hp / --hp-until-cosine need --data" in capsys.readouterr().err
