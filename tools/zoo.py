@@ -379,6 +379,297 @@ def _face_embed():
     return FaceEmbed()
 
 
+# --- real architectures, at the sizes deployment uses -------------------------------
+# Our own compact definitions of what PaddleOCR / PaddleDetection / PaddleSeg / PaddleClas /
+# PaddleNLP ship (read from their sources: same layers, shapes and forward order, in the
+# inference form their export writes, e.g. re-parameterised convolutions and no NMS).
+# Each is registered at its deployment input size (`all`) and, where that is too slow for
+# a 2-core CI, again at a small size under NAME_<size> (`ci`).
+def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1):
+    """Register build(h, w) -> Layer as `name` at deploy (h, w) and, with `small`, as
+    name_<h>x<w> (or name_<h> when square) at that size in the CI set."""
+    sizes = [(name, deploy, ci and small is None)]
+    if small is not None:
+        tag = f"{small[0]}" if small[0] == small[1] else f"{small[0]}x{small[1]}"
+        sizes.append((f"{name}_{tag}", small, ci))
+    for reg_name, (h, w), in_ci in sizes:
+        _register(reg_name, [("x", (None, 3, h, w))], ci=in_ci, batch=batch,
+                  tags=tuple(tags))(lambda h=h, w=w: build(h, w))
+
+
+def _divisible(v, divisor=16):
+    """PP-LCNet's channel rounding: to a multiple of divisor, never 10% below v."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+def _conv_bn(cin, cout, k, stride=1, groups=1, act=None, padding=None):
+    """Conv (no bias) + BatchNorm [+ activation layer]."""
+    from paddle import nn
+    pad = padding if padding is not None else (
+        [(k[0] - 1) // 2, (k[1] - 1) // 2] if isinstance(k, (list, tuple)) else (k - 1) // 2)
+    layers = [nn.Conv2D(cin, cout, k, stride, pad, groups=groups, bias_attr=False),
+              nn.BatchNorm2D(cout)]
+    return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
+
+
+def _pp_lcnet_v3(scale, det):
+    """PP-LCNetV3 (PaddleOCR rec_lcnetv3.py) as exported for inference: each learnable
+    re-parameterisable layer folded into one biased conv, then its learnable affine
+    (scale * x + bias) and, unless it strides by 2, hardswish and a second affine.
+    det: four feature maps (1/4 .. 1/32) through 1x1 convs; rec: the last map, avg-pooled."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    if det:
+        cfg = [[(3, 16, 32, 1, False)],
+               [(3, 32, 64, 2, False), (3, 64, 64, 1, False)],
+               [(3, 64, 128, 2, False), (3, 128, 128, 1, False)],
+               [(3, 128, 256, 2, False)] + [(5, 256, 256, 1, False)] * 4,
+               [(5, 256, 512, 2, True), (5, 512, 512, 1, True), (5, 512, 512, 1, False),
+                (5, 512, 512, 1, False)]]
+    else:
+        cfg = [[(3, 16, 32, 1, False)],
+               [(3, 32, 64, 1, False), (3, 64, 64, 1, False)],
+               [(3, 64, 128, (2, 1), False), (3, 128, 128, 1, False)],
+               [(3, 128, 256, (1, 2), False)] + [(5, 256, 256, 1, False)] * 4,
+               [(5, 256, 512, (2, 1), True), (5, 512, 512, 1, True),
+                (5, 512, 512, (2, 1), False), (5, 512, 512, 1, False)]]
+
+    class Affine(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(1.0))
+            self.bias = self.create_parameter([1], default_initializer=nn.initializer.Constant(0.0))
+
+        def forward(self, x):
+            return self.scale * x + self.bias
+
+    class RepLayer(nn.Layer):
+        def __init__(self, cin, cout, k, stride, groups=1):
+            super().__init__()
+            self.conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
+            self.lab, self.act_lab = Affine(), Affine()
+            self.with_act = stride != 2  # as PaddleOCR tests it: (2, 1) != 2
+
+        def forward(self, x):
+            x = self.lab(self.conv(x))
+            return self.act_lab(F.hardswish(x)) if self.with_act else x
+
+    class SE(nn.Layer):
+        def __init__(self, c):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2D(c, c // 4, 1), nn.Conv2D(c // 4, c, 1)
+
+        def forward(self, x):
+            s = F.hardsigmoid(self.conv2(F.relu(self.conv1(F.adaptive_avg_pool2d(x, 1)))))
+            return paddle.multiply(x, s)
+
+    class Block(nn.Layer):
+        def __init__(self, k, cin, cout, stride, se):
+            super().__init__()
+            self.dw = RepLayer(cin, cin, k, stride, groups=cin)
+            self.se = SE(cin) if se else None
+            self.pw = RepLayer(cin, cout, 1, 1)
+
+        def forward(self, x):
+            x = self.dw(x)
+            return self.pw(self.se(x) if self.se is not None else x)
+
+    class PPLCNetV3(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = _conv_bn(3, _divisible(16 * scale), 3, 2)
+            self.stages = nn.LayerList([
+                nn.Sequential(*[Block(k, _divisible(i * scale), _divisible(o * scale), s, se)
+                                for k, i, o, s, se in stage]) for stage in cfg])
+            if det:
+                ins = [_divisible(stage[-1][2] * scale) for stage in cfg[1:]]
+                self.out_channels = [int(c * scale) for c in (16, 24, 56, 480)]
+                self.lateral = nn.LayerList([nn.Conv2D(i, o, 1) for i, o in zip(ins, self.out_channels)])
+            else:
+                self.out_channels = _divisible(512 * scale)
+
+        def forward(self, x):
+            x = self.stages[0](self.conv1(x))
+            feats = []
+            for stage in self.stages[1:]:
+                x = stage(x)
+                feats.append(x)
+            if det:
+                return [conv(f) for conv, f in zip(self.lateral, feats)]
+            return F.avg_pool2d(x, [3, 2])
+
+    return PPLCNetV3()
+
+
+def _ppocr_v4_det(h, w):
+    """PP-OCRv4 mobile text detection (PaddleOCR configs/det/PP-OCRv4/PP-OCRv4_mobile_det.yml):
+    PPLCNetV3 x0.75 -> RSE-FPN (96 channels, residual SE) -> DB head, whose inference
+    output is the shrink map's probability."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class SEModule(nn.Layer):  # the detector's SE: hardsigmoid with slope 0.2
+        def __init__(self, c):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2D(c, c // 4, 1), nn.Conv2D(c // 4, c, 1)
+
+        def forward(self, x):
+            s = self.conv2(F.relu(self.conv1(F.adaptive_avg_pool2d(x, 1))))
+            return x * F.hardsigmoid(s, slope=0.2, offset=0.5)
+
+    class RSELayer(nn.Layer):
+        def __init__(self, cin, cout, k):
+            super().__init__()
+            self.conv = nn.Conv2D(cin, cout, k, padding=k // 2, bias_attr=False)
+            self.se = SEModule(cout)
+
+        def forward(self, x):
+            x = self.conv(x)
+            return x + self.se(x)
+
+    class RSEFPN(nn.Layer):
+        def __init__(self, ins, c):
+            super().__init__()
+            self.ins_conv = nn.LayerList([RSELayer(i, c, 1) for i in ins])
+            self.inp_conv = nn.LayerList([RSELayer(c, c // 4, 3) for _ in ins])
+
+        def forward(self, feats):
+            in2, in3, in4, in5 = [conv(f) for conv, f in zip(self.ins_conv, feats)]
+            out4 = in4 + F.upsample(in5, scale_factor=2, mode="nearest", align_mode=1)
+            out3 = in3 + F.upsample(out4, scale_factor=2, mode="nearest", align_mode=1)
+            out2 = in2 + F.upsample(out3, scale_factor=2, mode="nearest", align_mode=1)
+            ps = [conv(f) for conv, f in zip(self.inp_conv, (out2, out3, out4, in5))]
+            ups = [F.upsample(p, scale_factor=s, mode="nearest", align_mode=1)
+                   for p, s in zip(ps[:0:-1], (8, 4, 2))]
+            return paddle.concat(ups + [ps[0]], axis=1)
+
+    class DBHead(nn.Layer):
+        def __init__(self, c):
+            super().__init__()
+            q = c // 4
+            self.conv1 = nn.Conv2D(c, q, 3, padding=1, bias_attr=False)
+            self.bn1 = nn.BatchNorm2D(q)
+            self.up1 = nn.Conv2DTranspose(q, q, 2, stride=2)
+            self.bn2 = nn.BatchNorm2D(q)
+            self.up2 = nn.Conv2DTranspose(q, 1, 2, stride=2)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = F.relu(self.bn2(self.up1(x)))
+            return F.sigmoid(self.up2(x))
+
+    class Det(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = _pp_lcnet_v3(0.75, det=True)
+            self.neck = RSEFPN(self.backbone.out_channels, 96)
+            self.head = DBHead(96)
+
+        def forward(self, x):
+            return self.head(self.neck(self.backbone(x)))
+
+    return Det()
+
+
+_image_model("ppocrv4_det_mobile", _ppocr_v4_det, (640, 640), (160, 160),
+             tags=("ocr", "ppocr", "lcnet", "fpn", "se", "conv_transpose"))
+
+
+def _svtr_block(dim, heads, mlp_ratio, act, eps, prenorm, local_mask=None):
+    """SVTR's transformer block (PaddleOCR rec_svtrnet.py Block): multi-head attention
+    (qkv in one Linear, an additive mask for the local mixer) and an MLP, each residual,
+    layer-normed before (prenorm=False) or after (prenorm=True)."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Attention(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            if local_mask is not None:
+                self.register_buffer("mask", paddle.to_tensor(local_mask))
+
+        def forward(self, x):
+            d = dim // heads
+            qkv = self.qkv(x).reshape((0, -1, 3, heads, d)).transpose((2, 0, 3, 1, 4))
+            q, k, v = qkv[0] * d ** -0.5, qkv[1], qkv[2]
+            attn = q.matmul(k.transpose((0, 1, 3, 2)))
+            if local_mask is not None:
+                attn = attn + self.mask
+            attn = F.softmax(attn, axis=-1)
+            return self.proj(attn.matmul(v).transpose((0, 2, 1, 3)).reshape((0, -1, dim)))
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(dim, epsilon=eps), nn.LayerNorm(dim, epsilon=eps)
+            self.mixer = Attention()
+            hidden = int(dim * mlp_ratio)
+            self.mlp = nn.Sequential(nn.Linear(dim, hidden), act(), nn.Linear(hidden, dim))
+
+        def forward(self, x):
+            if prenorm:
+                x = self.norm1(x + self.mixer(x))
+                return self.norm2(x + self.mlp(x))
+            x = x + self.mixer(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    return Block()
+
+
+def _ppocr_v4_rec(h, w, classes=6625):
+    """PP-OCRv4 mobile text recognition (PaddleOCR configs/rec/PP-OCRv4/PP-OCRv4_mobile_rec.yml)
+    as inference runs it: PPLCNetV3 x0.95 -> SVTR neck (conv reduce, two global-attention
+    blocks, conv back, concat with the shortcut) -> CTC head (Linear over the
+    6625-character dictionary, softmax). The training-only NRTR branch is not exported."""
+    import paddle
+    from paddle import nn
+
+    class SVTRNeck(nn.Layer):
+        def __init__(self, cin, dims=120, hidden=120, depth=2, k=(1, 3)):
+            super().__init__()
+            self.conv1 = _conv_bn(cin, cin // 8, list(k), act=nn.Swish)
+            self.conv2 = _conv_bn(cin // 8, hidden, 1, act=nn.Swish)
+            self.blocks = nn.LayerList([_svtr_block(hidden, 8, 2.0, nn.Swish, 1e-5, False)
+                                        for _ in range(depth)])
+            self.norm = nn.LayerNorm(hidden, epsilon=1e-6)
+            self.conv3 = _conv_bn(hidden, cin, 1, act=nn.Swish)
+            self.conv4 = _conv_bn(2 * cin, cin // 8, list(k), act=nn.Swish)
+            self.conv1x1 = _conv_bn(cin // 8, dims, 1, act=nn.Swish)
+
+        def forward(self, x):
+            z = self.conv2(self.conv1(x))
+            _, c, hh, ww = z.shape
+            z = z.flatten(2).transpose([0, 2, 1])
+            for blk in self.blocks:
+                z = blk(z)
+            z = self.norm(z).reshape([0, hh, ww, c]).transpose([0, 3, 1, 2])
+            z = paddle.concat((x, self.conv3(z)), axis=1)
+            return self.conv1x1(self.conv4(z))
+
+    class Rec(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = _pp_lcnet_v3(0.95, det=False)
+            self.neck = SVTRNeck(self.backbone.out_channels)
+            self.fc = nn.Linear(120, classes)
+
+        def forward(self, x):
+            z = self.neck(self.backbone(x)).squeeze(axis=2).transpose([0, 2, 1])  # [N, W, C]
+            return paddle.nn.functional.softmax(self.fc(z), axis=2)
+
+    return Rec()
+
+
+_image_model("ppocrv4_rec_mobile", _ppocr_v4_rec, (48, 320),
+             tags=("ocr", "ppocr", "lcnet", "svtr", "attention", "ctc"))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
