@@ -816,6 +816,132 @@ _image_model("picodet_s", _picodet, (640, 640), (160, 160), ci=False,
              tags=("detection", "picodet", "lcnet", "pan", "gfl", "multi_output"))
 
 
+def _ppyoloe_s(h, w, classes=80):
+    """PP-YOLOE+ s (PaddleDetection configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml) as
+    exported for deployment without NMS: RepVGG blocks folded into one biased conv (as its
+    export's convert_to_deploy does); CSPRepResNet (width 0.5, depth 0.33, large stem, ESE
+    attention) -> custom CSP-PAN (SPP on the deepest level) -> ET head (ESE-attended cls and
+    reg branches, a 17-bin distribution per box side projected by a fixed 1x1 conv). Outputs
+    boxes [N, A, 4] in input pixels (not divided by a scale_factor input) and scores
+    [N, 80, A]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    act = nn.Swish
+    reg_bins, strides = 17, (32, 16, 8)
+
+    def rep_vgg(c):  # deploy form: one 3x3 conv with bias
+        return nn.Sequential(nn.Conv2D(c, c, 3, padding=1), act())
+
+    class BasicBlock(nn.Layer):
+        def __init__(self, c, shortcut):
+            super().__init__()
+            self.conv1, self.conv2, self.shortcut = _conv_bn(c, c, 3, act=act), rep_vgg(c), shortcut
+
+        def forward(self, x):
+            y = self.conv2(self.conv1(x))
+            return x + y if self.shortcut else y
+
+    class ResStage(nn.Layer):  # CSPResStage: down, split, blocks, ESE, merge
+        def __init__(self, cin, cout, n):
+            super().__init__()
+            mid = (cin + cout) // 2
+            self.down = _conv_bn(cin, mid, 3, 2, act=act)
+            self.conv1, self.conv2 = _conv_bn(mid, mid // 2, 1, act=act), _conv_bn(mid, mid // 2, 1, act=act)
+            self.blocks = nn.Sequential(*[BasicBlock(mid // 2, True) for _ in range(n)])
+            self.ese = nn.Conv2D(mid, mid, 1)
+            self.conv3 = _conv_bn(mid, cout, 1, act=act)
+
+        def forward(self, x):
+            x = self.down(x)
+            y = paddle.concat([self.conv1(x), self.blocks(self.conv2(x))], axis=1)
+            y = y * F.hardsigmoid(self.ese(y.mean((2, 3), keepdim=True)))
+            return self.conv3(y)
+
+    class CSPStage(nn.Layer):  # the neck's: split, block (+ SPP), merge
+        def __init__(self, cin, cout, spp):
+            super().__init__()
+            mid = cout // 2
+            self.conv1, self.conv2 = _conv_bn(cin, mid, 1, act=act), _conv_bn(cin, mid, 1, act=act)
+            self.block = BasicBlock(mid, False)
+            self.spp = _conv_bn(4 * mid, mid, 1, act=act) if spp else None
+            self.conv3 = _conv_bn(2 * mid, cout, 1, act=act)
+
+        def forward(self, x):
+            y = self.block(self.conv2(x))
+            if self.spp is not None:
+                y = self.spp(paddle.concat([y] + [F.max_pool2d(y, k, 1, k // 2) for k in (5, 9, 13)], 1))
+            return self.conv3(paddle.concat([self.conv1(x), y], axis=1))
+
+    class ESEAttn(nn.Layer):
+        def __init__(self, c):
+            super().__init__()
+            self.fc, self.conv = nn.Conv2D(c, c, 1), _conv_bn(c, c, 1, act=act)
+
+        def forward(self, feat, avg):
+            return self.conv(feat * F.sigmoid(self.fc(avg)))
+
+    class PPYOLOE(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            ch, depth = [32, 64, 128, 256, 512], [1, 2, 2, 1]
+            self.stem = nn.Sequential(_conv_bn(3, ch[0] // 2, 3, 2, act=act),
+                                      _conv_bn(ch[0] // 2, ch[0] // 2, 3, act=act),
+                                      _conv_bn(ch[0] // 2, ch[0], 3, act=act))
+            self.stages = nn.LayerList([ResStage(ch[i], ch[i + 1], depth[i]) for i in range(4)])
+            ins, outs = ch[:1:-1], [384, 192, 96]  # deepest first
+            self.fpn_stages = nn.LayerList([CSPStage(ins[i] + (outs[i - 1] // 2 if i else 0), outs[i], i == 0)
+                                            for i in range(3)])
+            self.fpn_routes = nn.LayerList([_conv_bn(outs[i], outs[i] // 2, 1, act=act) for i in range(2)])
+            self.pan_routes = nn.LayerList([_conv_bn(outs[i + 1], outs[i + 1], 3, 2, act=act) for i in range(2)])
+            self.pan_stages = nn.LayerList([CSPStage(outs[i] + outs[i + 1], outs[i], False) for i in range(2)])
+            self.stem_cls = nn.LayerList([ESEAttn(c) for c in outs])
+            self.stem_reg = nn.LayerList([ESEAttn(c) for c in outs])
+            self.pred_cls = nn.LayerList([nn.Conv2D(c, classes, 3, padding=1) for c in outs])
+            self.pred_reg = nn.LayerList([nn.Conv2D(c, 4 * reg_bins, 3, padding=1) for c in outs])
+            self.register_buffer("proj", paddle.linspace(0, reg_bins - 1, reg_bins).reshape([1, reg_bins, 1, 1]))
+
+        def neck(self, feats):
+            fpn, route = [], None
+            for i, block in enumerate(feats[::-1]):
+                route = self.fpn_stages[i](block if i == 0 else paddle.concat([route, block], 1))
+                fpn.append(route)
+                if i < 2:
+                    route = F.interpolate(self.fpn_routes[i](route), scale_factor=2.0)
+            pan, route = [fpn[-1]], fpn[-1]
+            for i in (1, 0):
+                route = self.pan_stages[i](paddle.concat([self.pan_routes[i](route), fpn[i]], 1))
+                pan.append(route)
+            return pan[::-1]
+
+        def forward(self, x):
+            x, feats = self.stem(x), []
+            for i, stage in enumerate(self.stages):
+                x = stage(x)
+                if i:
+                    feats.append(x)
+            feats = self.neck(feats)
+            points, scale = _anchor_points([f.shape[2:] for f in feats], strides, 0.5)
+            scores, dists = [], []
+            for i, feat in enumerate(feats):
+                n = feat.shape[2] * feat.shape[3]
+                avg = F.adaptive_avg_pool2d(feat, (1, 1))
+                logit = self.pred_cls[i](self.stem_cls[i](feat, avg) + feat)
+                reg = self.pred_reg[i](self.stem_reg[i](feat, avg))
+                reg = F.softmax(reg.reshape([-1, 4, reg_bins, n]).transpose([0, 2, 3, 1]), axis=1)
+                dists.append(F.conv2d(reg, self.proj).squeeze(1))
+                scores.append(F.sigmoid(logit).reshape([-1, classes, n]))
+            boxes = _distance_to_box(points, paddle.concat(dists, axis=1)) * scale
+            return boxes, paddle.concat(scores, axis=-1)
+
+    return PPYOLOE()
+
+
+_image_model("ppyoloe_plus_s", _ppyoloe_s, (640, 640), (160, 160),
+             tags=("detection", "ppyoloe", "cspresnet", "pan", "spp", "dfl", "multi_output"))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
