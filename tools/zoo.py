@@ -942,6 +942,90 @@ _image_model("ppyoloe_plus_s", _ppyoloe_s, (640, 640), (160, 160),
              tags=("detection", "ppyoloe", "cspresnet", "pan", "spp", "dfl", "multi_output"))
 
 
+def _pp_liteseg(h, w, classes=19):
+    """PP-LiteSeg-T (PaddleSeg configs/pp_liteseg/pp_liteseg_stdc1_cityscapes_*.yml), exported
+    with logits out (export's --output_op none): STDC1 (concatenating bottlenecks) -> simple
+    pyramid pooling context (bins 1, 2, 4) -> unified attention fusion with spatial attention
+    (channel mean and max of both inputs) at 1/32, 1/16, 1/8 -> a seg head upsampled
+    bilinearly to the input size."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    def cbr(cin, cout, k, stride=1, bias=False, relu=True):
+        layers = [nn.Conv2D(cin, cout, k, stride, k // 2, bias_attr=None if bias else False),
+                  nn.BatchNorm2D(cout)]
+        return nn.Sequential(*layers, nn.ReLU()) if relu else nn.Sequential(*layers)
+
+    class CatBottleneck(nn.Layer):
+        def __init__(self, cin, cout, stride, n=4):
+            super().__init__()
+            chans = [cout // 2, cout // 4] + [cout // 2 ** (i + 1) for i in range(2, n - 1)] + [cout // 2 ** (n - 1)]
+            self.convs = nn.LayerList([cbr(cin, chans[0], 1)] + [cbr(a, b, 3) for a, b in zip(chans, chans[1:])])
+            self.down = nn.Sequential(nn.Conv2D(cout // 2, cout // 2, 3, 2, 1, groups=cout // 2, bias_attr=False),
+                                      nn.BatchNorm2D(cout // 2)) if stride == 2 else None
+
+        def forward(self, x):
+            first = self.convs[0](x)
+            out, outs = (self.down(first) if self.down is not None else first), []
+            for conv in self.convs[1:]:
+                out = conv(out)
+                outs.append(out)
+            if self.down is not None:
+                first = F.avg_pool2d(first, 3, 2, 1)
+            return paddle.concat([first] + outs, axis=1)
+
+    class UAFM(nn.Layer):
+        def __init__(self, x_ch, y_ch, out_ch):
+            super().__init__()
+            self.conv_x, self.conv_out = cbr(x_ch, y_ch, 3), cbr(y_ch, out_ch, 3)
+            self.atten = nn.Sequential(cbr(4, 2, 3), cbr(2, 1, 3, relu=False))
+            self.scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(1.0))
+
+        def forward(self, x, y):
+            x = self.conv_x(x)
+            y = F.interpolate(y, x.shape[2:], mode="bilinear")
+            stats = [s for t in (x, y) for s in (paddle.mean(t, 1, keepdim=True), paddle.max(t, 1, keepdim=True))]
+            a = F.sigmoid(self.atten(paddle.concat(stats, axis=1)))
+            return self.conv_out(x * a + y * (self.scale - a))
+
+    class PPLiteSeg(nn.Layer):
+        def __init__(self, base=64, arm_out=(32, 64, 128), head_mid=(32, 64, 64), cm_out=128):
+            super().__init__()
+            self.stem = nn.Sequential(cbr(3, base // 2, 3, 2), cbr(base // 2, base, 3, 2))
+            self.stages = nn.LayerList([
+                nn.Sequential(CatBottleneck(cin, cout, 2), CatBottleneck(cout, cout, 1))
+                for cin, cout in ((base, 4 * base), (4 * base, 8 * base), (8 * base, 16 * base))])
+            feats = (4 * base, 8 * base, 16 * base)
+            self.cm_stages = nn.LayerList([cbr(feats[-1], cm_out, 1, bias=True) for _ in (1, 2, 4)])
+            self.cm_out = cbr(cm_out, cm_out, 3, bias=True)
+            highs = list(arm_out[1:]) + [cm_out]
+            self.arms = nn.LayerList([UAFM(f, hi, o) for f, hi, o in zip(feats, highs, arm_out)])
+            self.head = nn.Sequential(cbr(arm_out[0], head_mid[0], 3),
+                                      nn.Conv2D(head_mid[0], classes, 1, bias_attr=False))
+
+        def forward(self, x):
+            size, feats = x.shape[2:], []
+            x = self.stem(x)
+            for stage in self.stages:
+                x = stage(x)
+                feats.append(x)
+            ctx = None
+            for bins, conv in zip((1, 2, 4), self.cm_stages):
+                up = F.interpolate(conv(F.adaptive_avg_pool2d(x, bins)), x.shape[2:], mode="bilinear")
+                ctx = up if ctx is None else ctx + up
+            high = self.cm_out(ctx)
+            for feat, arm in zip(feats[::-1], self.arms[::-1]):
+                high = arm(feat, high)
+            return F.interpolate(self.head(high), size, mode="bilinear", align_corners=False)
+
+    return PPLiteSeg()
+
+
+_image_model("pp_liteseg_t", _pp_liteseg, (512, 512), (128, 128),
+             tags=("segmentation", "pp_liteseg", "stdc", "adaptive_pool", "interpolate"))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
