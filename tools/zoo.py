@@ -1026,6 +1026,72 @@ _image_model("pp_liteseg_t", _pp_liteseg, (512, 512), (128, 128),
              tags=("segmentation", "pp_liteseg", "stdc", "adaptive_pool", "interpolate"))
 
 
+def _local_attention_mask(h, w, kh, kw):
+    """SVTR's local mixer: token (i, j) attends to tokens within a kh x kw window around it;
+    the others get -inf added to their attention logits. [1, 1, h*w, h*w]."""
+    ii, jj = np.divmod(np.arange(h * w), w)
+    near = (np.abs(ii[:, None] - ii[None]) <= kh // 2) & (np.abs(jj[:, None] - jj[None]) <= kw // 2)
+    return np.where(near, 0.0, -np.inf).astype("float32")[None, None]
+
+
+def _svtr_tiny(h, w, classes=37):
+    """SVTR-Tiny text recognition (PaddleOCR rec_svtrnet.py, the en SVTR-T config) without
+    its TPS rectification (needs grid_sampler): conv patch embedding to 1/4, three stages of
+    local (7x11 window) then global attention with conv patch merging (height halved), a
+    [1, 25] average pool, 1x1 conv + hardswish, the inference-scaled dropout, CTC head."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    dims, depth, heads, hw = (64, 128, 256), (3, 6, 3), (2, 4, 8), (h // 4, w // 4)
+    mixers = ["Local"] * 6 + ["Global"] * 6
+
+    def conv_bn_gelu(cin, cout):
+        return nn.Sequential(nn.Conv2D(cin, cout, 3, 2, 1), nn.BatchNorm2D(cout), nn.GELU())
+
+    class SVTRTiny(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.patch_embed = nn.Sequential(conv_bn_gelu(3, dims[0] // 2), conv_bn_gelu(dims[0] // 2, dims[0]))
+            self.pos_embed = self.create_parameter([1, hw[0] * hw[1], dims[0]],
+                                                   default_initializer=nn.initializer.TruncatedNormal(std=0.02))
+            self.stages, self.merges, self.sizes, k = nn.LayerList(), nn.LayerList(), [], 0
+            for s in range(3):
+                size = (hw[0] // 2 ** s, hw[1])
+                mask = _local_attention_mask(*size, 7, 11)
+                self.stages.append(nn.LayerList([
+                    _svtr_block(dims[s], heads[s], 4.0, nn.GELU, 1e-6, False,
+                                mask if mixers[k + i] == "Local" else None) for i in range(depth[s])]))
+                k += depth[s]
+                self.sizes.append(size)
+                if s < 2:
+                    self.merges.append(nn.Conv2D(dims[s], dims[s + 1], 3, [2, 1], 1))
+            self.merge_norms = nn.LayerList([nn.LayerNorm(dims[s + 1]) for s in range(2)])
+            self.norm = nn.LayerNorm(dims[2], epsilon=1e-6)
+            self.last_conv = nn.Conv2D(dims[2], 192, 1, bias_attr=False)
+            self.dropout = nn.Dropout(0.1, mode="downscale_in_infer")
+            self.fc = nn.Linear(192, classes)
+
+        def forward(self, x):
+            x = self.patch_embed(x).flatten(2).transpose((0, 2, 1)) + self.pos_embed
+            for s, blocks in enumerate(self.stages):
+                for blk in blocks:
+                    x = blk(x)
+                if s < 2:
+                    grid = x.transpose([0, 2, 1]).reshape([0, dims[s], *self.sizes[s]])
+                    x = self.merge_norms[s](self.merges[s](grid).flatten(2).transpose((0, 2, 1)))
+            x = self.norm(x).transpose([0, 2, 1]).reshape([0, dims[2], *self.sizes[2]])
+            x = self.dropout(F.hardswish(self.last_conv(F.adaptive_avg_pool2d(x, [1, 25]))))
+            x = x.squeeze(axis=2).transpose([0, 2, 1])
+            return F.softmax(self.fc(x), axis=2)
+
+    return SVTRTiny()
+
+
+_image_model("svtr_tiny", _svtr_tiny, (32, 100),
+             tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
