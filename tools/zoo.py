@@ -1092,6 +1092,99 @@ _image_model("svtr_tiny", _svtr_tiny, (32, 100),
              tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
 
 
+def _tokens(vocab, seq, types=True):
+    """A generator of test batches for language models: ids in [1, vocab), all but the
+    first sequence padded (id 0) over their last quarter; segment ids 0 then 1."""
+    def gen(rng, batch):
+        ids = rng.integers(1, vocab, size=(batch, seq)).astype("int64")
+        ids[1:, seq - seq // 4:] = 0
+        if not types:
+            return {"input_ids": ids}
+        token_types = np.zeros_like(ids)
+        token_types[:, seq // 2:] = 1
+        return {"input_ids": ids, "token_type_ids": token_types}
+    return gen
+
+
+@_register("ernie3_tiny_micro", [("input_ids", (None, 128), "int64"),
+                                 ("token_type_ids", (None, 128), "int64")],
+           ci=False, batch=2, gen=_tokens(40000, 128),
+           tags=("nlp", "ernie", "transformer", "embedding", "int64_input", "multi_input"))
+def _ernie3_tiny_micro(vocab=40000, d=384, layers=4, heads=12, classes=15):
+    """ERNIE 3.0 Tiny micro v2 (PaddleNLP: 4 layers, 384 hidden, 12 heads) for sequence
+    classification at 128 tokens: word + position + segment + task-type embeddings,
+    layer norm, a post-norm GELU Transformer encoder masking padding (-1e4), a tanh pooler
+    on the first token and the classifier's logits."""
+    import paddle
+    from paddle import nn
+
+    class Ernie(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos = nn.Embedding(vocab, d), nn.Embedding(2048, d)
+            self.token_type, self.task_type = nn.Embedding(4, d), nn.Embedding(16, d)
+            self.norm = nn.LayerNorm(d)
+            enc = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu")
+            self.encoder = nn.TransformerEncoder(enc, layers)
+            self.pooler, self.classifier = nn.Linear(d, d), nn.Linear(d, classes)
+
+        def forward(self, input_ids, token_type_ids):
+            ones = paddle.ones_like(input_ids)
+            pos_ids = paddle.cumsum(ones, axis=-1) - ones
+            h = self.word(input_ids) + self.pos(pos_ids) + self.token_type(token_type_ids)
+            h = self.norm(h + self.task_type(paddle.zeros_like(input_ids)))
+            mask = paddle.unsqueeze(paddle.cast(input_ids == 0, "float32") * -1e4, axis=[1, 2])
+            seq = self.encoder(h, mask)
+            return self.classifier(paddle.tanh(self.pooler(seq[:, 0])))
+
+    return Ernie()
+
+
+@_register("gpt_decoder", [("input_ids", (None, 128), "int64")], ci=False, batch=2,
+           gen=_tokens(8000, 128, types=False),
+           tags=("nlp", "gpt", "decoder", "causal_mask", "tril", "embedding", "int64_input"))
+def _gpt_decoder(vocab=8000, d=256, layers=4, heads=4, seq=128):
+    """A GPT-style decoder as PaddleNLP's GPT builds it: token + position embeddings,
+    pre-norm blocks of causal self-attention (fused qkv; the mask from paddle.tril on ones,
+    -1e4 above the diagonal) and a GELU MLP, a final layer norm and logits through the
+    tied word embedding, at 128 tokens. Not in CI: needs the tril_triu mapper."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x, mask):
+            q, k, v = self.qkv(self.ln1(x)).reshape([0, 0, 3, heads, d // heads]).transpose(
+                [2, 0, 3, 1, 4])
+            attn = F.softmax(paddle.matmul(q, k, transpose_y=True) * (d // heads) ** -0.5 + mask, -1)
+            x = x + self.proj(paddle.matmul(attn, v).transpose([0, 2, 1, 3]).reshape([0, 0, d]))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=True))
+
+    class GPT(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos = nn.Embedding(vocab, d), nn.Embedding(1024, d)
+            self.blocks = nn.LayerList([Block() for _ in range(layers)])
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, input_ids):
+            ones = paddle.ones_like(input_ids)
+            h = self.word(input_ids) + self.pos(paddle.cumsum(ones, axis=-1) - ones)
+            causal = paddle.tril(paddle.ones([seq, seq], dtype="float32"))
+            mask = ((1.0 - causal) * -1e4).reshape([1, 1, seq, seq])
+            for blk in self.blocks:
+                h = blk(h, mask)
+            return paddle.matmul(self.norm(h), self.word.weight, transpose_y=True)
+
+    return GPT()
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
