@@ -629,8 +629,9 @@ def _svtr_block(dim, heads, mlp_ratio, act, eps, prenorm, local_mask=None):
 def _ppocr_v4_rec(h, w, classes=6625):
     """PP-OCRv4 mobile text recognition (PaddleOCR configs/rec/PP-OCRv4/PP-OCRv4_mobile_rec.yml)
     as inference runs it: PPLCNetV3 x0.95 -> SVTR neck (conv reduce, two global-attention
-    blocks, conv back, concat with the shortcut) -> CTC head (Linear over the
-    6625-character dictionary, softmax). The training-only NRTR branch is not exported."""
+    blocks, conv back, concat with the shortcut) -> CTC head (Linear over the dictionary:
+    6625 characters for Chinese, 97 for English; softmax). The training-only NRTR branch
+    is not exported."""
     import paddle
     from paddle import nn
 
@@ -670,8 +671,13 @@ def _ppocr_v4_rec(h, w, classes=6625):
     return Rec()
 
 
-_image_model("ppocrv4_rec_mobile", _ppocr_v4_rec, (48, 320),
+# The Chinese model's softmax over 6625 characters puts its largest probability near 0.05,
+# so float32 noise alone is ~1e-4 of that scale; the English one (97 classes) is in CI.
+_image_model("ppocrv4_rec_mobile", _ppocr_v4_rec, (48, 320), ci=False,
              tags=("ocr", "ppocr", "lcnet", "svtr", "attention", "ctc"))
+_register("ppocrv4_rec_mobile_en", [("x", (None, 3, 48, 320))], ci=True,
+          tags=("ocr", "ppocr", "lcnet", "svtr", "attention", "ctc"))(
+    lambda: _ppocr_v4_rec(48, 320, classes=97))
 
 
 def _anchor_points(sizes, strides, offset):
@@ -1185,6 +1191,116 @@ def _gpt_decoder(vocab=8000, d=256, layers=4, heads=4, seq=128):
     return GPT()
 
 
+def _swin(h, w, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=7, classes=1000):
+    """Swin Transformer (PaddleClas legendary_models/swin_transformer.py, Swin-T by default)
+    as its export writes it: 4x4 patch embedding with layer norm, window attention with the
+    relative position bias precomputed into a buffer (its eval re-parameterisation), every
+    second block on windows shifted by half a window (paddle.roll both ways, the -100 mask
+    of windows that wrap around kept as a buffer), patch merging between stages, mean over
+    tokens and a linear classifier."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    def shift_mask(res, ws, shift):
+        """[nW, ws*ws, ws*ws]: -100 between tokens from different regions of the shifted map."""
+        img = np.zeros((res, res))
+        cuts = (slice(0, -ws), slice(-ws, -shift), slice(-shift, None))
+        for i, (a, b) in enumerate((a, b) for a in cuts for b in cuts):
+            img[a, b] = i
+        win = img.reshape(res // ws, ws, res // ws, ws).transpose(0, 2, 1, 3).reshape(-1, ws * ws)
+        return np.where(win[:, None, :] != win[:, :, None], -100.0, 0.0).astype("float32")
+
+    def position_bias(ws, nh, rng):
+        """The relative position bias a trained table gives: [1, nh, ws*ws, ws*ws]."""
+        table = np.clip(rng.normal(0, 0.02, ((2 * ws - 1) ** 2, nh)), -0.04, 0.04)
+        yy, xx = np.divmod(np.arange(ws * ws), ws)
+        index = (yy[:, None] - yy[None] + ws - 1) * (2 * ws - 1) + (xx[:, None] - xx[None] + ws - 1)
+        return table[index].transpose(2, 0, 1)[None].astype("float32")
+
+    class Block(nn.Layer):
+        def __init__(self, dim, nh, res, shift, rng):
+            super().__init__()
+            self.dim, self.nh, self.res = dim, nh, res
+            self.ws = min(window, res)
+            self.shift = shift if res > window else 0
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.register_buffer("bias", paddle.to_tensor(position_bias(self.ws, nh, rng)))
+            self.register_buffer("mask", paddle.to_tensor(shift_mask(res, self.ws, self.shift))
+                                 if self.shift else None)
+
+        def attention(self, x):  # x: [windows * N, ws*ws, dim]
+            n, d = self.ws * self.ws, self.dim // self.nh
+            q, k, v = self.qkv(x).reshape([-1, n, 3, self.nh, d]).transpose([2, 0, 3, 1, 4])
+            attn = paddle.matmul(q * d ** -0.5, k.transpose([0, 1, 3, 2])) + self.bias
+            if self.mask is not None:
+                nw = self.mask.shape[0]
+                attn = attn.reshape([-1, nw, self.nh, n, n]) + self.mask.unsqueeze(1).unsqueeze(0)
+                attn = attn.reshape([-1, self.nh, n, n])
+            x = paddle.matmul(F.softmax(attn, axis=-1), v).transpose([0, 2, 1, 3])
+            return self.proj(x.reshape([-1, n, self.dim]))
+
+        def forward(self, x):
+            r, ws, c = self.res, self.ws, self.dim
+            y = self.norm1(x).reshape([-1, r, r, c])
+            if self.shift:
+                y = paddle.roll(y, shifts=(-self.shift, -self.shift), axis=(1, 2))
+            y = y.reshape([-1, r // ws, ws, r // ws, ws, c]).transpose([0, 1, 3, 2, 4, 5])
+            y = self.attention(y.reshape([-1, ws * ws, c]))
+            y = y.reshape([-1, r // ws, r // ws, ws, ws, c]).transpose([0, 1, 3, 2, 4, 5])
+            y = y.reshape([-1, r, r, c])
+            if self.shift:
+                y = paddle.roll(y, shifts=(self.shift, self.shift), axis=(1, 2))
+            x = x + y.reshape([-1, r * r, c])
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+    class Merge(nn.Layer):  # 2x2 neighbours concatenated, normed, halved to 2 * dim
+        def __init__(self, dim, res):
+            super().__init__()
+            self.dim, self.res = dim, res
+            self.norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim, bias_attr=False)
+
+        def forward(self, x):
+            r, c = self.res, self.dim
+            x = x.reshape([-1, r // 2, 2, r // 2, 2, c]).transpose((0, 1, 3, 4, 2, 5))
+            return self.reduction(self.norm(x.reshape([-1, r * r // 4, 4 * c])))
+
+    class Swin(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(0)
+            self.patch = nn.Conv2D(3, embed, 4, 4)
+            self.patch_norm = nn.LayerNorm(embed)
+            layers, res = [], h // 4
+            for s, (n, nh) in enumerate(zip(depths, heads)):
+                dim = embed * 2 ** s
+                layers += [Block(dim, nh, res, (i % 2) * (window // 2), rng) for i in range(n)]
+                if s < len(depths) - 1:
+                    layers.append(Merge(dim, res))
+                    res //= 2
+            self.layers = nn.Sequential(*layers)
+            self.norm = nn.LayerNorm(embed * 2 ** (len(depths) - 1))
+            self.head = nn.Linear(embed * 2 ** (len(depths) - 1), classes)
+
+        def forward(self, x):
+            x = self.patch_norm(self.patch(x).flatten(2).transpose([0, 2, 1]))
+            x = self.norm(self.layers(x))
+            return self.head(x.mean(axis=1))
+
+    return Swin()
+
+
+_image_model("swin_tiny", _swin, (224, 224), ci=False,
+             tags=("classification", "swin", "transformer", "window_attention", "roll"))
+# Swin-T's layout (shifted windows at 56, 28 and 14, none at 7) with 32 channels and two
+# blocks per stage: what CI can afford of it.
+_register("swin_narrow", [("x", (None, 3, 224, 224))], ci=True,
+          tags=("classification", "swin", "transformer", "window_attention", "roll"))(
+    lambda: _swin(224, 224, embed=32, depths=(2, 2, 2, 2), heads=(1, 2, 4, 8), classes=100))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
@@ -1272,7 +1388,7 @@ def _legacy_shims():
     """Workarounds that make legacy (FLAGS_enable_pir_api=0) to_static work.
 
     1. Paddle 3.3 binds ~57 APIs (paddle.tanh/sigmoid/exp/abs/sqrt/matmul/
-       multiply/sum/amax/argmax/greater_than/logical_*/..., F.gelu/sigmoid/
+       multiply/sum/amax/argmax/greater_than/logical_*/roll/..., F.gelu/sigmoid/
        tanh/softplus and the matching Tensor methods) straight to _C_ops, which
        takes only eager Tensors and PIR Values: given a legacy Variable they
        raise "must be Value, but got Variable" (so nn.MultiHeadAttention,
@@ -1356,6 +1472,9 @@ def _legacy_shims():
         "softplus", {"X": [x]}, {"beta": float(beta), "threshold": float(threshold)})
     shims["expand_as"] = lambda x, y, name=None: op(
         "expand_as_v2", {"X": [x], "Y": [y]}, {"target_shape": list(y.shape)})
+    as_list = lambda v: [] if v is None else list(v) if isinstance(v, (list, tuple)) else [v]  # noqa: E731
+    shims["roll"] = lambda x, shifts, axis=None, name=None: op(
+        "roll", {"X": [x]}, {"shifts": as_list(shifts), "axis": as_list(axis)})
     shims["tril"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": True})
     shims["triu"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": False})
 
