@@ -1032,6 +1032,97 @@ _image_model("pp_liteseg_t", _pp_liteseg, (512, 512), (128, 128),
              tags=("segmentation", "pp_liteseg", "stdc", "adaptive_pool", "interpolate"))
 
 
+def _segformer_b0(h, w, classes=150):
+    """SegFormer-B0 (PaddleSeg segformer.py with MixVisionTransformer_B0, the ADE20K 512x512
+    config): overlapping conv patch embeddings (7x7/4, then 3x3/2), efficient self-attention
+    whose keys and values come from a map shrunk by a strided conv (ratios 8, 4, 2, 1),
+    Mix-FFN with a 3x3 depthwise conv, then the all-MLP decoder (each stage to 256 channels,
+    upsampled to 1/4, fused by a 1x1 conv + BN + ReLU) and logits upsampled to the input."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    dims, heads, depths, ratios = (32, 64, 160, 256), (1, 2, 5, 8), (2, 2, 2, 2), (8, 4, 2, 1)
+
+    class Attention(nn.Layer):
+        def __init__(self, dim, nh, sr):
+            super().__init__()
+            self.dim, self.nh, self.sr_ratio = dim, nh, sr
+            self.q, self.kv, self.proj = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
+            if sr > 1:
+                self.sr, self.norm = nn.Conv2D(dim, dim, sr, sr), nn.LayerNorm(dim)
+
+        def forward(self, x, hh, ww):
+            d = self.dim // self.nh
+            q = self.q(x).reshape([0, -1, self.nh, d]).transpose([0, 2, 1, 3])
+            if self.sr_ratio > 1:
+                x = x.transpose([0, 2, 1]).reshape([0, self.dim, hh, ww])
+                x = self.norm(self.sr(x).reshape([0, self.dim, -1]).transpose([0, 2, 1]))
+            k, v = self.kv(x).reshape([0, -1, 2, self.nh, d]).transpose([2, 0, 3, 1, 4])
+            attn = F.softmax(paddle.matmul(q, k, transpose_y=True) * d ** -0.5, axis=-1)
+            return self.proj(paddle.matmul(attn, v).transpose([0, 2, 1, 3]).reshape([0, -1, self.dim]))
+
+    class Block(nn.Layer):
+        def __init__(self, dim, nh, sr):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(dim, epsilon=1e-6), nn.LayerNorm(dim, epsilon=1e-6)
+            self.attn = Attention(dim, nh, sr)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.dw = nn.Conv2D(4 * dim, 4 * dim, 3, 1, 1, groups=4 * dim)
+
+        def forward(self, x, hh, ww):
+            x = x + self.attn(self.norm1(x), hh, ww)
+            y = self.fc1(self.norm2(x))
+            c = y.shape[2]
+            y = self.dw(y.transpose([0, 2, 1]).reshape([0, c, hh, ww])).flatten(2).transpose([0, 2, 1])
+            return x + self.fc2(F.gelu(y))
+
+    class Stage(nn.Layer):
+        def __init__(self, i):
+            super().__init__()
+            cin = 3 if i == 0 else dims[i - 1]
+            k, s = (7, 4) if i == 0 else (3, 2)
+            self.patch, self.patch_norm = nn.Conv2D(cin, dims[i], k, s, k // 2), nn.LayerNorm(dims[i])
+            self.blocks = nn.LayerList([Block(dims[i], heads[i], ratios[i]) for _ in range(depths[i])])
+            self.norm, self.dim = nn.LayerNorm(dims[i], epsilon=1e-6), dims[i]
+
+        def forward(self, x):
+            x = self.patch(x)
+            hh, ww = x.shape[2:]
+            x = self.patch_norm(x.flatten(2).transpose([0, 2, 1]))
+            for blk in self.blocks:
+                x = blk(x, hh, ww)
+            return self.norm(x).transpose([0, 2, 1]).reshape([0, self.dim, hh, ww])
+
+    class SegFormer(nn.Layer):
+        def __init__(self, embed=256):
+            super().__init__()
+            self.stages = nn.LayerList([Stage(i) for i in range(4)])
+            self.linears = nn.LayerList([nn.Linear(c, embed) for c in dims])
+            self.fuse = _conv_bn(4 * embed, embed, 1, act=nn.ReLU)
+            self.pred = nn.Conv2D(embed, classes, 1)
+
+        def forward(self, x):
+            size, feats = x.shape[2:], []
+            for st in self.stages:
+                x = st(x)
+                feats.append(x)
+            quarter = feats[0].shape[2:]
+            ups = []
+            for f, lin in zip(feats[::-1], self.linears[::-1]):
+                y = lin(f.flatten(2).transpose([0, 2, 1])).transpose([0, 2, 1])
+                y = y.reshape([0, 0, f.shape[2], f.shape[3]])
+                ups.append(F.interpolate(y, quarter, mode="bilinear", align_corners=False))
+            logit = self.pred(self.fuse(paddle.concat(ups, axis=1)))
+            return F.interpolate(logit, size, mode="bilinear", align_corners=False)
+
+    return SegFormer()
+
+
+_image_model("segformer_b0", _segformer_b0, (512, 512), (128, 128),
+             tags=("segmentation", "segformer", "transformer", "efficient_attention", "interpolate"))
+
+
 def _local_attention_mask(h, w, kh, kw):
     """SVTR's local mixer: token (i, j) attends to tokens within a kh x kw window around it;
     the others get -inf added to their attention logits. [1, 1, h*w, h*w]."""
