@@ -699,6 +699,48 @@ def _distance_to_box(points, distance):
     return paddle.concat([-lt + points, rb + points], -1)
 
 
+def _lcnet_block(cin, cout, k, stride, se=False):
+    """PP-LCNet's depthwise separable block: depthwise k x k conv + BN + hardswish, an
+    optional SE, pointwise conv + BN + hardswish."""
+    from paddle import nn
+    layers = [_conv_bn(cin, cin, k, stride, groups=cin, act=nn.Hardswish)]
+    if se:
+        layers.append(_squeeze_excite(cin))
+    return nn.Sequential(*layers, _conv_bn(cin, cout, 1, act=nn.Hardswish))
+
+
+def _pp_lcnet(scale, first_output):
+    """PP-LCNet (PaddleDetection lcnet.py, PaddleOCR det_pp_lcnet.py): a 3x3 stem to 1/2 and
+    five stages of depthwise separable blocks (SE in the last two blocks); returns the
+    feature maps of stages first_output.. (stage 1 is at 1/4, each later one halves)."""
+    from paddle import nn
+
+    c = lambda v: _divisible(v * scale, 8)  # noqa: E731
+    cfg = [[(3, 16, 32, 1, False)],
+           [(3, 32, 64, 2, False), (3, 64, 64, 1, False)],
+           [(3, 64, 128, 2, False), (3, 128, 128, 1, False)],
+           [(3, 128, 256, 2, False)] + [(5, 256, 256, 1, False)] * 5,
+           [(5, 256, 512, 2, True), (5, 512, 512, 1, True)]]
+
+    class LCNet(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.stem = _conv_bn(3, c(16), 3, 2, act=nn.Hardswish)
+            self.stages = nn.LayerList([nn.Sequential(*[_lcnet_block(c(i), c(o), k, s, se)
+                                                        for k, i, o, s, se in st]) for st in cfg])
+            self.out_channels = [c(st[-1][2]) for st in cfg[first_output:]]
+
+        def forward(self, x):
+            x, outs = self.stem(x), []
+            for i, stage in enumerate(self.stages):
+                x = stage(x)
+                if i >= first_output:
+                    outs.append(x)
+            return outs
+
+    return LCNet()
+
+
 def _picodet(h, w, classes=80):
     """PicoDet-S v2 (PaddleDetection configs/picodet/picodet_s_416_coco_lcnet.yml), exported
     without NMS: PP-LCNet x0.75 (stages at 1/8..1/32) -> LC-PAN (96 channels, four levels,
@@ -709,14 +751,8 @@ def _picodet(h, w, classes=80):
     import paddle.nn.functional as F
     from paddle import nn
 
-    hs = nn.Hardswish
+    hs, dw_sep = nn.Hardswish, _lcnet_block
     reg_max, strides = 7, (8, 16, 32, 64)
-
-    def dw_sep(cin, cout, k, stride, se=False):  # LCNet's DepthwiseSeparable
-        layers = [_conv_bn(cin, cin, k, stride, groups=cin, act=hs)]
-        if se:
-            layers.append(_squeeze_excite(cin))
-        return nn.Sequential(*layers, _conv_bn(cin, cout, 1, act=hs))
 
     class DPModule(nn.Layer):  # depthwise (groups = out channels) then pointwise
         def __init__(self, cin, cout, k, stride=1, act_out=True):
@@ -728,28 +764,6 @@ def _picodet(h, w, classes=80):
         def forward(self, x):
             x = self.pw(F.hardswish(self.dw(x)))
             return F.hardswish(x) if self.act_out else x
-
-    class LCNet(nn.Layer):
-        def __init__(self, scale=0.75):
-            super().__init__()
-            c = lambda v: _divisible(v * scale, 8)  # noqa: E731
-            cfg = [[(3, 16, 32, 1, False)],
-                   [(3, 32, 64, 2, False), (3, 64, 64, 1, False)],
-                   [(3, 64, 128, 2, False), (3, 128, 128, 1, False)],
-                   [(3, 128, 256, 2, False)] + [(5, 256, 256, 1, False)] * 5,
-                   [(5, 256, 512, 2, True), (5, 512, 512, 1, True)]]
-            self.stem = _conv_bn(3, c(16), 3, 2, act=hs)
-            self.stages = nn.LayerList([nn.Sequential(*[dw_sep(c(i), c(o), k, s, se)
-                                                        for k, i, o, s, se in st]) for st in cfg])
-            self.out_channels = [c(st[-1][2]) for st in cfg[2:]]
-
-        def forward(self, x):
-            x, outs = self.stem(x), []
-            for i, stage in enumerate(self.stages):
-                x = stage(x)
-                if i >= 2:
-                    outs.append(x)
-            return outs
 
     class LCPAN(nn.Layer):
         def __init__(self, ins, c=96, k=5):
@@ -805,7 +819,7 @@ def _picodet(h, w, classes=80):
     class PicoDet(nn.Layer):
         def __init__(self):
             super().__init__()
-            self.backbone = LCNet()
+            self.backbone = _pp_lcnet(0.75, first_output=2)
             self.neck = LCPAN(self.backbone.out_channels)
             self.head = Head()
 
@@ -1187,6 +1201,101 @@ def _svtr_tiny(h, w, classes=37):
 
 _image_model("svtr_tiny", _svtr_tiny, (32, 100),
              tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
+
+
+def _slanet(h, w, structure_tokens=30, steps=500):
+    """SLANet table structure recognition (PaddleOCR configs/table/SLANet.yml) at 488x488:
+    PP-LCNet x1.0 (four maps) -> CSP-PAN (96 channels, depthwise 5x5, CSP blocks) -> SLA
+    head on the 1/32 map: an attention GRU decoder run for 501 steps, each feeding back the
+    argmax token as one-hot and writing its structure logits and box into preallocated
+    tensors (slice assignment: set_value); softmax over the structure tokens at the end.
+    Outputs structure probabilities [N, 501, 30] and boxes [N, 501, 4]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    hs = nn.Hardswish
+
+    def dp(cin, cout, k, stride=1):  # depthwise + pointwise, each with BN and hardswish
+        return nn.Sequential(_conv_bn(cin, cout, k, stride, groups=cout, act=hs), _conv_bn(cout, cout, 1, act=hs))
+
+    class CSPLayer(nn.Layer):
+        def __init__(self, cin, cout, k=5):
+            super().__init__()
+            mid = cout // 2
+            self.main, self.short = _conv_bn(cin, mid, 1, act=hs), _conv_bn(cin, mid, 1, act=hs)
+            self.block = nn.Sequential(_conv_bn(mid, mid, 1, act=hs), dp(mid, mid, k))
+            self.final = _conv_bn(2 * mid, cout, 1, act=hs)
+
+        def forward(self, x):
+            return self.final(paddle.concat((self.block(self.main(x)), self.short(x)), axis=1))
+
+    class CSPPAN(nn.Layer):
+        def __init__(self, ins, c=96):
+            super().__init__()
+            self.trans = nn.LayerList([_conv_bn(i, c, 1, act=hs) for i in ins])
+            self.top_down = nn.LayerList([CSPLayer(2 * c, c) for _ in ins[1:]])
+            self.down = nn.LayerList([dp(c, c, 5, 2) for _ in ins[1:]])
+            self.bottom_up = nn.LayerList([CSPLayer(2 * c, c) for _ in ins[1:]])
+
+        def forward(self, feats):
+            feats = [t(f) for t, f in zip(self.trans, feats)]
+            inner = [feats[-1]]
+            for j, low in enumerate(reversed(feats[:-1])):
+                up = F.upsample(inner[0], size=low.shape[2:4], mode="nearest")
+                inner.insert(0, self.top_down[j](paddle.concat([up, low], 1)))
+            outs = [inner[0]]
+            for j, high in enumerate(inner[1:]):
+                outs.append(self.bottom_up[j](paddle.concat([self.down[j](outs[-1]), high], 1)))
+            return outs
+
+    class SLAHead(nn.Layer):
+        def __init__(self, cin=96, hidden=256):
+            super().__init__()
+            self.hidden = hidden
+            self.i2h, self.h2h = nn.Linear(cin, hidden, bias_attr=False), nn.Linear(hidden, hidden)
+            self.score = nn.Linear(hidden, 1, bias_attr=False)
+            self.rnn = nn.GRUCell(cin + structure_tokens, hidden)
+            self.structure = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, structure_tokens))
+            self.loc = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, 4), nn.Sigmoid())
+
+        def step(self, prev, fea, hidden):
+            e = self.score(paddle.tanh(self.i2h(fea) + paddle.unsqueeze(self.h2h(hidden), axis=1)))
+            alpha = paddle.transpose(F.softmax(e, axis=1), [0, 2, 1])
+            context = paddle.squeeze(paddle.matmul(alpha, fea), axis=1)
+            out, hidden = self.rnn(paddle.concat([context, F.one_hot(prev, structure_tokens)], 1), hidden)
+            return hidden, self.structure(out), self.loc(out)
+
+        def forward(self, fea):
+            n = fea.shape[0]
+            fea = paddle.reshape(fea, [fea.shape[0], fea.shape[1], -1]).transpose([0, 2, 1])
+            hidden = paddle.zeros((n, self.hidden))
+            structure = paddle.zeros((n, steps + 1, structure_tokens))
+            boxes = paddle.zeros((n, steps + 1, 4))
+            prev = paddle.zeros(shape=[n], dtype="int32")
+            for i in range(paddle.to_tensor(steps) + 1):  # a while loop in the program
+                hidden, structure_step, box_step = self.step(prev, fea, hidden)
+                prev = structure_step.argmax(axis=1, dtype="int32")
+                structure[:, i, :] = structure_step
+                boxes[:, i, :] = box_step
+            return F.softmax(structure), boxes
+
+    class SLANet(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = _pp_lcnet(1.0, first_output=1)
+            self.neck = CSPPAN(self.backbone.out_channels)
+            self.head = SLAHead()
+
+        def forward(self, x):
+            return self.head(self.neck(self.backbone(x))[-1])
+
+    return SLANet()
+
+
+# Not in CI: its decoder writes each step with set_value, not mapped yet.
+_image_model("slanet", _slanet, (488, 488), ci=False,
+             tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
 
 
 def _tokens(vocab, seq, types=True):
