@@ -407,11 +407,10 @@ def _divisible(v, divisor=16):
     return new + divisor if new < 0.9 * v else new
 
 
-def _conv_bn(cin, cout, k, stride=1, groups=1, act=None, padding=None):
-    """Conv (no bias) + BatchNorm [+ activation layer]."""
+def _conv_bn(cin, cout, k, stride=1, groups=1, act=None):
+    """Conv (no bias, "same" padding) + BatchNorm [+ activation layer]."""
     from paddle import nn
-    pad = padding if padding is not None else (
-        [(k[0] - 1) // 2, (k[1] - 1) // 2] if isinstance(k, (list, tuple)) else (k - 1) // 2)
+    pad = [(k[0] - 1) // 2, (k[1] - 1) // 2] if isinstance(k, (list, tuple)) else (k - 1) // 2
     layers = [nn.Conv2D(cin, cout, k, stride, pad, groups=groups, bias_attr=False),
               nn.BatchNorm2D(cout)]
     return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
@@ -440,7 +439,6 @@ def _pp_lcnet_v3(scale, det):
     re-parameterisable layer folded into one biased conv, then its learnable affine
     (scale * x + bias) and, unless it strides by 2, hardswish and a second affine.
     det: four feature maps (1/4 .. 1/32) through 1x1 convs; rec: the last map, avg-pooled."""
-    import paddle
     import paddle.nn.functional as F
     from paddle import nn
 
@@ -566,17 +564,8 @@ def _ppocr_v4_det(h, w):
             x = F.relu(self.bn2(self.up1(x)))
             return F.sigmoid(self.up2(x))
 
-    class Det(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.backbone = _pp_lcnet_v3(0.75, det=True)
-            self.neck = RSEFPN(self.backbone.out_channels, 96)
-            self.head = DBHead(96)
-
-        def forward(self, x):
-            return self.head(self.neck(self.backbone(x)))
-
-    return Det()
+    backbone = _pp_lcnet_v3(0.75, det=True)
+    return nn.Sequential(backbone, RSEFPN(backbone.out_channels, 96), DBHead(96))
 
 
 _image_model("ppocrv4_det_mobile", _ppocr_v4_det, (640, 640), (160, 160),
@@ -816,17 +805,8 @@ def _picodet(h, w, classes=80):
             boxes = _distance_to_box(points, paddle.concat(dists, axis=1)) * scale
             return boxes, paddle.concat(scores, axis=-1)
 
-    class PicoDet(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.backbone = _pp_lcnet(0.75, first_output=2)
-            self.neck = LCPAN(self.backbone.out_channels)
-            self.head = Head()
-
-        def forward(self, x):
-            return self.head(self.neck(self.backbone(x)))
-
-    return PicoDet()
+    backbone = _pp_lcnet(0.75, first_output=2)
+    return nn.Sequential(backbone, LCPAN(backbone.out_channels), Head())
 
 
 # Not in CI: with seeded weights its boxes differ from Paddle by 4e-4 of their scale at
@@ -1150,7 +1130,6 @@ def _svtr_tiny(h, w, classes=37):
     its TPS rectification (needs grid_sampler): conv patch embedding to 1/4, three stages of
     local (7x11 window) then global attention with conv patch merging (height halved), a
     [1, 25] average pool, 1x1 conv + hardswish, the inference-scaled dropout, CTC head."""
-    import paddle
     import paddle.nn.functional as F
     from paddle import nn
 
@@ -1266,7 +1245,8 @@ def _slanet(h, w, structure_tokens=30, steps=500):
             out, hidden = self.rnn(paddle.concat([context, F.one_hot(prev, structure_tokens)], 1), hidden)
             return hidden, self.structure(out), self.loc(out)
 
-        def forward(self, fea):
+        def forward(self, feats):
+            fea = feats[-1]  # the 1/32 map
             n = fea.shape[0]
             fea = paddle.reshape(fea, [fea.shape[0], fea.shape[1], -1]).transpose([0, 2, 1])
             hidden = paddle.zeros((n, self.hidden))
@@ -1280,17 +1260,8 @@ def _slanet(h, w, structure_tokens=30, steps=500):
                 boxes[:, i, :] = box_step
             return F.softmax(structure), boxes
 
-    class SLANet(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.backbone = _pp_lcnet(1.0, first_output=1)
-            self.neck = CSPPAN(self.backbone.out_channels)
-            self.head = SLAHead()
-
-        def forward(self, x):
-            return self.head(self.neck(self.backbone(x))[-1])
-
-    return SLANet()
+    backbone = _pp_lcnet(1.0, first_output=1)
+    return nn.Sequential(backbone, CSPPAN(backbone.out_channels), SLAHead())
 
 
 # Not in CI: its decoder writes each step with set_value, not mapped yet.
