@@ -144,3 +144,28 @@ def test_paddle_noise_recorded(zoo_export, name):
         assert len(values) == zoo_export(name, fmt)["num_outputs"]
         assert all(np.isfinite(v) and v >= 0 for v in values), (fmt, values)
     assert noise["translated"] == noise["legacy"]
+
+
+def test_float64_judgement():
+    """A model whose ONNX is no farther from the float64 result than Paddle's float32 output
+    is (or within tolerance of it) differs from Paddle by rounding alone."""
+    assert zoo.as_exact_as_paddle([1.7e-4, 4e-4], [2.5e-4, 5e-4], 1e-4)
+    assert zoo.as_exact_as_paddle([5e-5], [0.0], 1e-4)
+    assert not zoo.as_exact_as_paddle([3e-4, 1e-6], [2.5e-4, 0.0], 1e-4)
+    assert not zoo.as_exact_as_paddle([], [], 1e-4)   # no float64 result: no verdict
+
+
+@pytest.mark.parametrize("name", CI_MODELS)
+def test_float64_result_recorded(zoo_export, name):
+    """Each export keeps the layer's outputs computed in float64; they are what Paddle's
+    float32 outputs approximate, and the translated form shares the legacy one's."""
+    info = zoo_export(name, "legacy")
+    truth = np.load(os.path.join(info["dir"], "truth.npz"))
+    ref = np.load(os.path.join(info["dir"], "reference.npz"))
+    assert len(truth.files) == info["num_outputs"]
+    for i in range(info["num_outputs"]):
+        exact, got = truth[f"out_{i}"], ref[f"out_{i}"]
+        assert exact.dtype.kind != "f" or exact.dtype == np.float64, i
+        assert agreement(got, exact)["rel_diff"] <= 1e-4, i
+    translated = np.load(os.path.join(zoo_export(name, "translated")["dir"], "truth.npz"))
+    assert all(np.array_equal(truth[k], translated[k]) for k in truth.files)

@@ -25,6 +25,9 @@ An export directory holds:
     model.pdiparams              its weights (legacy also writes .pdiparams.info)
     reference.npz   in_<input name>: the test batch; out_<i>: Paddle's eager
                     outputs, flattened in the program's fetch order
+    truth.npz       out_<i>: the same layer's outputs computed in float64 (empty
+                    when some op has no float64 kernel): exact arithmetic to
+                    measure float32 rounding against
     state.npz       every variable stored in model.pdiparams, keyed by the name
                     the program uses (conv2d_0.w_0, batch_norm2d_0.w_1, ...);
                     the file stores them in sorted-name order
@@ -57,7 +60,8 @@ ZOO_FILE = Path(__file__).resolve()
 FORMATS = ("legacy", "pir", "translated")
 MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json", "translated": "model.json"}
 # Written last by the child: a directory whose meta.json exists is complete.
-FILES = ("model.pdiparams", "reference.npz", "state.npz", "paddle_api.json", "meta.json")
+FILES = ("model.pdiparams", "reference.npz", "truth.npz", "state.npz", "paddle_api.json",
+         "meta.json")
 RTOL, ATOL = 1e-4, 1e-5  # jit.load vs eager, relative to the output's scale
 # Paddle's own float noise: its outputs move by this much (relative to their scale) when
 # every float input is nudged by NUDGE relative (about one float32 ulp).
@@ -379,6 +383,1099 @@ def _face_embed():
     return FaceEmbed()
 
 
+# --- real architectures, at the sizes deployment uses -------------------------------
+# Our own compact definitions of what PaddleOCR / PaddleDetection / PaddleSeg / PaddleClas /
+# PaddleNLP ship (read from their sources: same layers, shapes and forward order, in the
+# inference form their export writes, e.g. re-parameterised convolutions and no NMS).
+# Each is registered at its deployment input size (`all`) and, where that is too slow for
+# a 2-core CI, again at a small size under NAME_<size>; a few of those are in `ci` (about
+# 45 s each there: three exports, conversions, stage 2).
+def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1):
+    """Register build(h, w) -> Layer as `name` at deploy (h, w) and, with `small`, as
+    name_<h>x<w> (or name_<h> when square) at that size in the CI set."""
+    sizes = [(name, deploy, ci and small is None)]
+    if small is not None:
+        tag = f"{small[0]}" if small[0] == small[1] else f"{small[0]}x{small[1]}"
+        sizes.append((f"{name}_{tag}", small, ci))
+    for reg_name, (h, w), in_ci in sizes:
+        _register(reg_name, [("x", (None, 3, h, w))], ci=in_ci, batch=batch,
+                  tags=tuple(tags))(lambda h=h, w=w: build(h, w))
+
+
+def _divisible(v, divisor=16):
+    """PP-LCNet's channel rounding: to a multiple of divisor, never 10% below v."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+def _conv_bn(cin, cout, k, stride=1, groups=1, act=None):
+    """Conv (no bias, "same" padding) + BatchNorm [+ activation layer]."""
+    from paddle import nn
+    pad = [(k[0] - 1) // 2, (k[1] - 1) // 2] if isinstance(k, (list, tuple)) else (k - 1) // 2
+    layers = [nn.Conv2D(cin, cout, k, stride, pad, groups=groups, bias_attr=False),
+              nn.BatchNorm2D(cout)]
+    return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
+
+
+def _squeeze_excite(c, slope=1 / 6):
+    """MobileNetV3-style SE: global average, 1x1 conv to c/4, relu, 1x1 conv back,
+    hardsigmoid(slope, offset 0.5), times the input."""
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class SqueezeExcite(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2D(c, c // 4, 1), nn.Conv2D(c // 4, c, 1)
+
+        def forward(self, x):
+            s = self.conv2(F.relu(self.conv1(F.adaptive_avg_pool2d(x, 1))))
+            return x * F.hardsigmoid(s, slope=slope, offset=0.5)
+
+    return SqueezeExcite()
+
+
+def _pp_lcnet_v3(scale, det):
+    """PP-LCNetV3 (PaddleOCR rec_lcnetv3.py) as exported for inference: each learnable
+    re-parameterisable layer folded into one biased conv, then its learnable affine
+    (scale * x + bias) and, unless it strides by 2, hardswish and a second affine.
+    det: four feature maps (1/4 .. 1/32) through 1x1 convs; rec: the last map, avg-pooled."""
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    if det:
+        cfg = [[(3, 16, 32, 1, False)],
+               [(3, 32, 64, 2, False), (3, 64, 64, 1, False)],
+               [(3, 64, 128, 2, False), (3, 128, 128, 1, False)],
+               [(3, 128, 256, 2, False)] + [(5, 256, 256, 1, False)] * 4,
+               [(5, 256, 512, 2, True), (5, 512, 512, 1, True), (5, 512, 512, 1, False),
+                (5, 512, 512, 1, False)]]
+    else:
+        cfg = [[(3, 16, 32, 1, False)],
+               [(3, 32, 64, 1, False), (3, 64, 64, 1, False)],
+               [(3, 64, 128, (2, 1), False), (3, 128, 128, 1, False)],
+               [(3, 128, 256, (1, 2), False)] + [(5, 256, 256, 1, False)] * 4,
+               [(5, 256, 512, (2, 1), True), (5, 512, 512, 1, True),
+                (5, 512, 512, (2, 1), False), (5, 512, 512, 1, False)]]
+
+    class Affine(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(1.0))
+            self.bias = self.create_parameter([1], default_initializer=nn.initializer.Constant(0.0))
+
+        def forward(self, x):
+            return self.scale * x + self.bias
+
+    class RepLayer(nn.Layer):
+        def __init__(self, cin, cout, k, stride, groups=1):
+            super().__init__()
+            self.conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
+            self.lab, self.act_lab = Affine(), Affine()
+            self.with_act = stride != 2  # as PaddleOCR tests it: (2, 1) != 2
+
+        def forward(self, x):
+            x = self.lab(self.conv(x))
+            return self.act_lab(F.hardswish(x)) if self.with_act else x
+
+    class Block(nn.Layer):
+        def __init__(self, k, cin, cout, stride, se):
+            super().__init__()
+            self.dw = RepLayer(cin, cin, k, stride, groups=cin)
+            self.se = _squeeze_excite(cin) if se else None
+            self.pw = RepLayer(cin, cout, 1, 1)
+
+        def forward(self, x):
+            x = self.dw(x)
+            return self.pw(self.se(x) if self.se is not None else x)
+
+    class PPLCNetV3(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = _conv_bn(3, _divisible(16 * scale), 3, 2)
+            self.stages = nn.LayerList([
+                nn.Sequential(*[Block(k, _divisible(i * scale), _divisible(o * scale), s, se)
+                                for k, i, o, s, se in stage]) for stage in cfg])
+            if det:
+                ins = [_divisible(stage[-1][2] * scale) for stage in cfg[1:]]
+                self.out_channels = [int(c * scale) for c in (16, 24, 56, 480)]
+                self.lateral = nn.LayerList([nn.Conv2D(i, o, 1) for i, o in zip(ins, self.out_channels)])
+            else:
+                self.out_channels = _divisible(512 * scale)
+
+        def forward(self, x):
+            x = self.stages[0](self.conv1(x))
+            feats = []
+            for stage in self.stages[1:]:
+                x = stage(x)
+                feats.append(x)
+            if det:
+                return [conv(f) for conv, f in zip(self.lateral, feats)]
+            return F.avg_pool2d(x, [3, 2])
+
+    return PPLCNetV3()
+
+
+def _ppocr_v4_det(h, w):
+    """PP-OCRv4 mobile text detection (PaddleOCR configs/det/PP-OCRv4/PP-OCRv4_mobile_det.yml):
+    PPLCNetV3 x0.75 -> RSE-FPN (96 channels, residual SE) -> DB head, whose inference
+    output is the shrink map's probability."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class RSELayer(nn.Layer):
+        def __init__(self, cin, cout, k):
+            super().__init__()
+            self.conv = nn.Conv2D(cin, cout, k, padding=k // 2, bias_attr=False)
+            self.se = _squeeze_excite(cout, slope=0.2)  # the detector's SE
+
+        def forward(self, x):
+            x = self.conv(x)
+            return x + self.se(x)
+
+    class RSEFPN(nn.Layer):
+        def __init__(self, ins, c):
+            super().__init__()
+            self.ins_conv = nn.LayerList([RSELayer(i, c, 1) for i in ins])
+            self.inp_conv = nn.LayerList([RSELayer(c, c // 4, 3) for _ in ins])
+
+        def forward(self, feats):
+            in2, in3, in4, in5 = [conv(f) for conv, f in zip(self.ins_conv, feats)]
+            out4 = in4 + F.upsample(in5, scale_factor=2, mode="nearest", align_mode=1)
+            out3 = in3 + F.upsample(out4, scale_factor=2, mode="nearest", align_mode=1)
+            out2 = in2 + F.upsample(out3, scale_factor=2, mode="nearest", align_mode=1)
+            ps = [conv(f) for conv, f in zip(self.inp_conv, (out2, out3, out4, in5))]
+            ups = [F.upsample(p, scale_factor=s, mode="nearest", align_mode=1)
+                   for p, s in zip(ps[:0:-1], (8, 4, 2))]
+            return paddle.concat(ups + [ps[0]], axis=1)
+
+    class DBHead(nn.Layer):
+        def __init__(self, c):
+            super().__init__()
+            q = c // 4
+            self.conv1 = nn.Conv2D(c, q, 3, padding=1, bias_attr=False)
+            self.bn1 = nn.BatchNorm2D(q)
+            self.up1 = nn.Conv2DTranspose(q, q, 2, stride=2)
+            self.bn2 = nn.BatchNorm2D(q)
+            self.up2 = nn.Conv2DTranspose(q, 1, 2, stride=2)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = F.relu(self.bn2(self.up1(x)))
+            return F.sigmoid(self.up2(x))
+
+    backbone = _pp_lcnet_v3(0.75, det=True)
+    return nn.Sequential(backbone, RSEFPN(backbone.out_channels, 96), DBHead(96))
+
+
+_image_model("ppocrv4_det_mobile", _ppocr_v4_det, (640, 640), (160, 160),
+             tags=("ocr", "ppocr", "lcnet", "fpn", "se", "conv_transpose"))
+
+
+def _svtr_block(dim, heads, mlp_ratio, act, eps, prenorm, local_mask=None):
+    """SVTR's transformer block (PaddleOCR rec_svtrnet.py Block): multi-head attention
+    (qkv in one Linear, an additive mask for the local mixer) and an MLP, each residual,
+    layer-normed before (prenorm=False) or after (prenorm=True)."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Attention(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            if local_mask is not None:
+                self.register_buffer("mask", paddle.to_tensor(local_mask))
+
+        def forward(self, x):
+            d = dim // heads
+            qkv = self.qkv(x).reshape((0, -1, 3, heads, d)).transpose((2, 0, 3, 1, 4))
+            q, k, v = qkv[0] * d ** -0.5, qkv[1], qkv[2]
+            attn = q.matmul(k.transpose((0, 1, 3, 2)))
+            if local_mask is not None:
+                attn = attn + self.mask
+            attn = F.softmax(attn, axis=-1)
+            return self.proj(attn.matmul(v).transpose((0, 2, 1, 3)).reshape((0, -1, dim)))
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(dim, epsilon=eps), nn.LayerNorm(dim, epsilon=eps)
+            self.mixer = Attention()
+            hidden = int(dim * mlp_ratio)
+            self.mlp = nn.Sequential(nn.Linear(dim, hidden), act(), nn.Linear(hidden, dim))
+
+        def forward(self, x):
+            if prenorm:
+                x = self.norm1(x + self.mixer(x))
+                return self.norm2(x + self.mlp(x))
+            x = x + self.mixer(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    return Block()
+
+
+def _ppocr_v4_rec(h, w, classes=6625):
+    """PP-OCRv4 mobile text recognition (PaddleOCR configs/rec/PP-OCRv4/PP-OCRv4_mobile_rec.yml)
+    as inference runs it: PPLCNetV3 x0.95 -> SVTR neck (conv reduce, two global-attention
+    blocks, conv back, concat with the shortcut) -> CTC head (Linear over the dictionary:
+    6625 characters for Chinese, 97 for English; softmax). The training-only NRTR branch
+    is not exported."""
+    import paddle
+    from paddle import nn
+
+    class SVTRNeck(nn.Layer):
+        def __init__(self, cin, dims=120, hidden=120, depth=2, k=(1, 3)):
+            super().__init__()
+            self.conv1 = _conv_bn(cin, cin // 8, list(k), act=nn.Swish)
+            self.conv2 = _conv_bn(cin // 8, hidden, 1, act=nn.Swish)
+            self.blocks = nn.LayerList([_svtr_block(hidden, 8, 2.0, nn.Swish, 1e-5, False)
+                                        for _ in range(depth)])
+            self.norm = nn.LayerNorm(hidden, epsilon=1e-6)
+            self.conv3 = _conv_bn(hidden, cin, 1, act=nn.Swish)
+            self.conv4 = _conv_bn(2 * cin, cin // 8, list(k), act=nn.Swish)
+            self.conv1x1 = _conv_bn(cin // 8, dims, 1, act=nn.Swish)
+
+        def forward(self, x):
+            z = self.conv2(self.conv1(x))
+            _, c, hh, ww = z.shape
+            z = z.flatten(2).transpose([0, 2, 1])
+            for blk in self.blocks:
+                z = blk(z)
+            z = self.norm(z).reshape([0, hh, ww, c]).transpose([0, 3, 1, 2])
+            z = paddle.concat((x, self.conv3(z)), axis=1)
+            return self.conv1x1(self.conv4(z))
+
+    class Rec(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = _pp_lcnet_v3(0.95, det=False)
+            self.neck = SVTRNeck(self.backbone.out_channels)
+            self.fc = nn.Linear(120, classes)
+
+        def forward(self, x):
+            z = self.neck(self.backbone(x)).squeeze(axis=2).transpose([0, 2, 1])  # [N, W, C]
+            return paddle.nn.functional.softmax(self.fc(z), axis=2)
+
+    return Rec()
+
+
+# Outside CI: the Chinese model's softmax over 6625 characters peaks near 0.1, and float32
+# rounding alone moves it by ~1e-4 of that; the English one's (97 classes) lowered model
+# differs from its ONNX by 3.7e-5, above stage 2's 1e-5.
+_image_model("ppocrv4_rec_mobile", _ppocr_v4_rec, (48, 320), ci=False,
+             tags=("ocr", "ppocr", "lcnet", "svtr", "attention", "ctc"))
+_register("ppocrv4_rec_mobile_en", [("x", (None, 3, 48, 320))], ci=False,
+          tags=("ocr", "ppocr", "lcnet", "svtr", "attention", "ctc"))(
+    lambda: _ppocr_v4_rec(48, 320, classes=97))
+
+
+def _anchor_points(sizes, strides, offset):
+    """Cell centres of each feature map in input pixels' units of its stride, concatenated
+    ([A, 2] as x, y), and each one's stride ([A, 1]): the anchor-free detectors' grid."""
+    import paddle
+    points, scales = [], []
+    for (h, w), s in zip(sizes, strides):
+        ys, xs = paddle.meshgrid(paddle.arange(h) + offset, paddle.arange(w) + offset)
+        points.append(paddle.cast(paddle.stack([xs, ys], axis=-1), "float32").reshape([-1, 2]))
+        scales.append(paddle.full([h * w, 1], s, dtype="float32"))
+    return paddle.concat(points), paddle.concat(scales)
+
+
+def _distance_to_box(points, distance):
+    """(left, top, right, bottom) distances from anchor points -> x1, y1, x2, y2."""
+    import paddle
+    lt, rb = paddle.split(distance, 2, -1)
+    return paddle.concat([-lt + points, rb + points], -1)
+
+
+def _lcnet_block(cin, cout, k, stride, se=False):
+    """PP-LCNet's depthwise separable block: depthwise k x k conv + BN + hardswish, an
+    optional SE, pointwise conv + BN + hardswish."""
+    from paddle import nn
+    layers = [_conv_bn(cin, cin, k, stride, groups=cin, act=nn.Hardswish)]
+    if se:
+        layers.append(_squeeze_excite(cin))
+    return nn.Sequential(*layers, _conv_bn(cin, cout, 1, act=nn.Hardswish))
+
+
+def _pp_lcnet(scale, first_output):
+    """PP-LCNet (PaddleDetection lcnet.py, PaddleOCR det_pp_lcnet.py): a 3x3 stem to 1/2 and
+    five stages of depthwise separable blocks (SE in the last two blocks); returns the
+    feature maps of stages first_output.. (stage 1 is at 1/4, each later one halves)."""
+    from paddle import nn
+
+    c = lambda v: _divisible(v * scale, 8)  # noqa: E731
+    cfg = [[(3, 16, 32, 1, False)],
+           [(3, 32, 64, 2, False), (3, 64, 64, 1, False)],
+           [(3, 64, 128, 2, False), (3, 128, 128, 1, False)],
+           [(3, 128, 256, 2, False)] + [(5, 256, 256, 1, False)] * 5,
+           [(5, 256, 512, 2, True), (5, 512, 512, 1, True)]]
+
+    class LCNet(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.stem = _conv_bn(3, c(16), 3, 2, act=nn.Hardswish)
+            self.stages = nn.LayerList([nn.Sequential(*[_lcnet_block(c(i), c(o), k, s, se)
+                                                        for k, i, o, s, se in st]) for st in cfg])
+            self.out_channels = [c(st[-1][2]) for st in cfg[first_output:]]
+
+        def forward(self, x):
+            x, outs = self.stem(x), []
+            for i, stage in enumerate(self.stages):
+                x = stage(x)
+                if i >= first_output:
+                    outs.append(x)
+            return outs
+
+    return LCNet()
+
+
+def _picodet(h, w, classes=80):
+    """PicoDet-S v2 (PaddleDetection configs/picodet/picodet_s_416_coco_lcnet.yml), exported
+    without NMS: PP-LCNet x0.75 (stages at 1/8..1/32) -> LC-PAN (96 channels, four levels,
+    depthwise 5x5) -> PicoHeadV2 (shared cls/reg towers with SE, a task-aligned score,
+    GFL's distribution over 8 bins per side). Outputs boxes [N, A, 4] in input pixels and
+    scores [N, 80, A]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    hs, dw_sep = nn.Hardswish, _lcnet_block
+    reg_max, strides = 7, (8, 16, 32, 64)
+
+    class DPModule(nn.Layer):  # depthwise (groups = out channels) then pointwise
+        def __init__(self, cin, cout, k, stride=1, act_out=True):
+            super().__init__()
+            self.dw = _conv_bn(cin, cout, k, stride, groups=cout)
+            self.pw = _conv_bn(cout, cout, 1)
+            self.act_out = act_out
+
+        def forward(self, x):
+            x = self.pw(F.hardswish(self.dw(x)))
+            return F.hardswish(x) if self.act_out else x
+
+    class LCPAN(nn.Layer):
+        def __init__(self, ins, c=96, k=5):
+            super().__init__()
+            self.trans = nn.LayerList([_conv_bn(i, c, 1, act=hs) for i in ins])
+            block = lambda: nn.Sequential(dw_sep(2 * c, 2 * c, k, 1), dw_sep(2 * c, c, k, 1))  # noqa: E731
+            self.top_down = nn.LayerList([block() for _ in ins[1:]])
+            self.down = nn.LayerList([DPModule(c, c, k, 2) for _ in ins[1:]])
+            self.bottom_up = nn.LayerList([block() for _ in ins[1:]])
+            self.first_top, self.second_top = DPModule(c, c, k, 2), DPModule(c, c, k, 2)
+
+        def forward(self, feats):
+            feats = [t(f) for t, f in zip(self.trans, feats)]
+            inner = [feats[-1]]
+            for j, low in enumerate(reversed(feats[:-1])):
+                up = F.interpolate(inner[0], scale_factor=2, mode="nearest")
+                inner.insert(0, self.top_down[j](paddle.concat([up, low], 1)))
+            outs = [inner[0]]
+            for j, high in enumerate(inner[1:]):
+                outs.append(self.bottom_up[j](paddle.concat([self.down[j](outs[-1]), high], 1)))
+            outs.append(self.first_top(feats[-1]) + self.second_top(outs[-1]))
+            return outs
+
+    class Head(nn.Layer):
+        def __init__(self, c=96, convs=2):
+            super().__init__()
+            self.towers = nn.LayerList([nn.Sequential(*[
+                m for _ in range(convs) for m in (_conv_bn(c, c, 5, groups=c), hs(),
+                                                  _conv_bn(c, c, 1), hs())]) for _ in strides])
+            self.se_fc = nn.LayerList([nn.Conv2D(c, c, 1) for _ in strides])
+            self.se_conv = nn.LayerList([_conv_bn(c, c, 1) for _ in strides])
+            self.cls = nn.LayerList([nn.Conv2D(c, classes, 1) for _ in strides])
+            self.reg = nn.LayerList([nn.Conv2D(c, 4 * (reg_max + 1), 1) for _ in strides])
+            self.align = nn.LayerList([DPModule(c, 1, 5, act_out=False) for _ in strides])
+            self.register_buffer("project", paddle.linspace(0, reg_max, reg_max + 1))
+
+        def forward(self, feats):
+            points, scale = _anchor_points([f.shape[2:] for f in feats], strides, 0.5)
+            scores, dists = [], []
+            for i, f in enumerate(feats):
+                feat = self.towers[i](f)
+                weight = F.sigmoid(self.se_fc[i](F.adaptive_avg_pool2d(feat, (1, 1))))
+                se_feat = F.hardswish(self.se_conv[i](feat * weight))
+                logit, reg = self.cls[i](se_feat), self.reg[i](se_feat)
+                score = (F.sigmoid(logit) * F.sigmoid(self.align[i](feat)) + 1e-9).sqrt()
+                n = f.shape[2] * f.shape[3]
+                scores.append(score.reshape([-1, classes, n]))
+                prob = F.softmax(reg.transpose([0, 2, 3, 1]).reshape([-1, reg_max + 1]), axis=1)
+                dists.append(F.linear(prob, self.project).reshape([-1, n, 4]))
+            boxes = _distance_to_box(points, paddle.concat(dists, axis=1)) * scale
+            return boxes, paddle.concat(scores, axis=-1)
+
+    backbone = _pp_lcnet(0.75, first_output=2)
+    return nn.Sequential(backbone, LCPAN(backbone.out_channels), Head())
+
+
+# Not in CI: with seeded weights its boxes differ from Paddle by 4e-4 of their scale at
+# 160 px, above the nudge floor, while onnxruntime stays closer to the float64 result
+# than Paddle does (check's "ok (float64)"); the CI test asks for 1e-4.
+_image_model("picodet_s", _picodet, (640, 640), (160, 160), ci=False,
+             tags=("detection", "picodet", "lcnet", "pan", "gfl", "multi_output"))
+
+
+def _ppyoloe_s(h, w, classes=80):
+    """PP-YOLOE+ s (PaddleDetection configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml) as
+    exported for deployment without NMS: RepVGG blocks folded into one biased conv (as its
+    export's convert_to_deploy does); CSPRepResNet (width 0.5, depth 0.33, large stem, ESE
+    attention) -> custom CSP-PAN (SPP on the deepest level) -> ET head (ESE-attended cls and
+    reg branches, a 17-bin distribution per box side projected by a fixed 1x1 conv). Outputs
+    boxes [N, A, 4] in input pixels (not divided by a scale_factor input) and scores
+    [N, 80, A]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    act = nn.Swish
+    reg_bins, strides = 17, (32, 16, 8)
+
+    def rep_vgg(c):  # deploy form: one 3x3 conv with bias
+        return nn.Sequential(nn.Conv2D(c, c, 3, padding=1), act())
+
+    class BasicBlock(nn.Layer):
+        def __init__(self, c, shortcut):
+            super().__init__()
+            self.conv1, self.conv2, self.shortcut = _conv_bn(c, c, 3, act=act), rep_vgg(c), shortcut
+
+        def forward(self, x):
+            y = self.conv2(self.conv1(x))
+            return x + y if self.shortcut else y
+
+    class ResStage(nn.Layer):  # CSPResStage: down, split, blocks, ESE, merge
+        def __init__(self, cin, cout, n):
+            super().__init__()
+            mid = (cin + cout) // 2
+            self.down = _conv_bn(cin, mid, 3, 2, act=act)
+            self.conv1, self.conv2 = _conv_bn(mid, mid // 2, 1, act=act), _conv_bn(mid, mid // 2, 1, act=act)
+            self.blocks = nn.Sequential(*[BasicBlock(mid // 2, True) for _ in range(n)])
+            self.ese = nn.Conv2D(mid, mid, 1)
+            self.conv3 = _conv_bn(mid, cout, 1, act=act)
+
+        def forward(self, x):
+            x = self.down(x)
+            y = paddle.concat([self.conv1(x), self.blocks(self.conv2(x))], axis=1)
+            y = y * F.hardsigmoid(self.ese(y.mean((2, 3), keepdim=True)))
+            return self.conv3(y)
+
+    class CSPStage(nn.Layer):  # the neck's: split, block (+ SPP), merge
+        def __init__(self, cin, cout, spp):
+            super().__init__()
+            mid = cout // 2
+            self.conv1, self.conv2 = _conv_bn(cin, mid, 1, act=act), _conv_bn(cin, mid, 1, act=act)
+            self.block = BasicBlock(mid, False)
+            self.spp = _conv_bn(4 * mid, mid, 1, act=act) if spp else None
+            self.conv3 = _conv_bn(2 * mid, cout, 1, act=act)
+
+        def forward(self, x):
+            y = self.block(self.conv2(x))
+            if self.spp is not None:
+                y = self.spp(paddle.concat([y] + [F.max_pool2d(y, k, 1, k // 2) for k in (5, 9, 13)], 1))
+            return self.conv3(paddle.concat([self.conv1(x), y], axis=1))
+
+    class ESEAttn(nn.Layer):
+        def __init__(self, c):
+            super().__init__()
+            self.fc, self.conv = nn.Conv2D(c, c, 1), _conv_bn(c, c, 1, act=act)
+
+        def forward(self, feat, avg):
+            return self.conv(feat * F.sigmoid(self.fc(avg)))
+
+    class PPYOLOE(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            ch, depth = [32, 64, 128, 256, 512], [1, 2, 2, 1]
+            self.stem = nn.Sequential(_conv_bn(3, ch[0] // 2, 3, 2, act=act),
+                                      _conv_bn(ch[0] // 2, ch[0] // 2, 3, act=act),
+                                      _conv_bn(ch[0] // 2, ch[0], 3, act=act))
+            self.stages = nn.LayerList([ResStage(ch[i], ch[i + 1], depth[i]) for i in range(4)])
+            ins, outs = ch[:1:-1], [384, 192, 96]  # deepest first
+            self.fpn_stages = nn.LayerList([CSPStage(ins[i] + (outs[i - 1] // 2 if i else 0), outs[i], i == 0)
+                                            for i in range(3)])
+            self.fpn_routes = nn.LayerList([_conv_bn(outs[i], outs[i] // 2, 1, act=act) for i in range(2)])
+            self.pan_routes = nn.LayerList([_conv_bn(outs[i + 1], outs[i + 1], 3, 2, act=act) for i in range(2)])
+            self.pan_stages = nn.LayerList([CSPStage(outs[i] + outs[i + 1], outs[i], False) for i in range(2)])
+            self.stem_cls = nn.LayerList([ESEAttn(c) for c in outs])
+            self.stem_reg = nn.LayerList([ESEAttn(c) for c in outs])
+            self.pred_cls = nn.LayerList([nn.Conv2D(c, classes, 3, padding=1) for c in outs])
+            self.pred_reg = nn.LayerList([nn.Conv2D(c, 4 * reg_bins, 3, padding=1) for c in outs])
+            self.register_buffer("proj", paddle.linspace(0, reg_bins - 1, reg_bins).reshape([1, reg_bins, 1, 1]))
+
+        def neck(self, feats):
+            fpn, route = [], None
+            for i, block in enumerate(feats[::-1]):
+                route = self.fpn_stages[i](block if i == 0 else paddle.concat([route, block], 1))
+                fpn.append(route)
+                if i < 2:
+                    route = F.interpolate(self.fpn_routes[i](route), scale_factor=2.0)
+            pan, route = [fpn[-1]], fpn[-1]
+            for i in (1, 0):
+                route = self.pan_stages[i](paddle.concat([self.pan_routes[i](route), fpn[i]], 1))
+                pan.append(route)
+            return pan[::-1]
+
+        def forward(self, x):
+            x, feats = self.stem(x), []
+            for i, stage in enumerate(self.stages):
+                x = stage(x)
+                if i:
+                    feats.append(x)
+            feats = self.neck(feats)
+            points, scale = _anchor_points([f.shape[2:] for f in feats], strides, 0.5)
+            scores, dists = [], []
+            for i, feat in enumerate(feats):
+                n = feat.shape[2] * feat.shape[3]
+                avg = F.adaptive_avg_pool2d(feat, (1, 1))
+                logit = self.pred_cls[i](self.stem_cls[i](feat, avg) + feat)
+                reg = self.pred_reg[i](self.stem_reg[i](feat, avg))
+                reg = F.softmax(reg.reshape([-1, 4, reg_bins, n]).transpose([0, 2, 3, 1]), axis=1)
+                dists.append(F.conv2d(reg, self.proj).squeeze(1))
+                scores.append(F.sigmoid(logit).reshape([-1, classes, n]))
+            boxes = _distance_to_box(points, paddle.concat(dists, axis=1)) * scale
+            return boxes, paddle.concat(scores, axis=-1)
+
+    return PPYOLOE()
+
+
+# Outside CI: at 160 px its lowered model differs from its ONNX by 2.6e-5 (stage 2 asks
+# for 1e-5), within onnxruntime's own 3.4e-5 with vs without graph optimisations.
+_image_model("ppyoloe_plus_s", _ppyoloe_s, (640, 640), (160, 160), ci=False,
+             tags=("detection", "ppyoloe", "cspresnet", "pan", "spp", "dfl", "multi_output"))
+
+
+def _pp_liteseg(h, w, classes=19):
+    """PP-LiteSeg-T (PaddleSeg configs/pp_liteseg/pp_liteseg_stdc1_cityscapes_*.yml), exported
+    with logits out (export's --output_op none): STDC1 (concatenating bottlenecks) -> simple
+    pyramid pooling context (bins 1, 2, 4) -> unified attention fusion with spatial attention
+    (channel mean and max of both inputs) at 1/32, 1/16, 1/8 -> a seg head upsampled
+    bilinearly to the input size."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    def cbr(cin, cout, k, stride=1, bias=False, relu=True):
+        layers = [nn.Conv2D(cin, cout, k, stride, k // 2, bias_attr=None if bias else False),
+                  nn.BatchNorm2D(cout)]
+        return nn.Sequential(*layers, nn.ReLU()) if relu else nn.Sequential(*layers)
+
+    class CatBottleneck(nn.Layer):
+        def __init__(self, cin, cout, stride, n=4):
+            super().__init__()
+            chans = [cout // 2, cout // 4] + [cout // 2 ** (i + 1) for i in range(2, n - 1)] + [cout // 2 ** (n - 1)]
+            self.convs = nn.LayerList([cbr(cin, chans[0], 1)] + [cbr(a, b, 3) for a, b in zip(chans, chans[1:])])
+            self.down = nn.Sequential(nn.Conv2D(cout // 2, cout // 2, 3, 2, 1, groups=cout // 2, bias_attr=False),
+                                      nn.BatchNorm2D(cout // 2)) if stride == 2 else None
+
+        def forward(self, x):
+            first = self.convs[0](x)
+            out, outs = (self.down(first) if self.down is not None else first), []
+            for conv in self.convs[1:]:
+                out = conv(out)
+                outs.append(out)
+            if self.down is not None:
+                first = F.avg_pool2d(first, 3, 2, 1)
+            return paddle.concat([first] + outs, axis=1)
+
+    class UAFM(nn.Layer):
+        def __init__(self, x_ch, y_ch, out_ch):
+            super().__init__()
+            self.conv_x, self.conv_out = cbr(x_ch, y_ch, 3), cbr(y_ch, out_ch, 3)
+            self.atten = nn.Sequential(cbr(4, 2, 3), cbr(2, 1, 3, relu=False))
+            self.scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(1.0))
+
+        def forward(self, x, y):
+            x = self.conv_x(x)
+            y = F.interpolate(y, x.shape[2:], mode="bilinear")
+            stats = [s for t in (x, y) for s in (paddle.mean(t, 1, keepdim=True), paddle.max(t, 1, keepdim=True))]
+            a = F.sigmoid(self.atten(paddle.concat(stats, axis=1)))
+            return self.conv_out(x * a + y * (self.scale - a))
+
+    class PPLiteSeg(nn.Layer):
+        def __init__(self, base=64, arm_out=(32, 64, 128), head_mid=(32, 64, 64), cm_out=128):
+            super().__init__()
+            self.stem = nn.Sequential(cbr(3, base // 2, 3, 2), cbr(base // 2, base, 3, 2))
+            self.stages = nn.LayerList([
+                nn.Sequential(CatBottleneck(cin, cout, 2), CatBottleneck(cout, cout, 1))
+                for cin, cout in ((base, 4 * base), (4 * base, 8 * base), (8 * base, 16 * base))])
+            feats = (4 * base, 8 * base, 16 * base)
+            self.cm_stages = nn.LayerList([cbr(feats[-1], cm_out, 1, bias=True) for _ in (1, 2, 4)])
+            self.cm_out = cbr(cm_out, cm_out, 3, bias=True)
+            highs = list(arm_out[1:]) + [cm_out]
+            self.arms = nn.LayerList([UAFM(f, hi, o) for f, hi, o in zip(feats, highs, arm_out)])
+            self.head = nn.Sequential(cbr(arm_out[0], head_mid[0], 3),
+                                      nn.Conv2D(head_mid[0], classes, 1, bias_attr=False))
+
+        def forward(self, x):
+            size, feats = x.shape[2:], []
+            x = self.stem(x)
+            for stage in self.stages:
+                x = stage(x)
+                feats.append(x)
+            ctx = None
+            for bins, conv in zip((1, 2, 4), self.cm_stages):
+                up = F.interpolate(conv(F.adaptive_avg_pool2d(x, bins)), x.shape[2:], mode="bilinear")
+                ctx = up if ctx is None else ctx + up
+            high = self.cm_out(ctx)
+            for feat, arm in zip(feats[::-1], self.arms[::-1]):
+                high = arm(feat, high)
+            return F.interpolate(self.head(high), size, mode="bilinear", align_corners=False)
+
+    return PPLiteSeg()
+
+
+_image_model("pp_liteseg_t", _pp_liteseg, (512, 512), (128, 128),
+             tags=("segmentation", "pp_liteseg", "stdc", "adaptive_pool", "interpolate"))
+
+
+def _segformer_b0(h, w, classes=150):
+    """SegFormer-B0 (PaddleSeg segformer.py with MixVisionTransformer_B0, the ADE20K 512x512
+    config): overlapping conv patch embeddings (7x7/4, then 3x3/2), efficient self-attention
+    whose keys and values come from a map shrunk by a strided conv (ratios 8, 4, 2, 1),
+    Mix-FFN with a 3x3 depthwise conv, then the all-MLP decoder (each stage to 256 channels,
+    upsampled to 1/4, fused by a 1x1 conv + BN + ReLU) and logits upsampled to the input."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    dims, heads, depths, ratios = (32, 64, 160, 256), (1, 2, 5, 8), (2, 2, 2, 2), (8, 4, 2, 1)
+
+    class Attention(nn.Layer):
+        def __init__(self, dim, nh, sr):
+            super().__init__()
+            self.dim, self.nh, self.sr_ratio = dim, nh, sr
+            self.q, self.kv, self.proj = nn.Linear(dim, dim), nn.Linear(dim, 2 * dim), nn.Linear(dim, dim)
+            if sr > 1:
+                self.sr, self.norm = nn.Conv2D(dim, dim, sr, sr), nn.LayerNorm(dim)
+
+        def forward(self, x, hh, ww):
+            d = self.dim // self.nh
+            q = self.q(x).reshape([0, -1, self.nh, d]).transpose([0, 2, 1, 3])
+            if self.sr_ratio > 1:
+                x = x.transpose([0, 2, 1]).reshape([0, self.dim, hh, ww])
+                x = self.norm(self.sr(x).reshape([0, self.dim, -1]).transpose([0, 2, 1]))
+            k, v = self.kv(x).reshape([0, -1, 2, self.nh, d]).transpose([2, 0, 3, 1, 4])
+            attn = F.softmax(paddle.matmul(q, k, transpose_y=True) * d ** -0.5, axis=-1)
+            return self.proj(paddle.matmul(attn, v).transpose([0, 2, 1, 3]).reshape([0, -1, self.dim]))
+
+    class Block(nn.Layer):
+        def __init__(self, dim, nh, sr):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(dim, epsilon=1e-6), nn.LayerNorm(dim, epsilon=1e-6)
+            self.attn = Attention(dim, nh, sr)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.dw = nn.Conv2D(4 * dim, 4 * dim, 3, 1, 1, groups=4 * dim)
+
+        def forward(self, x, hh, ww):
+            x = x + self.attn(self.norm1(x), hh, ww)
+            y = self.fc1(self.norm2(x))
+            c = y.shape[2]
+            y = self.dw(y.transpose([0, 2, 1]).reshape([0, c, hh, ww])).flatten(2).transpose([0, 2, 1])
+            return x + self.fc2(F.gelu(y))
+
+    class Stage(nn.Layer):
+        def __init__(self, i):
+            super().__init__()
+            cin = 3 if i == 0 else dims[i - 1]
+            k, s = (7, 4) if i == 0 else (3, 2)
+            self.patch, self.patch_norm = nn.Conv2D(cin, dims[i], k, s, k // 2), nn.LayerNorm(dims[i])
+            self.blocks = nn.LayerList([Block(dims[i], heads[i], ratios[i]) for _ in range(depths[i])])
+            self.norm, self.dim = nn.LayerNorm(dims[i], epsilon=1e-6), dims[i]
+
+        def forward(self, x):
+            x = self.patch(x)
+            hh, ww = x.shape[2:]
+            x = self.patch_norm(x.flatten(2).transpose([0, 2, 1]))
+            for blk in self.blocks:
+                x = blk(x, hh, ww)
+            return self.norm(x).transpose([0, 2, 1]).reshape([0, self.dim, hh, ww])
+
+    class SegFormer(nn.Layer):
+        def __init__(self, embed=256):
+            super().__init__()
+            self.stages = nn.LayerList([Stage(i) for i in range(4)])
+            self.linears = nn.LayerList([nn.Linear(c, embed) for c in dims])
+            self.fuse = _conv_bn(4 * embed, embed, 1, act=nn.ReLU)
+            self.pred = nn.Conv2D(embed, classes, 1)
+
+        def forward(self, x):
+            size, feats = x.shape[2:], []
+            for st in self.stages:
+                x = st(x)
+                feats.append(x)
+            quarter = feats[0].shape[2:]
+            ups = []
+            for f, lin in zip(feats[::-1], self.linears[::-1]):
+                y = lin(f.flatten(2).transpose([0, 2, 1])).transpose([0, 2, 1])
+                y = y.reshape([0, 0, f.shape[2], f.shape[3]])
+                ups.append(F.interpolate(y, quarter, mode="bilinear", align_corners=False))
+            logit = self.pred(self.fuse(paddle.concat(ups, axis=1)))
+            return F.interpolate(logit, size, mode="bilinear", align_corners=False)
+
+    return SegFormer()
+
+
+_image_model("segformer_b0", _segformer_b0, (512, 512), (128, 128), ci=False,  # CI time
+             tags=("segmentation", "segformer", "transformer", "efficient_attention", "interpolate"))
+
+
+def _local_attention_mask(h, w, kh, kw):
+    """SVTR's local mixer: token (i, j) attends to tokens within a kh x kw window around it;
+    the others get -inf added to their attention logits. [1, 1, h*w, h*w]."""
+    ii, jj = np.divmod(np.arange(h * w), w)
+    near = (np.abs(ii[:, None] - ii[None]) <= kh // 2) & (np.abs(jj[:, None] - jj[None]) <= kw // 2)
+    return np.where(near, 0.0, -np.inf).astype("float32")[None, None]
+
+
+def _svtr_tiny(h, w, classes=37):
+    """SVTR-Tiny text recognition (PaddleOCR rec_svtrnet.py, the en SVTR-T config) without
+    its TPS rectification (needs grid_sampler): conv patch embedding to 1/4, three stages of
+    local (7x11 window) then global attention with conv patch merging (height halved), a
+    [1, 25] average pool, 1x1 conv + hardswish, the inference-scaled dropout, CTC head."""
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    dims, depth, heads, hw = (64, 128, 256), (3, 6, 3), (2, 4, 8), (h // 4, w // 4)
+    mixers = ["Local"] * 6 + ["Global"] * 6
+
+    def conv_bn_gelu(cin, cout):
+        return nn.Sequential(nn.Conv2D(cin, cout, 3, 2, 1), nn.BatchNorm2D(cout), nn.GELU())
+
+    class SVTRTiny(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.patch_embed = nn.Sequential(conv_bn_gelu(3, dims[0] // 2), conv_bn_gelu(dims[0] // 2, dims[0]))
+            self.pos_embed = self.create_parameter([1, hw[0] * hw[1], dims[0]],
+                                                   default_initializer=nn.initializer.TruncatedNormal(std=0.02))
+            self.stages, self.merges, self.sizes, k = nn.LayerList(), nn.LayerList(), [], 0
+            for s in range(3):
+                size = (hw[0] // 2 ** s, hw[1])
+                mask = _local_attention_mask(*size, 7, 11)
+                self.stages.append(nn.LayerList([
+                    _svtr_block(dims[s], heads[s], 4.0, nn.GELU, 1e-6, False,
+                                mask if mixers[k + i] == "Local" else None) for i in range(depth[s])]))
+                k += depth[s]
+                self.sizes.append(size)
+                if s < 2:
+                    self.merges.append(nn.Conv2D(dims[s], dims[s + 1], 3, [2, 1], 1))
+            self.merge_norms = nn.LayerList([nn.LayerNorm(dims[s + 1]) for s in range(2)])
+            self.norm = nn.LayerNorm(dims[2], epsilon=1e-6)
+            self.last_conv = nn.Conv2D(dims[2], 192, 1, bias_attr=False)
+            self.dropout = nn.Dropout(0.1, mode="downscale_in_infer")
+            self.fc = nn.Linear(192, classes)
+
+        def forward(self, x):
+            x = self.patch_embed(x).flatten(2).transpose((0, 2, 1)) + self.pos_embed
+            for s, blocks in enumerate(self.stages):
+                for blk in blocks:
+                    x = blk(x)
+                if s < 2:
+                    grid = x.transpose([0, 2, 1]).reshape([0, dims[s], *self.sizes[s]])
+                    x = self.merge_norms[s](self.merges[s](grid).flatten(2).transpose((0, 2, 1)))
+            x = self.norm(x).transpose([0, 2, 1]).reshape([0, dims[2], *self.sizes[2]])
+            x = self.dropout(F.hardswish(self.last_conv(F.adaptive_avg_pool2d(x, [1, 25]))))
+            x = x.squeeze(axis=2).transpose([0, 2, 1])
+            return F.softmax(self.fc(x), axis=2)
+
+    return SVTRTiny()
+
+
+_image_model("svtr_tiny", _svtr_tiny, (32, 100),
+             tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
+
+
+def _slanet(h, w, structure_tokens=30, steps=500):
+    """SLANet table structure recognition (PaddleOCR configs/table/SLANet.yml) at 488x488:
+    PP-LCNet x1.0 (four maps) -> CSP-PAN (96 channels, depthwise 5x5, CSP blocks) -> SLA
+    head on the 1/32 map: an attention GRU decoder run for 501 steps, each feeding back the
+    argmax token as one-hot and writing its structure logits and box into preallocated
+    tensors (slice assignment: set_value); softmax over the structure tokens at the end.
+    Outputs structure probabilities [N, 501, 30] and boxes [N, 501, 4]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    hs = nn.Hardswish
+
+    def dp(cin, cout, k, stride=1):  # depthwise + pointwise, each with BN and hardswish
+        return nn.Sequential(_conv_bn(cin, cout, k, stride, groups=cout, act=hs), _conv_bn(cout, cout, 1, act=hs))
+
+    class CSPLayer(nn.Layer):
+        def __init__(self, cin, cout, k=5):
+            super().__init__()
+            mid = cout // 2
+            self.main, self.short = _conv_bn(cin, mid, 1, act=hs), _conv_bn(cin, mid, 1, act=hs)
+            self.block = nn.Sequential(_conv_bn(mid, mid, 1, act=hs), dp(mid, mid, k))
+            self.final = _conv_bn(2 * mid, cout, 1, act=hs)
+
+        def forward(self, x):
+            return self.final(paddle.concat((self.block(self.main(x)), self.short(x)), axis=1))
+
+    class CSPPAN(nn.Layer):
+        def __init__(self, ins, c=96):
+            super().__init__()
+            self.trans = nn.LayerList([_conv_bn(i, c, 1, act=hs) for i in ins])
+            self.top_down = nn.LayerList([CSPLayer(2 * c, c) for _ in ins[1:]])
+            self.down = nn.LayerList([dp(c, c, 5, 2) for _ in ins[1:]])
+            self.bottom_up = nn.LayerList([CSPLayer(2 * c, c) for _ in ins[1:]])
+
+        def forward(self, feats):
+            feats = [t(f) for t, f in zip(self.trans, feats)]
+            inner = [feats[-1]]
+            for j, low in enumerate(reversed(feats[:-1])):
+                up = F.upsample(inner[0], size=low.shape[2:4], mode="nearest")
+                inner.insert(0, self.top_down[j](paddle.concat([up, low], 1)))
+            outs = [inner[0]]
+            for j, high in enumerate(inner[1:]):
+                outs.append(self.bottom_up[j](paddle.concat([self.down[j](outs[-1]), high], 1)))
+            return outs
+
+    class SLAHead(nn.Layer):
+        def __init__(self, cin=96, hidden=256):
+            super().__init__()
+            self.hidden = hidden
+            self.i2h, self.h2h = nn.Linear(cin, hidden, bias_attr=False), nn.Linear(hidden, hidden)
+            self.score = nn.Linear(hidden, 1, bias_attr=False)
+            self.rnn = nn.GRUCell(cin + structure_tokens, hidden)
+            self.structure = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, structure_tokens))
+            self.loc = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, 4), nn.Sigmoid())
+
+        def step(self, prev, fea, hidden):
+            e = self.score(paddle.tanh(self.i2h(fea) + paddle.unsqueeze(self.h2h(hidden), axis=1)))
+            alpha = paddle.transpose(F.softmax(e, axis=1), [0, 2, 1])
+            context = paddle.squeeze(paddle.matmul(alpha, fea), axis=1)
+            out, hidden = self.rnn(paddle.concat([context, F.one_hot(prev, structure_tokens)], 1), hidden)
+            return hidden, self.structure(out), self.loc(out)
+
+        def forward(self, feats):
+            fea = feats[-1]  # the 1/32 map
+            n = fea.shape[0]
+            fea = paddle.reshape(fea, [fea.shape[0], fea.shape[1], -1]).transpose([0, 2, 1])
+            hidden = paddle.zeros((n, self.hidden))
+            structure = paddle.zeros((n, steps + 1, structure_tokens))
+            boxes = paddle.zeros((n, steps + 1, 4))
+            prev = paddle.zeros(shape=[n], dtype="int32")
+            for i in range(paddle.to_tensor(steps) + 1):  # a while loop in the program
+                hidden, structure_step, box_step = self.step(prev, fea, hidden)
+                prev = structure_step.argmax(axis=1, dtype="int32")
+                structure[:, i, :] = structure_step
+                boxes[:, i, :] = box_step
+            return F.softmax(structure), boxes
+
+    backbone = _pp_lcnet(1.0, first_output=1)
+    return nn.Sequential(backbone, CSPPAN(backbone.out_channels), SLAHead())
+
+
+# Not in CI: its decoder writes each step with set_value, not mapped yet.
+_image_model("slanet", _slanet, (488, 488), ci=False,
+             tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
+
+
+def _tokens(vocab, seq, types=True):
+    """A generator of test batches for language models: ids in [1, vocab), all but the
+    first sequence padded (id 0) over their last quarter; segment ids 0 then 1."""
+    def gen(rng, batch):
+        ids = rng.integers(1, vocab, size=(batch, seq)).astype("int64")
+        ids[1:, seq - seq // 4:] = 0
+        if not types:
+            return {"input_ids": ids}
+        token_types = np.zeros_like(ids)
+        token_types[:, seq // 2:] = 1
+        return {"input_ids": ids, "token_type_ids": token_types}
+    return gen
+
+
+@_register("ernie3_tiny_micro", [("input_ids", (None, 128), "int64"),
+                                 ("token_type_ids", (None, 128), "int64")],
+           ci=False, batch=2, gen=_tokens(40000, 128),
+           tags=("nlp", "ernie", "transformer", "embedding", "int64_input", "multi_input"))
+def _ernie3_tiny_micro(vocab=40000, d=384, layers=4, heads=12, classes=15):
+    """ERNIE 3.0 Tiny micro v2 (PaddleNLP: 4 layers, 384 hidden, 12 heads) for sequence
+    classification at 128 tokens: word + position + segment + task-type embeddings,
+    layer norm, a post-norm GELU Transformer encoder masking padding (-1e4), a tanh pooler
+    on the first token and the classifier's logits."""
+    import paddle
+    from paddle import nn
+
+    class Ernie(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos = nn.Embedding(vocab, d), nn.Embedding(2048, d)
+            self.token_type, self.task_type = nn.Embedding(4, d), nn.Embedding(16, d)
+            self.norm = nn.LayerNorm(d)
+            enc = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu")
+            self.encoder = nn.TransformerEncoder(enc, layers)
+            self.pooler, self.classifier = nn.Linear(d, d), nn.Linear(d, classes)
+
+        def forward(self, input_ids, token_type_ids):
+            ones = paddle.ones_like(input_ids)
+            pos_ids = paddle.cumsum(ones, axis=-1) - ones
+            h = self.word(input_ids) + self.pos(pos_ids) + self.token_type(token_type_ids)
+            h = self.norm(h + self.task_type(paddle.zeros_like(input_ids)))
+            mask = paddle.unsqueeze(paddle.cast(input_ids == 0, "float32") * -1e4, axis=[1, 2])
+            seq = self.encoder(h, mask)
+            return self.classifier(paddle.tanh(self.pooler(seq[:, 0])))
+
+    return Ernie()
+
+
+@_register("gpt_decoder", [("input_ids", (None, 128), "int64")], ci=False, batch=2,
+           gen=_tokens(8000, 128, types=False),
+           tags=("nlp", "gpt", "decoder", "causal_mask", "tril", "embedding", "int64_input"))
+def _gpt_decoder(vocab=8000, d=256, layers=4, heads=4, seq=128):
+    """A GPT-style decoder as PaddleNLP's GPT builds it: token + position embeddings,
+    pre-norm blocks of causal self-attention (fused qkv; the mask from paddle.tril on ones,
+    -1e4 above the diagonal) and a GELU MLP, a final layer norm and logits through the
+    tied word embedding, at 128 tokens. Not in CI: needs the tril_triu mapper."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x, mask):
+            q, k, v = self.qkv(self.ln1(x)).reshape([0, 0, 3, heads, d // heads]).transpose(
+                [2, 0, 3, 1, 4])
+            attn = F.softmax(paddle.matmul(q, k, transpose_y=True) * (d // heads) ** -0.5 + mask, -1)
+            x = x + self.proj(paddle.matmul(attn, v).transpose([0, 2, 1, 3]).reshape([0, 0, d]))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=True))
+
+    class GPT(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos = nn.Embedding(vocab, d), nn.Embedding(1024, d)
+            self.blocks = nn.LayerList([Block() for _ in range(layers)])
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, input_ids):
+            ones = paddle.ones_like(input_ids)
+            h = self.word(input_ids) + self.pos(paddle.cumsum(ones, axis=-1) - ones)
+            causal = paddle.tril(paddle.ones([seq, seq], dtype="float32"))
+            mask = ((1.0 - causal) * -1e4).reshape([1, 1, seq, seq])
+            for blk in self.blocks:
+                h = blk(h, mask)
+            return paddle.matmul(self.norm(h), self.word.weight, transpose_y=True)
+
+    return GPT()
+
+
+def _swin(h, w, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=7, classes=1000):
+    """Swin Transformer (PaddleClas legendary_models/swin_transformer.py, Swin-T by default)
+    as its export writes it: 4x4 patch embedding with layer norm, window attention with the
+    relative position bias precomputed into a buffer (its eval re-parameterisation), every
+    second block on windows shifted by half a window (paddle.roll both ways, the -100 mask
+    of windows that wrap around kept as a buffer), patch merging between stages, mean over
+    tokens and a linear classifier."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    def shift_mask(res, ws, shift):
+        """[nW, ws*ws, ws*ws]: -100 between tokens from different regions of the shifted map."""
+        img = np.zeros((res, res))
+        cuts = (slice(0, -ws), slice(-ws, -shift), slice(-shift, None))
+        for i, (a, b) in enumerate((a, b) for a in cuts for b in cuts):
+            img[a, b] = i
+        win = img.reshape(res // ws, ws, res // ws, ws).transpose(0, 2, 1, 3).reshape(-1, ws * ws)
+        return np.where(win[:, None, :] != win[:, :, None], -100.0, 0.0).astype("float32")
+
+    def position_bias(ws, nh, rng):
+        """The relative position bias a trained table gives: [1, nh, ws*ws, ws*ws]."""
+        table = np.clip(rng.normal(0, 0.02, ((2 * ws - 1) ** 2, nh)), -0.04, 0.04)
+        yy, xx = np.divmod(np.arange(ws * ws), ws)
+        index = (yy[:, None] - yy[None] + ws - 1) * (2 * ws - 1) + (xx[:, None] - xx[None] + ws - 1)
+        return table[index].transpose(2, 0, 1)[None].astype("float32")
+
+    class Block(nn.Layer):
+        def __init__(self, dim, nh, res, shift, rng):
+            super().__init__()
+            self.dim, self.nh, self.res = dim, nh, res
+            self.ws = min(window, res)
+            self.shift = shift if res > window else 0
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.register_buffer("bias", paddle.to_tensor(position_bias(self.ws, nh, rng)))
+            self.register_buffer("mask", paddle.to_tensor(shift_mask(res, self.ws, self.shift))
+                                 if self.shift else None)
+
+        def attention(self, x):  # x: [windows * N, ws*ws, dim]
+            n, d = self.ws * self.ws, self.dim // self.nh
+            q, k, v = self.qkv(x).reshape([-1, n, 3, self.nh, d]).transpose([2, 0, 3, 1, 4])
+            attn = paddle.matmul(q * d ** -0.5, k.transpose([0, 1, 3, 2])) + self.bias
+            if self.mask is not None:
+                nw = self.mask.shape[0]
+                attn = attn.reshape([-1, nw, self.nh, n, n]) + self.mask.unsqueeze(1).unsqueeze(0)
+                attn = attn.reshape([-1, self.nh, n, n])
+            x = paddle.matmul(F.softmax(attn, axis=-1), v).transpose([0, 2, 1, 3])
+            return self.proj(x.reshape([-1, n, self.dim]))
+
+        def forward(self, x):
+            r, ws, c = self.res, self.ws, self.dim
+            y = self.norm1(x).reshape([-1, r, r, c])
+            if self.shift:
+                y = paddle.roll(y, shifts=(-self.shift, -self.shift), axis=(1, 2))
+            y = y.reshape([-1, r // ws, ws, r // ws, ws, c]).transpose([0, 1, 3, 2, 4, 5])
+            y = self.attention(y.reshape([-1, ws * ws, c]))
+            y = y.reshape([-1, r // ws, r // ws, ws, ws, c]).transpose([0, 1, 3, 2, 4, 5])
+            y = y.reshape([-1, r, r, c])
+            if self.shift:
+                y = paddle.roll(y, shifts=(self.shift, self.shift), axis=(1, 2))
+            x = x + y.reshape([-1, r * r, c])
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+    class Merge(nn.Layer):  # 2x2 neighbours concatenated, normed, halved to 2 * dim
+        def __init__(self, dim, res):
+            super().__init__()
+            self.dim, self.res = dim, res
+            self.norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim, bias_attr=False)
+
+        def forward(self, x):
+            r, c = self.res, self.dim
+            x = x.reshape([-1, r // 2, 2, r // 2, 2, c]).transpose((0, 1, 3, 4, 2, 5))
+            return self.reduction(self.norm(x.reshape([-1, r * r // 4, 4 * c])))
+
+    class Swin(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(0)
+            self.patch = nn.Conv2D(3, embed, 4, 4)
+            self.patch_norm = nn.LayerNorm(embed)
+            layers, res = [], h // 4
+            for s, (n, nh) in enumerate(zip(depths, heads)):
+                dim = embed * 2 ** s
+                layers += [Block(dim, nh, res, (i % 2) * (window // 2), rng) for i in range(n)]
+                if s < len(depths) - 1:
+                    layers.append(Merge(dim, res))
+                    res //= 2
+            self.layers = nn.Sequential(*layers)
+            self.norm = nn.LayerNorm(embed * 2 ** (len(depths) - 1))
+            self.head = nn.Linear(embed * 2 ** (len(depths) - 1), classes)
+
+        def forward(self, x):
+            x = self.patch_norm(self.patch(x).flatten(2).transpose([0, 2, 1]))
+            x = self.norm(self.layers(x))
+            return self.head(x.mean(axis=1))
+
+    return Swin()
+
+
+_image_model("swin_tiny", _swin, (224, 224), ci=False,
+             tags=("classification", "swin", "transformer", "window_attention", "roll"))
+# Swin-T's layout (shifted windows at 56, 28 and 14, none at 7) with 32 channels and two
+# blocks per stage: what CI can afford of it.
+_register("swin_narrow", [("x", (None, 3, 224, 224))], ci=True,
+          tags=("classification", "swin", "transformer", "window_attention", "roll"))(
+    lambda: _swin(224, 224, embed=32, depths=(2, 2, 2, 2), heads=(1, 2, 4, 8), classes=100))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------
@@ -466,7 +1563,7 @@ def _legacy_shims():
     """Workarounds that make legacy (FLAGS_enable_pir_api=0) to_static work.
 
     1. Paddle 3.3 binds ~57 APIs (paddle.tanh/sigmoid/exp/abs/sqrt/matmul/
-       multiply/sum/amax/argmax/greater_than/logical_*/..., F.gelu/sigmoid/
+       multiply/sum/amax/argmax/greater_than/logical_*/roll/..., F.gelu/sigmoid/
        tanh/softplus and the matching Tensor methods) straight to _C_ops, which
        takes only eager Tensors and PIR Values: given a legacy Variable they
        raise "must be Value, but got Variable" (so nn.MultiHeadAttention,
@@ -550,6 +1647,9 @@ def _legacy_shims():
         "softplus", {"X": [x]}, {"beta": float(beta), "threshold": float(threshold)})
     shims["expand_as"] = lambda x, y, name=None: op(
         "expand_as_v2", {"X": [x], "Y": [y]}, {"target_shape": list(y.shape)})
+    as_list = lambda v: [] if v is None else list(v) if isinstance(v, (list, tuple)) else [v]  # noqa: E731
+    shims["roll"] = lambda x, shifts, axis=None, name=None: op(
+        "roll", {"X": [x]}, {"shifts": as_list(shifts), "axis": as_list(axis)})
     shims["tril"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": True})
     shims["triu"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": False})
 
@@ -784,6 +1884,24 @@ def _rel_diff(ref: np.ndarray, got: np.ndarray, scale_of: Optional[np.ndarray] =
     return diff / scale if scale > 0 else diff
 
 
+def _float64_outputs(layer, inputs: list) -> Dict[str, np.ndarray]:
+    """{out_<i>: the outputs of a float64 copy of the layer}, or {} when it cannot be made
+    (e.g. nn.LSTM's uninitialised dropout state does not cast) or an op has no float64
+    kernel."""
+    import copy
+
+    import paddle
+
+    wide = [paddle.to_tensor(x.astype("float64") if x.dtype.kind == "f" else x) for x in inputs]
+    try:
+        twin = copy.deepcopy(layer)
+        twin.to(dtype="float64")
+        with paddle.no_grad():
+            return {f"out_{i}": t.numpy() for i, t in enumerate(_flatten(twin(*wide)))}
+    except Exception:  # noqa: BLE001 - no float64 twin, no exact reference
+        return {}
+
+
 def _compare(ref: list, got: list) -> dict:
     """Outputs agree within RTOL/ATOL, ATOL scaled by each output's magnitude."""
     diffs = [float(np.max(np.abs(a.astype("float64") - b))) if a.size and a.shape == b.shape else None
@@ -873,6 +1991,7 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
         ref = [saved_ref[f"out_{i}"] for i in range(len(saved_ref.files) - len(feeds))]
         by_name = dict(np.load(legacy / "state.npz"))
         paddle_noise = json.loads((legacy / "meta.json").read_text())["paddle_noise"]
+        truth = dict(np.load(legacy / "truth.npz"))
         translate_legacy(legacy / MODEL_FILE["legacy"], prefix)
         tensors = [paddle.to_tensor(feeds[i.name]) for i in m.inputs]
     else:
@@ -891,6 +2010,7 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
             ref = [t.numpy() for t in _flatten(layer(*tensors))]
             nudged = [paddle.to_tensor(_nudge(feeds[i.name])) for i in m.inputs]
             paddle_noise = [_rel_diff(a, t.numpy()) for a, t in zip(ref, _flatten(layer(*nudged)))]
+        truth = _float64_outputs(layer, [feeds[i.name] for i in m.inputs])
         # jit.save names each parameter/buffer variable by the tensor's own unique
         # .name (conv2d_0.w_0, batch_norm2d_0.w_1 = BN mean, ...), not its
         # state_dict key; checked against what load_inference_model reads back.
@@ -951,6 +2071,7 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
 
     np.savez(out / "reference.npz", **{f"in_{k}": v for k, v in feeds.items()},
              **{f"out_{i}": v for i, v in enumerate(ref)})
+    np.savez(out / "truth.npz", **truth)
     np.savez(out / "state.npz", **state)
     (out / "paddle_api.json").write_text(json.dumps(api, indent=1))
     meta = {
@@ -997,6 +2118,13 @@ def judge(rel_diffs, floor, tolerance) -> Tuple[bool, int]:
     return all(m <= 1 for m in margins), max(range(len(margins)), key=margins.__getitem__)
 
 
+def as_exact_as_paddle(onnx_err, paddle_err, tolerance) -> bool:
+    """Every output of our ONNX (onnxruntime, float32) is as close to the float64 result as
+    Paddle's own float32 output is, or within tolerance of it: a difference between the two
+    is then float32 rounding in both, not a conversion error. False without a float64 result."""
+    return bool(onnx_err) and all(o <= max(tolerance, p) for o, p in zip(onnx_err, paddle_err))
+
+
 def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
     """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table,
     beside each model's float-noise floor (noise_floor); with `npu`, stage 2 too: the
@@ -1011,7 +2139,7 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
     npu_head = f" {'npu nodes':>9} {'arrays':>6} {'npu diff':>9} {'lower s':>7}" if npu else ""
     print(f"{'model':22} {'format':10} {'paddle ops':>10} {'onnx nodes':>10} {'opset':>5} "
           f"{'max abs diff':>12} {'rel diff':>9} {'floor':>9} {'paddle nz':>9} {'ort nz':>9} "
-          f"{'cosine':>9} {'convert s':>9}{npu_head}  status", flush=True)
+          f"{'paddle64':>9} {'onnx64':>9} {'cosine':>9} {'convert s':>9}{npu_head}  status", flush=True)
     bad = 0
     for name in names:
         for fmt in fmts:
@@ -1030,8 +2158,16 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
                 _, plain = run_onnx(data, feeds, graph_optimizations=False)
                 ort_noise = [_rel_diff(o, p, scale_of=w) for o, p, w in zip(outs, plain, want)]
                 floor = noise_floor(info["paddle_noise"], ort_noise)
-                ok, k = judge([s["rel_diff"] for s in stats], floor, tolerance)
-                ok = ok and len(outs) == info["num_outputs"]
+                within_floor, k = judge([s["rel_diff"] for s in stats], floor, tolerance)
+                truth = np.load(Path(info["dir"]) / "truth.npz")
+                exact = [truth[f"out_{i}"] for i in range(len(truth.files))]
+                paddle_err = [_rel_diff(t, w) for t, w in zip(exact, want)]
+                onnx_err = [_rel_diff(t, o) for t, o in zip(exact, outs)]
+                exact_ok = len(exact) == len(outs) and as_exact_as_paddle(onnx_err, paddle_err,
+                                                                          tolerance)
+                ok = (within_floor or exact_ok) and len(outs) == info["num_outputs"]
+                err_cols = (f"{paddle_err[k]:>9.1e} {onnx_err[k]:>9.1e}" if len(exact) == len(outs)
+                            else f"{'-':>9} {'-':>9}")
                 worst = stats[k]
                 npu_cols = ""
                 if npu:
@@ -1043,25 +2179,27 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
                     ok = ok and v["ok"]
                     npu_cols = (f" {len(list(lowered.graph)):>9} {v['array']['arrays']:>6} "
                                 f"{v['worst_rel_diff']:>9.1e} {lower_s:>7.2f}")
-                status = "MISMATCH" if not ok else "ok" if worst["rel_diff"] <= tolerance \
-                    else "ok (floor)"
+                status = ("MISMATCH" if not ok else "ok" if worst["rel_diff"] <= tolerance
+                          else "ok (floor)" if within_floor else "ok (float64)")
                 print(f"{row} {info['paddle_ops']:>10} {len(proto.graph.node):>10} "
                       f"{proto.opset_import[0].version:>5} {worst['max_abs_diff']:>12.2e} "
                       f"{worst['rel_diff']:>9.1e} {floor[k]:>9.1e} "
-                      f"{info['paddle_noise'][k]:>9.1e} {ort_noise[k]:>9.1e} "
+                      f"{info['paddle_noise'][k]:>9.1e} {ort_noise[k]:>9.1e} {err_cols} "
                       f"{min(s['cosine'] for s in stats):>9.6f} "
                       f"{secs:>9.2f}{npu_cols}  {status}", flush=True)
             except Exception as exc:   # one failing model must not hide the others
                 ok = False
                 print(f"{row} {'':>10} {'':>10} {'':>5} {'':>12} {'':>9} {'':>9} {'':>9} {'':>9} "
-                      f"{'':>9} {'':>9}  FAILED: {str(exc).splitlines()[0][:90]}", flush=True)
+                      f"{'':>9} {'':>9} {'':>9} {'':>9}  FAILED: {str(exc).splitlines()[0][:90]}", flush=True)
             bad += not ok
     print(f"\n{bad} of {len(names) * len(fmts)} conversions failed or disagree" if bad else
           f"\nall {len(names) * len(fmts)} conversions agree with Paddle within {tolerance:g} "
-          "of the output scale or within their float-noise floor")
+          "of the output scale, within their float-noise floor or as close to float64 as Paddle")
     print("(rel diff: of the output closest to failing, relative to its scale; floor: the "
           "larger of paddle nz, Paddle's own move on inputs nudged by 1e-7 relative, and ort "
-          "nz, onnxruntime with vs without graph optimisations)")
+          "nz, onnxruntime with vs without graph optimisations; paddle64 / onnx64: how far "
+          "Paddle's float32 output and onnxruntime's on our ONNX are from the same layer run "
+          "in float64 (ok (float64): ours is no farther than Paddle's own))")
     return 1 if bad else 0
 
 
