@@ -86,6 +86,21 @@ def test_transfer_bytes_and_latency_are_counted_exactly():
     assert "4 hand-over(s), 4.0 KiB crossing" in text and "1 x the NPU of target" in text
 
 
+def test_tensors_crossing_one_boundary_are_one_hand_over():
+    nodes = [conv("c0", "x", "a"), conv("c1", "x", "b"),
+             helper.make_node("Mod", ["a", "b"], ["y"], name="mod", fmod=1)]
+    original = model(nodes, [("x", [1, 4, 8, 8])], [("y", [1, 4, 8, 8])], [("w", W)])
+    target = load_target("npu256")
+    c = target.cost
+    _, report = lower(original, target)
+    assert devices(report) == ["npu", "cpu"]
+    cpu = report.segments[1].cost
+    assert (cpu["bytes_in"], cpu["transfers_in"]) == (2 * TENSOR_BYTES, 1)
+    assert cpu["ns"]["transfers"] == pytest.approx(
+        c.transfer_latency_ns + 2 * TENSOR_BYTES / c.link_bytes_per_ns)
+    assert report.estimate()["transfers"] == 2           # x in, a and b to the CPU
+
+
 def _tail_model(after):
     """Conv -> TopK (CPU only: a data-dependent selection) -> `after` nodes."""
     nodes = [conv("c0", "x", "a"), helper.make_node("Flatten", ["a"], ["f"], name="flat"),

@@ -5,7 +5,8 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
     arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
     vector   everything else the NPU runs (vector unit, lookup table, moves): per element
     cpu      multiply-accumulates of matrix layers, plus every other output element
-    transfer per hand-over: a fixed latency plus the bytes over the link
+    transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
+             latency plus the bytes over the link
 """
 from .graph import dims
 from .ops import DOMAIN
@@ -93,7 +94,8 @@ def segment_costs(model, segments, target, layers):
     ones as the layer reports count them, plus the matrix layers a CPU runs), NPU share of
     them, bytes coming in from the other device (or the host), going out to it, and the
     model's outputs an NPU segment hands to the host, and the estimated ns per unit (arrays,
-    vector, cpu) and of the hand-overs it receives or makes to the host. Also `segment.layers`: [(source layer, unit, nodes)] in
+    vector, cpu) and of the hand-overs it receives (one for everything it takes from the
+    other device or the host) or makes to the host (one for the model's outputs). Also `segment.layers`: [(source layer, unit, nodes)] in
     run order, consecutive nodes of one layer and unit together (the picture draws them)."""
     from .graph import device as device_of, segment as segment_of, source
 
@@ -128,13 +130,11 @@ def segment_costs(model, segments, target, layers):
                 s.layers[-1] = (layer, unit, s.layers[-1][2] + 1)
             else:
                 s.layers.append((layer, unit, 1))
-        bytes_in = bytes_out = bytes_host = crossing_in = crossing_host = 0
+        bytes_in = bytes_out = bytes_host = 0
         for name in s.inputs:
             v = values[name]
             if produced_on.get(v, "cpu") != s.device:     # the host holds the model's inputs
-                b = value_bytes(v)
-                bytes_in, crossing_in = bytes_in + b, crossing_in + 1
-                ns["transfers"] += transfer_ns(b, target)
+                bytes_in += value_bytes(v)
         for name in s.outputs:
             v = values[name]
             readers = {device_of(u.node) for u in v.uses()} - {None}   # None: in a sub-graph
@@ -143,9 +143,11 @@ def segment_costs(model, segments, target, layers):
             if readers - {s.device}:
                 bytes_out += value_bytes(v)
             if name in outputs and s.device == "npu":       # to the host
-                b = value_bytes(v)
-                bytes_host, crossing_host = bytes_host + b, crossing_host + 1
-                ns["transfers"] += transfer_ns(b, target)
+                bytes_host += value_bytes(v)
+        crossing_in = int(any(produced_on.get(values[n], "cpu") != s.device for n in s.inputs))
+        crossing_host = int(s.device == "npu" and any(n in outputs for n in s.outputs))
+        ns["transfers"] = (transfer_ns(bytes_in, target) if crossing_in else 0.0) + \
+            (transfer_ns(bytes_host, target) if crossing_host else 0.0)
         s.cost = {"macs": macs, "npu_macs": macs if s.device == "npu" else 0,
                   "bytes_in": bytes_in, "bytes_out": bytes_out, "bytes_to_host": bytes_host,
                   "transfers_in": crossing_in, "transfers_to_host": crossing_host,

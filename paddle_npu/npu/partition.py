@@ -12,7 +12,8 @@ between chip and CPU included:
 3. a run of NPU nodes without array work (vector unit, lookup table, moves) that reads what
    the CPU made goes to the CPU when that is faster than running it on the chip and handing
    its tensors over: small post-processing after NMS / TopK / data-dependent shapes joins
-   the CPU tail this way (the model's inputs and outputs travel to and from the host
+   the CPU tail this way (a hand-over is one latency per segment boundary plus the bytes of
+   every tensor crossing it; the model's inputs and outputs travel to and from the host
    whatever the placement, so only hand-overs between chip and CPU weigh here);
 4. a target's cap on NPU segments is honoured by moving the cheapest such runs to the CPU;
    when only runs with array work are left, the cap is an error naming the nodes.
@@ -132,17 +133,24 @@ class _Graph:
                   self.order(device, "cpu" if first == "npu" else "npu")]
         return min(orders, key=lambda o: len(runs(o, device)))
 
-    def transfer_ns(self, value, device, target):
-        """Estimated hand-over cost of one tensor between chip and CPU under a placement:
-        once when a device other than its producer's reads it. The model's inputs and outputs
-        go between the host and whichever device uses them wherever that is, so they do not
-        weigh in placement (the report counts them)."""
-        prod = value.producer()
-        if value.const_value is not None or value in self.initializers or \
-                prod not in self.index:
-            return 0.0
-        dst = {device[r] for r in self.readers.get(value, ())}
-        return transfer_ns(value_bytes(value), target) if dst - {device[prod]} else 0.0
+    def latency_ns(self, order, device, target, node_cost):
+        """Estimated latency of an order under a placement: every node on its device, and
+        each segment fed by the other device paying one hand-over of all the tensors it
+        receives. The model's inputs and outputs go between the host and whichever device
+        uses them wherever that is, so they do not weigh in placement (the report counts
+        them)."""
+        total, received = 0.0, []
+        for node in order:
+            if not received or device[node] != device[received[-1][0]]:
+                received.append((node, set()))
+            total += node_cost(node, device[node])
+            for v in self.reads[node]:
+                prod = v.producer()
+                if prod in self.index and device[prod] != device[node] and \
+                        v.const_value is None and v not in self.initializers:
+                    received[-1][1].add(v)
+        return total + sum(transfer_ns(sum(value_bytes(v) for v in values), target)
+                           for _, values in received if values)
 
     def fed_by_cpu(self, run, device):
         """Whether a run reads a tensor a CPU node makes (so is not the model's head)."""
@@ -160,16 +168,29 @@ def runs(order, device):
     return out
 
 
-def _move_cost(graph, run, device, target):
-    """(ns saved or lost by moving an NPU run to the CPU: > 0 is slower, the parts)."""
-    on_npu = sum(node_ns(n, "npu", target)[1] for n in run)
-    on_cpu = sum(node_ns(n, "cpu", target)[1] for n in run)
-    values = {v for n in run for v in list(graph.reads[n]) + list(n.outputs)}
-    before = sum(graph.transfer_ns(v, device, target) for v in values)
+class _Costs:
+    """Node costs on either device, computed once."""
+
+    def __init__(self, target):
+        self.target, self.ns = target, {}
+
+    def __call__(self, node, where):
+        key = (node, where)
+        if key not in self.ns:
+            self.ns[key] = node_ns(node, where, self.target)[1]
+        return self.ns[key]
+
+
+def _move_cost(graph, order, run, device, costs):
+    """(ns lost by moving an NPU run to the CPU, < 0 when it gains; its ns on the NPU, on
+    the CPU, and the hand-overs' ns saved) in the current order."""
     moved = dict(device)
     moved.update((n, "cpu") for n in run)
-    after = sum(graph.transfer_ns(v, moved, target) for v in values)
-    return on_cpu + after - on_npu - before, on_npu, before - after, on_cpu
+    before = graph.latency_ns(order, device, costs.target, costs)
+    after = graph.latency_ns(order, moved, costs.target, costs)
+    on_npu = sum(costs(n, "npu") for n in run)
+    on_cpu = sum(costs(n, "cpu") for n in run)
+    return after - before, on_npu, on_cpu, (before - on_npu) - (after - on_cpu)
 
 
 def _movable(graph, run, device, target):
@@ -192,6 +213,7 @@ def _move(run, device, reasons, why):
 
 def _place_by_cost(graph, device, target, reasons):
     """Steps 2-4 of the module docstring; returns the final order."""
+    costs = _Costs(target)
     order = graph.best_order(device)
     moved = True
     while moved:
@@ -199,7 +221,7 @@ def _place_by_cost(graph, device, target, reasons):
         for run in runs(order, device):
             if device[run[0]] != "npu" or not _movable(graph, run, device, target):
                 continue
-            delta, on_npu, saved, on_cpu = _move_cost(graph, run, device, target)
+            delta, on_npu, on_cpu, saved = _move_cost(graph, order, run, device, costs)
             if delta < 0:
                 _move(run, device, reasons,
                       f"faster on the CPU with its neighbours: {_us(on_cpu)} here vs "
@@ -213,10 +235,10 @@ def _place_by_cost(graph, device, target, reasons):
         candidates = [r for r in npu_runs if _movable(graph, r, device, target)]
         if len(npu_runs) <= cap or not candidates:
             break
-        costs = [_move_cost(graph, r, device, target)[0] for r in candidates]
-        i = min(range(len(candidates)), key=costs.__getitem__)
+        deltas = [_move_cost(graph, order, r, device, costs)[0] for r in candidates]
+        i = min(range(len(candidates)), key=deltas.__getitem__)
         _move(candidates[i], device, reasons,
-              f"moved to the CPU to keep within {cap} NPU segments (+{_us(costs[i])})")
+              f"moved to the CPU to keep within {cap} NPU segments (+{_us(deltas[i])})")
         order = graph.best_order(device)
     return order
 
