@@ -8,7 +8,7 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
              latency plus the bytes over the link
 """
-from .graph import dims
+from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
@@ -95,10 +95,9 @@ def segment_costs(model, segments, target, layers):
     them, bytes coming in from the other device (or the host), going out to it, and the
     model's outputs an NPU segment hands to the host, and the estimated ns per unit (arrays,
     vector, cpu) and of the hand-overs it receives (one for everything it takes from the
-    other device or the host) or makes to the host (one for the model's outputs). Also `segment.layers`: [(source layer, unit, nodes)] in
-    run order, consecutive nodes of one layer and unit together (the picture draws them)."""
-    from .graph import device as device_of, segment as segment_of, source
-
+    other device or the host) or makes to the host (one for the model's outputs).
+    Also `segment.layers`: [(source layer, unit, nodes)] in run order, consecutive nodes of
+    one layer and unit together (the picture draws them)."""
     by_segment = {s.index: [] for s in segments}
     for node in model.graph:
         by_segment[segment_of(node)].append(node)

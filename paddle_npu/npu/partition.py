@@ -92,14 +92,12 @@ class _Graph:
         self.nodes = list(graph)
         self.index = {node: i for i, node in enumerate(self.nodes)}
         self.reads = {node: _used_values(node) for node in self.nodes}
-        self.deps, self.users, self.readers = {}, {}, {}
+        self.deps, self.users = {}, {}
         for node in self.nodes:
             deps = {v.producer() for v in self.reads[node]}
             self.deps[node] = {d for d in deps if d in self.index and d is not node}
             for d in self.deps[node]:
                 self.users.setdefault(d, []).append(node)
-            for v in self.reads[node]:
-                self.readers.setdefault(v, []).append(node)
         self.outputs = set(graph.outputs)
         self.initializers = set(graph.initializers.values())
 
