@@ -146,8 +146,9 @@ def _left_dynamic(model, target):
         return None
     kept = {}
     for node in model.graph:
-        if device(node) == "npu" or not (get_onnx_mapper(node.op_type, node.domain) or
-                                         target.npu_runs(node.op_type, node.domain)):
+        # on the NPU, or one the NPU runs as it is (on the CPU by a mark or for its cost)
+        if device(node) == "npu" or target.npu_runs(node.op_type, node.domain) or \
+                get_onnx_mapper(node.op_type, node.domain) is None:
             continue
         values = [v for v in list(node.inputs) + list(node.outputs) if v is not None]
         if any(v.shape is None or not all(isinstance(d, int) for d in v.shape.dims)
