@@ -157,7 +157,8 @@ def _report_agreement(onnx_file, reference, tolerance):
 
 # Where each command's arguments name files: the outputs are all checked (against each other
 # and the inputs, see `outputs.check_output`) before the command starts.
-_OUTPUT_ARGS = {"output": "-o", "report": "--report", "qdq": "--qdq", "json": "--json",
+_OUTPUT_ARGS = {"output": "-o", "report": "--report", "report_svg": "--report-svg",
+                "qdq": "--qdq", "json": "--json",
                 "write_precision": "--write-precision", "plot": "--plot",
                 "outputs": "--outputs"}
 _OUTPUT_DIR_ARGS = {"segments": "--segments"}

@@ -9,8 +9,10 @@ NumPy reference's throughput (useful MACs per second) running the lowered model.
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
-zoo's test input size (--input-shape), the arrays, the lowering time and how the lowered
-model agrees with the ONNX one (onnxruntime and the NumPy reference, worst relative diff).
+zoo's test input size (--input-shape), the arrays, the estimated latency at that size
+(cost.py: arrays, vector unit, CPU and hand-overs between chip and CPU, with the number of
+hand-overs), the lowering time and how the lowered model agrees with the ONNX one
+(onnxruntime and the NumPy reference, worst relative diff).
 """
 import argparse
 import json
@@ -89,6 +91,7 @@ def whole_model(name, target, cache):
         row[key] = {"npu_mac_share": round(report.npu_mac_share(), 4),
                     "segments": len(devices), "npu_segments": devices.count("npu"),
                     "arrays": report.totals()["arrays"], "lower_seconds": round(seconds, 2),
+                    "estimate": report.estimate(),
                     "cpu_ops": {op: n["cpu"] for op, n in report.plain.items() if "cpu" in n}}
     result = verify(onnx_bytes, lowered, target, feeds=feeds)
     row["fixed"]["worst_rel_diff"] = result["worst_rel_diff"]
@@ -97,15 +100,17 @@ def whole_model(name, target, cache):
 
 def render_whole(rows):
     head = (f"{'model':<20} {'MACs on NPU':>11} {'segments':>8}   {'at fixed size:':<14} "
-            f"{'MACs on NPU':>11} {'segments':>8} {'NPU segs':>8} {'arrays':>7} {'lower s':>7} "
-            f"{'rel diff':>9}  CPU ops")
+            f"{'MACs on NPU':>11} {'segments':>8} {'NPU segs':>8} {'arrays':>7} {'est us':>9} "
+            f"{'hand-overs':>10} {'lower s':>7} {'rel diff':>9}  CPU ops")
     lines = [head, "-" * len(head)]
     for r in rows:
         o, f = r["open"], r["fixed"]
         cpu = ", ".join(f"{op} {n}" for op, n in sorted(f["cpu_ops"].items()))
         lines.append(f"{r['model']:<20} {o['npu_mac_share']:>11.1%} {o['segments']:>8}   "
                      f"{'':<14} {f['npu_mac_share']:>11.1%} {f['segments']:>8} "
-                     f"{f['npu_segments']:>8} {f['arrays']:>7} {f['lower_seconds']:>7.2f} "
+                     f"{f['npu_segments']:>8} {f['arrays']:>7} "
+                     f"{f['estimate']['total_ns'] / 1000:>9.1f} {f['estimate']['transfers']:>10} "
+                     f"{f['lower_seconds']:>7.2f} "
                      f"{f['worst_rel_diff']:>9.1e}  {cpu}")
     return "\n".join(lines)
 

@@ -76,6 +76,9 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
+    p.add_argument("--report-svg", metavar="FILE",
+                   help="draw the whole-model picture too: layers coloured by device, "
+                        "segments boxed (SVG)")
     from .quant.cli import add_quant_options     # --quantize, --calibration, ...
     add_quant_options(p)
     g = p        # restructuring, placement marks and segments (NNIE-style); `p` may be a group
@@ -130,6 +133,9 @@ def _lower_and_save(source, output, args, quiet=False):
         print(f"wrote {output}")
     if args.report:
         write_text(args.report, json.dumps(report.as_dict(), indent=1))
+    if getattr(args, "report_svg", None):
+        from .report_svg import render_svg
+        write_text(args.report_svg, render_svg(report))
     return model
 
 

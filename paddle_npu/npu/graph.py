@@ -10,7 +10,7 @@
 and the typed accessors of our node annotations, the only place their metadata keys are
 spelled:
 
-    mark / set_mark           "cpu" (the user placed it on the CPU) and why
+    mark / set_mark           "cpu" (the user placed it on the CPU) and why (mark_reason)
     precision / set_precision 8 or 16 bits (None: the target's)
     device / segment          where partitioning put the node
     source / source_op        the node a lowered node was made from
@@ -179,6 +179,11 @@ class Builder:
 def mark(node):
     """"cpu" when the user placed the node on the CPU, else None."""
     return node.metadata_props.get(MARK)
+
+
+def mark_reason(node):
+    """Why the user's marks placed the node ("name ends in _cpu", ...), or None."""
+    return node.metadata_props.get(MARK_REASON)
 
 
 def set_mark(node, where, reason):

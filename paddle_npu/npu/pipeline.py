@@ -5,7 +5,7 @@
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
         -> restruct rules -> shapes again
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
-        -> place / order / segment -> attach function bodies
+        -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
 """
 import time
@@ -14,8 +14,9 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
 from .context import LowerContext
+from .cost import node_macs, segment_costs
 from .functions import AttachFunctions
-from .graph import device, dims
+from .graph import device
 from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
@@ -94,7 +95,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         BatchNormToAffine(),
         LowerNodes(ctx),
         RemoveUnused(),
-        Partition(target),
+        Partition(target, ctx.refusals),
         AttachFunctions(),
     )
 
@@ -133,11 +134,14 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     restructured = [r.as_dict() for r in steps.results
                     if r.name in RESTRUCT_PASSES]
     fused = steps.result("preprocess")
-    report = Report(target.as_dict(), plan, ctx.layers, steps.result("partition").info["segments"],
+    placed = steps.result("partition").info
+    segment_costs(m, placed["segments"], target, ctx.layers)
+    report = Report(target.as_dict(), plan, ctx.layers, placed["segments"],
                     devices, plain, ctx.refusals, time.perf_counter() - start,
                     preprocess=fused.info["fused"] if fused else None,
                     restruct=restructured, marks=steps.result("marks").info["marks"].as_dict(),
-                    dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m))
+                    dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
+                    cpu_reasons=placed["cpu_reasons"])
     return m, report
 
 
@@ -149,8 +153,9 @@ def _left_dynamic(model, target):
         return None
     kept = {}
     for node in model.graph:
-        if device(node) == "npu" or not (get_onnx_mapper(node.op_type, node.domain) or
-                                         target.npu_runs(node.op_type, node.domain)):
+        # on the NPU, or one the NPU runs as it is (on the CPU by a mark or for its cost)
+        if device(node) == "npu" or target.npu_runs(node.op_type, node.domain) or \
+                get_onnx_mapper(node.op_type, node.domain) is None:
             continue
         values = [v for v in list(node.inputs) + list(node.outputs) if v is not None]
         if any(v.shape is None or not all(isinstance(d, int) for d in v.shape.dims)
@@ -159,37 +164,12 @@ def _left_dynamic(model, target):
     return {"inputs": inputs, "kept_off_npu": kept} if kept else None
 
 
-def _count(dims):
-    """Elements of a shape, a size that is not fixed counted as 1; None if unknown."""
-    if dims is None:
-        return None
-    n = 1
-    for d in dims:
-        n *= d if isinstance(d, int) else 1
-    return n
-
-
 def _plain_macs(model):
     """{op type: multiply-accumulates} of the matrix layers left as plain ONNX ops (Conv,
     ConvTranspose, MatMul, Gemm): the work the arrays do not do."""
     out = {}
     for node in model.graph:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in (
-                "Conv", "ConvTranspose", "MatMul", "Gemm"):
-            continue
-        x, w, y = (node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None,
-                   node.outputs[0])
-        wd = dims(w)
-        if node.op_type == "Conv" and wd is not None:       # each output: C/g * kernel
-            macs = _count(dims(y)) * _count(wd[1:]) if dims(y) is not None else None
-        elif node.op_type == "ConvTranspose" and wd is not None:   # each input: M/g * kernel
-            macs = _count(dims(x)) * _count(wd[1:]) if dims(x) is not None else None
-        else:                                               # each output: the inner size K
-            xd = dims(x)
-            k = xd[-1] if xd and isinstance(xd[-1], int) else None
-            if node.op_type == "Gemm" and node.attributes.get_int("transA", 0) and xd:
-                k = xd[0] if isinstance(xd[0], int) else None
-            macs = _count(dims(y)) * k if k is not None and dims(y) is not None else None
+        macs = 0 if node.domain == DOMAIN else node_macs(node)
         if macs:
             out[node.op_type] = out.get(node.op_type, 0) + macs
     return out

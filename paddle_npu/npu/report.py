@@ -28,11 +28,34 @@ class Segment:
     nodes: List[str]
     inputs: List[str] = field(default_factory=list)    # tensors it receives from elsewhere
     outputs: List[str] = field(default_factory=list)   # tensors it hands to others / the host
+    cost: Optional[dict] = None     # cost.segment_costs: MACs, bytes crossing, estimated ns
+    layers: list = field(default_factory=list)         # [(source layer, unit, nodes)]
 
     def as_dict(self):
         return {"index": self.index, "device": self.device, "nodes": len(self.nodes),
                 "first": self.nodes[0], "last": self.nodes[-1],
-                "inputs": self.inputs, "outputs": self.outputs}
+                "inputs": self.inputs, "outputs": self.outputs,
+                **({"cost": self.cost} if self.cost is not None else {})}
+
+
+def _macs(n):
+    return f"{n / 1e9:.2f} G" if n >= 1e9 else f"{n / 1e6:.2f} M" if n >= 1e6 else str(n)
+
+
+def _bytes(n):
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB" if n >= 2**10 \
+        else f"{n} B"
+
+
+def _latency(ns, total):
+    parts = ", ".join(f"{k} {v / 1000:.1f}" for k, v in ns.items() if v)
+    return f"{total / 1000:.1f} us" + (f" ({parts})" if parts else "")
+
+
+def _cost_line(c):
+    """One segment's MACs, bytes crossing and estimated latency (cost.segment_costs)."""
+    return (f"{_macs(c['macs'])} MACs; in {_bytes(c['bytes_in'])}, out {_bytes(c['bytes_out'])}"
+            f"; estimated {_latency(c['ns'], c['total_ns'])}")
 
 
 def _sum(costs, key):
@@ -54,12 +77,28 @@ class Report:
     marks: Optional[dict] = None        # marks.py: compile_mode, CPU-marked and 16-bit nodes
     dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
     plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
+    cpu_reasons: Optional[dict] = None  # node on the CPU -> why (partition.py)
 
     def npu_mac_share(self):
         """The arrays' share of the model's multiply-accumulates (1.0 with none at all)."""
         npu = self.totals()["macs"]
         rest = sum((self.plain_macs or {}).values())
         return npu / (npu + rest) if npu + rest else 1.0
+
+    def estimate(self):
+        """The whole model summed over its segments (cost.segment_costs): MACs and their NPU
+        share, bytes and hand-overs crossing between chip and CPU, estimated latency in ns
+        per unit and in total; None when the segments carry no costs."""
+        costs = [s.cost for s in self.segments if s.cost is not None]
+        if not costs or len(costs) != len(self.segments):
+            return None
+        macs = sum(c["macs"] for c in costs)
+        npu = sum(c["npu_macs"] for c in costs)
+        ns = {k: round(sum(c["ns"][k] for c in costs), 1) for k in costs[0]["ns"]}
+        return {"macs": macs, "npu_macs": npu, "npu_share": round(npu / macs, 6) if macs else 1.0,
+                "bytes_crossing": sum(c["bytes_in"] + c["bytes_to_host"] for c in costs),
+                "transfers": sum(c["transfers_in"] + c["transfers_to_host"] for c in costs),
+                "ns": ns, "total_ns": round(sum(ns.values()), 1)}
 
     def dynamic_line(self):
         """One line naming the inputs of open size, the nodes that stay off the NPU for it,
@@ -112,7 +151,8 @@ class Report:
                 "devices": self.devices, "plain_ops": self.plain, "not_lowered": self.refusals,
                 "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks,
                 "dynamic": self.dynamic, "plain_macs": self.plain_macs,
-                "npu_mac_share": round(self.npu_mac_share(), 6)}
+                "npu_mac_share": round(self.npu_mac_share(), 6),
+                "estimate": self.estimate(), "cpu_reasons": self.cpu_reasons}
 
     def render(self):
         """The terminal table."""
@@ -152,12 +192,28 @@ class Report:
         for s in self.segments:
             lines.append(f"  #{s.index} {s.device.upper():<4} {len(s.nodes):>5} nodes  "
                          f"{s.nodes[0]} .. {s.nodes[-1]}")
+            if s.cost is not None:
+                lines.append("      " + _cost_line(s.cost))
             if s.inputs:
                 lines.append(f"      in:  {', '.join(s.inputs[:8])}"
                              + (f" (+{len(s.inputs) - 8})" if len(s.inputs) > 8 else ""))
             if s.outputs:
                 lines.append(f"      out: {', '.join(s.outputs[:8])}"
                              + (f" (+{len(s.outputs) - 8})" if len(s.outputs) > 8 else ""))
+        est = self.estimate()
+        if est is not None:
+            share = f"{est['npu_macs'] / est['macs']:.1%}" if est["macs"] else "-"
+            lines.append(f"  total: {_macs(est['macs'])} MACs, {share} on the NPU; "
+                         f"{est['transfers']} hand-over(s), {_bytes(est['bytes_crossing'])} "
+                         f"crossing; estimated {_latency(est['ns'], est['total_ns'])}")
+        if self.cpu_reasons:
+            reasons = {}
+            for name, why in self.cpu_reasons.items():
+                reasons.setdefault(why, []).append(name)
+            lines += ["", f"on the CPU ({len(self.cpu_reasons)} nodes):"]
+            for why, names in sorted(reasons.items(), key=lambda t: -len(t[1])):
+                shown = ", ".join(names[:6]) + (f" (+{len(names) - 6})" if len(names) > 6 else "")
+                lines.append(f"  {len(names)} x {why}: {shown}")
         if self.plain:
             lines += ["", "plain ONNX ops: " + ", ".join(
                 f"{op} ({', '.join(f'{d} {n}' for d, n in sorted(where.items()))})"

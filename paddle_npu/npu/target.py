@@ -21,6 +21,14 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     fc_followers = ["Softmax"]                 # an FC feeding anything else becomes a 1x1 Conv
     broadcast = false                          # no broadcast / Tile: Concat repeats instead
     max_npu_segments = 8                       # 0: no limit
+    [cost]                                     # what placement weighs (partition.py, cost.py)
+    array_vmm_ns = 100                         # one vector through one array tile
+    array_write_ns_per_cell = 1                # writing an array at run time (RuntimeVMM)
+    vector_elements_per_ns = 16                # vector unit, lookup table, moves
+    cpu_macs_per_ns = 4                        # the CPU's multiply-accumulates
+    cpu_elements_per_ns = 2                    # the CPU's other element work
+    link_bytes_per_ns = 4                      # chip <-> CPU bandwidth (GB/s)
+    transfer_latency_ns = 20000                # each hand-over between chip and CPU
     [preprocess]                               # used with --fuse-preprocess (preprocess.py)
     mean = [123.675, 116.28, 103.53]
     std = [58.395, 57.12, 57.375]
@@ -60,6 +68,24 @@ EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
 
 
 @dataclass(frozen=True)
+class Cost:
+    """The few numbers placement weighs (partition.py), for a 2025-era edge NPU by default:
+    an analog array takes ~100 ns per vector, a vector unit does 16 elements per ns, a
+    quad-core application CPU ~4 GMAC/s, and every hand-over between chip and CPU costs a
+    driver round trip (~20 us) plus the bytes over a 4 GB/s link."""
+    array_vmm_ns: float = 100.0
+    array_write_ns_per_cell: float = 1.0
+    vector_elements_per_ns: float = 16.0
+    cpu_macs_per_ns: float = 4.0
+    cpu_elements_per_ns: float = 2.0
+    link_bytes_per_ns: float = 4.0
+    transfer_latency_ns: float = 20000.0
+
+    def as_dict(self):
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     rows: int = 256
@@ -80,6 +106,7 @@ class Target:
     fc_followers: tuple = ("*",)
     broadcast: bool = True
     max_npu_segments: int = 0
+    cost: Cost = Cost()
 
     def runs_primitive(self, op_type):
         return op_type in self.primitives
@@ -105,6 +132,7 @@ class Target:
                 "restruct": {"passes": list(self.restruct), "fc_followers": list(self.fc_followers),
                              "broadcast": self.broadcast,
                              "max_npu_segments": self.max_npu_segments},
+                "cost": self.cost.as_dict(),
                 **({"preprocess": dict(self.preprocess)} if self.preprocess else {})}
 
 
@@ -125,6 +153,8 @@ PRESETS = {
         "nnie", primitives=ALL_PRIMITIVES, npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
         restruct=("bn_collapse", "merge_linear", "l2norm", "fc_to_conv"),
         fc_followers=("Softmax",), broadcast=False, max_npu_segments=8,
+        cost=Cost(array_vmm_ns=200.0, vector_elements_per_ns=8.0, cpu_macs_per_ns=2.0,
+                  cpu_elements_per_ns=1.0, link_bytes_per_ns=2.0, transfer_latency_ns=50000.0),
         description="HiSilicon NNIE-like: an FC may only feed softmax, no "
                     "broadcast or Tile, at most 8 NPU segments; restruct passes on"),
 }
@@ -155,7 +185,8 @@ def _names(data, key, default, path):
 # the widths the precision table may take.
 _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "precision": {"weight_bits", "activation_bits"},
                "npu": {"primitives", "onnx_ops"}, "cpu": {"onnx_ops"},
-               "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"}}
+               "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
+               "cost": set(Cost.__dataclass_fields__)}
 _BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16)}
 
 
@@ -169,7 +200,7 @@ def target_from_dict(data, source="<dict>"):
                               f"(known: {', '.join(sorted(PRESETS))})")
     flat = {}
     known = {"name", "description", "base", "array", "precision", "npu", "cpu", "preprocess",
-             "restruct"}
+             "restruct", "cost"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
@@ -215,8 +246,14 @@ def target_from_dict(data, source="<dict>"):
                            fc_followers=_names(rs, "fc_followers", base.fc_followers, source),
                            max_npu_segments=_positive(rs, "max_npu_segments",
                                                       base.max_npu_segments))
+    costs = dict(base.cost.as_dict())
+    for key, value in data.get("cost", {}).items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ConversionError(f"{source}: cost.{key} must be a positive number, "
+                                  f"not {value!r}")
+        costs[key] = float(value)
     return Target(
-        **restruct_fields,
+        **restruct_fields, cost=Cost(**costs),
         name=str(data.get("name") or os.path.splitext(os.path.basename(source))[0]),
         rows=_positive(flat, "rows", base.rows), cols=_positive(flat, "cols", base.cols),
         array_count=_positive(flat, "count", base.array_count),

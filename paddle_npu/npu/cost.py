@@ -1,0 +1,154 @@
+"""Estimated cost of a node on a device and of a tensor crossing between chip and CPU, from
+the target's `Cost` numbers and the shapes the graph records (a size that is not fixed
+counts as 1). Placement (partition.py) weighs these; the report adds them up per segment.
+
+    arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
+    vector   everything else the NPU runs (vector unit, lookup table, moves): per element
+    cpu      multiply-accumulates of matrix layers, plus every other output element
+    transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
+             latency plus the bytes over the link
+"""
+from .graph import device as device_of, dims, segment as segment_of, source
+from .ops import DOMAIN
+
+ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
+MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def count(shape):
+    """Elements of a shape, a size that is not fixed counted as 1; None if unknown."""
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        n *= d if isinstance(d, int) else 1
+    return n
+
+
+def value_bytes(value):
+    """Bytes of a tensor (0 when its shape or type is not known)."""
+    n = count(dims(value))
+    if n is None or value.dtype is None:
+        return 0
+    return n * value.dtype.itemsize
+
+
+def is_array_node(node):
+    return node.domain == DOMAIN and node.op_type in ARRAY_PRIMITIVES
+
+
+def node_macs(node):
+    """Multiply-accumulates of a matrix layer (plain Conv / ConvTranspose / MatMul / Gemm,
+    or an array primitive), 0 for anything else or when shapes are not known."""
+    ins = [v for v in node.inputs]
+    if node.domain == DOMAIN and node.op_type in ARRAY_PRIMITIVES:
+        x, w, y = dims(ins[0]), dims(ins[1]), dims(node.outputs[0])
+        if x is None or w is None or y is None:
+            return 0
+        return count(y) * (w[-2] if isinstance(w[-2], int) else 1)
+    if node.domain not in ("", "ai.onnx") or node.op_type not in MATRIX_OPS:
+        return 0
+    x, w, y = (dims(ins[0]), dims(ins[1]) if len(ins) > 1 else None, dims(node.outputs[0]))
+    if node.op_type == "Conv" and w is not None:       # each output: C/g * kernel
+        return count(y) * count(w[1:]) if y is not None else 0
+    if node.op_type == "ConvTranspose" and w is not None:   # each input: M/g * kernel
+        return count(x) * count(w[1:]) if x is not None else 0
+    k = x[-1] if x and isinstance(x[-1], int) else None   # each output: the inner size K
+    if node.op_type == "Gemm" and node.attributes.get_int("transA", 0) and x:
+        k = x[0] if isinstance(x[0], int) else None
+    return count(y) * k if k is not None and y is not None else 0
+
+
+def _output_elements(node):
+    return sum(count(dims(v)) or 0 for v in node.outputs)
+
+
+def node_ns(node, where, target):
+    """(unit, estimated ns) of a node run on `where` ("npu" or "cpu"); unit is "arrays",
+    "vector" or "cpu"."""
+    c = target.cost
+    if where == "cpu":
+        return "cpu", node_macs(node) / c.cpu_macs_per_ns + \
+            _output_elements(node) / c.cpu_elements_per_ns
+    if not is_array_node(node):
+        return "vector", _output_elements(node) / c.vector_elements_per_ns
+    x, w = dims(node.inputs[0]), dims(node.inputs[1])
+    if x is None or w is None:
+        return "arrays", 0.0
+    vectors = count(x[:-1])
+    if node.op_type != "RuntimeVMM":        # one weight-stationary tile per node
+        return "arrays", vectors * c.array_vmm_ns
+    r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
+    tiles = -(-r // target.rows) * -(-m // target.cols)
+    return "arrays", vectors * tiles * c.array_vmm_ns + count(w) * c.array_write_ns_per_cell
+
+
+def transfer_ns(nbytes, target):
+    """One hand-over of `nbytes` between chip and CPU."""
+    c = target.cost
+    return c.transfer_latency_ns + nbytes / c.link_bytes_per_ns
+
+
+def segment_costs(model, segments, target, layers):
+    """The whole-model story per segment, set as `segment.cost`: MACs (the arrays' useful
+    ones as the layer reports count them, plus the matrix layers a CPU runs), NPU share of
+    them, bytes coming in from the other device (or the host), going out to it, and the
+    model's outputs an NPU segment hands to the host, and the estimated ns per unit (arrays,
+    vector, cpu) and of the hand-overs it receives (one for everything it takes from the
+    other device or the host) or makes to the host (one for the model's outputs).
+    Also `segment.layers`: [(source layer, unit, nodes)] in run order, consecutive nodes of
+    one layer and unit together (the picture draws them)."""
+    by_segment = {s.index: [] for s in segments}
+    for node in model.graph:
+        by_segment[segment_of(node)].append(node)
+    layer_macs = {l.name: l.cost.macs for l in layers}
+    produced_on = {}
+    for node in model.graph:
+        for v in node.outputs:
+            produced_on[v] = device_of(node)
+    values = {v.name: v for node in model.graph for v in list(node.inputs) + list(node.outputs)
+              if v is not None}
+    values.update((v.name, v) for v in model.graph.inputs)
+    outputs = {v.name for v in model.graph.outputs}
+    counted = set()
+    for s in segments:
+        ns = {"arrays": 0.0, "vector": 0.0, "cpu": 0.0, "transfers": 0.0}
+        macs = 0
+        s.layers = []
+        for node in by_segment[s.index]:
+            unit, t = node_ns(node, s.device, target)
+            ns[unit] += t
+            layer = source(node) or node.name
+            if is_array_node(node):
+                if layer not in counted:
+                    counted.add(layer)
+                    macs += layer_macs.get(layer, node_macs(node))
+            elif node.domain != DOMAIN:
+                macs += node_macs(node)
+            if s.layers and s.layers[-1][:2] == (layer, unit):
+                s.layers[-1] = (layer, unit, s.layers[-1][2] + 1)
+            else:
+                s.layers.append((layer, unit, 1))
+        bytes_in = bytes_out = bytes_host = 0
+        for name in s.inputs:
+            v = values[name]
+            if produced_on.get(v, "cpu") != s.device:     # the host holds the model's inputs
+                bytes_in += value_bytes(v)
+        for name in s.outputs:
+            v = values[name]
+            readers = {device_of(u.node) for u in v.uses()} - {None}   # None: in a sub-graph
+            if name in outputs:
+                readers.add("cpu")
+            if readers - {s.device}:
+                bytes_out += value_bytes(v)
+            if name in outputs and s.device == "npu":       # to the host
+                bytes_host += value_bytes(v)
+        crossing_in = int(any(produced_on.get(values[n], "cpu") != s.device for n in s.inputs))
+        crossing_host = int(s.device == "npu" and any(n in outputs for n in s.outputs))
+        ns["transfers"] = (transfer_ns(bytes_in, target) if crossing_in else 0.0) + \
+            (transfer_ns(bytes_host, target) if crossing_host else 0.0)
+        s.cost = {"macs": macs, "npu_macs": macs if s.device == "npu" else 0,
+                  "bytes_in": bytes_in, "bytes_out": bytes_out, "bytes_to_host": bytes_host,
+                  "transfers_in": crossing_in, "transfers_to_host": crossing_host,
+                  "ns": {k: round(v, 1) for k, v in ns.items()},
+                  "total_ns": round(sum(ns.values()), 1)}
