@@ -40,6 +40,11 @@ class Exported:
     def data(self):
         return None if self._streamed is None else self._streamed.to_bytes()
 
+    @property
+    def size(self):
+        """The serialized model's size in bytes (0 above 2 GB)."""
+        return 0 if self._streamed is None else self._streamed.size()
+
 
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
                     progress=None):

@@ -267,5 +267,8 @@ class StreamedModel:
             for piece in self._parts():
                 f.write(piece if isinstance(piece, bytes) else self._bytes_of(piece))
 
+    def size(self):
+        return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self._parts())
+
     def to_bytes(self):
         return b"".join(p if isinstance(p, bytes) else self._bytes_of(p) for p in self._parts())
