@@ -227,8 +227,9 @@ class StreamedModel:
         headers = [i for i in proto.graph.initializer if i.name in self._tensors]
         del proto.graph.initializer[:]
         proto.graph.initializer.extend(kept)
+        listed = {i.name for i in proto.graph.input}     # (IR < 4 lists initializers there)
         proto.graph.input.extend(helper.make_tensor_value_info(h.name, h.data_type, h.dims)
-                                 for h in headers)
+                                 for h in headers if h.name not in listed)
         return proto
 
     def _parts(self):

@@ -205,6 +205,10 @@ def test_streamed_model_writes_what_serialize_model_writes(tmp_path):
     assert onnx.load_from_string(streamed.to_bytes()) == expected
     assert model.graph.initializers["big"].const_value.numpy().shape == (300, 300)  # unchanged
     onnx.checker.check_model(streamed.checkable(), full_check=True)
+    model.graph.inputs.append(values["big"])      # as IR < 4 lists initializers
+    inputs = [i.name for i in StreamedModel(model).checkable().graph.input]
+    assert sorted(inputs) == ["big", "x"]
+    model.graph.inputs.pop()
 
     class Short(ir.Tensor):
         def tobytes(self):
