@@ -6,6 +6,8 @@
     infer_shapes(model)         onnx's shape inference merged into an ir.Model in place
     upgrade_opset(proto, n)     onnx's version converter, keeping node names and metadata
     save_proto(proto, path)     a ModelProto written atomically (segments, QDQ exports)
+    StreamedModel(model)        an ir.Model written to a file with its weights streamed from
+                                their arrays (no second copy), checkable without them
 
 Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
 """
@@ -209,7 +211,10 @@ class StreamedModel:
                         tensor.dtype == ir.DataType.STRING:
                     continue
                 header = onnx.TensorProto(name=value.name, data_type=tensor.dtype.value,
-                                          dims=tensor.shape.numpy())
+                                          dims=tensor.shape.numpy(),
+                                          doc_string=tensor.doc_string or "")
+                for key, text in tensor.metadata_props.items():
+                    header.metadata_props.add(key=key, value=text)
                 saved.append((value, tensor))
                 self._tensors[value.name] = tensor
                 value.const_value = ir.serde.TensorProtoTensor(header)

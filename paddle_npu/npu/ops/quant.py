@@ -150,7 +150,7 @@ class QVMM(Primitive):
         x, w = inputs
         a = cls.attrs_of(attrs)
         off, acc_type = a["row_offset"], _ACC_OF_BITS[a["acc_bits"]][1]
-        r, m = w.shape
+        r = w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")

@@ -34,7 +34,7 @@ class VMM(Primitive):
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         off = cls.attrs_of(attrs)["row_offset"]
-        r, m = w.shape
+        r = w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"VMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
