@@ -211,8 +211,9 @@ class StreamedModel:
                         tensor.dtype == ir.DataType.STRING:
                     continue
                 header = onnx.TensorProto(name=value.name, data_type=tensor.dtype.value,
-                                          dims=tensor.shape.numpy(),
-                                          doc_string=tensor.doc_string or "")
+                                          dims=tensor.shape.numpy())
+                if tensor.doc_string:
+                    header.doc_string = tensor.doc_string
                 for key, text in tensor.metadata_props.items():
                     header.metadata_props.add(key=key, value=text)
                 saved.append((value, tensor))
