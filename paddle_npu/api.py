@@ -3,7 +3,7 @@ import os
 import sys
 
 from .errors import ConversionError, PaddleFormatError
-from .outputs import check_output, write_bytes, write_with
+from .outputs import check_output, write_with
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
@@ -29,11 +29,21 @@ _P2O_WHY_NOT = {
 
 
 class Exported:
-    """What `convert_model` made: the serialized model (None above 2 GB, when it went to
-    external data), the opset, the opset asked for, and the main graph's node count."""
+    """What `convert_model` made: the opset, the opset asked for, the main graph's node count,
+    and `data`, the serialized model (None above 2 GB, when it went to external data), made
+    when first asked for: a model written to a file is never held in memory as bytes."""
 
-    def __init__(self, data, opset, asked, nodes):
-        self.data, self.opset, self.asked, self.nodes = data, opset, asked, nodes
+    def __init__(self, streamed, opset, asked, nodes):
+        self._streamed, self.opset, self.asked, self.nodes = streamed, opset, asked, nodes
+
+    @property
+    def data(self):
+        return None if self._streamed is None else self._streamed.to_bytes()
+
+    @property
+    def size(self):
+        """The serialized model's size in bytes (0 above 2 GB)."""
+        return 0 if self._streamed is None else self._streamed.size()
 
 
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
@@ -49,24 +59,19 @@ def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimi
     return model, opset
 
 
-def check_model(data, proto=None):
-    """onnx.checker on the serialized model, and strict shape inference.
+def check_model(proto):
+    """onnx.checker and strict shape inference on a ModelProto.
 
-    Works on the bytes we write anyway: the Python wrappers would re-serialize (and parse
-    back) the whole model, weights included, which costs more than the checks themselves.
-    Given `proto` (the ModelProto `data` came from, which this may then empty), shape
-    inference runs on it with the large weights' bytes dropped: it needs their shapes only.
+    Runs on the bytes of `proto` (the Python wrappers would serialize it once more each);
+    `StreamedModel.checkable()` gives the proto of a converted model without its large
+    weights' bytes, whose sizes its writer checks.
     """
     import onnx
     from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 
     try:
+        data = proto.SerializeToString()
         onnx.checker.check_model(data)
-        if proto is not None:
-            for init in proto.graph.initializer:
-                if len(init.raw_data) > 1024:
-                    init.raw_data = b""
-            data = proto.SerializeToString()
         c_shape_inference.infer_shapes(data, True, True, False)   # check_type, strict_mode
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         problems = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
@@ -90,7 +95,9 @@ def save_model(model, save_file, inputs=(), external_file=""):
                      "external data")
         return write_with(save_file, lambda tmp: ir.save(
             model, tmp, external_data=data_name, size_threshold_bytes=1024), inputs)
-    return write_bytes(save_file, ir.serde.serialize_model(model).SerializeToString(), inputs)
+    from .onnx_io import StreamedModel
+
+    return write_with(save_file, StreamedModel(model).write, inputs)
 
 
 def model_files(model, params=None):
@@ -149,8 +156,6 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
                   enable_optimize=True, external_file="", *, input_shape=None):
     """`export` without paddle2onnx's compatibility options; returns an `Exported`.
     opset_version None: the lowest opset that covers the model."""
-    import onnx_ir as ir
-
     from .frontend import load
 
     inputs = model_files(model_filename, params_filename)
@@ -179,19 +184,19 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
         return Exported(None, opset, opset_version, len(model.graph))
-    proto = ir.serde.serialize_model(model)
-    nodes = len(proto.graph.node)
-    data = proto.SerializeToString()
+    from .onnx_io import StreamedModel
+
+    streamed = StreamedModel(model)
     if enable_onnx_checker:
         try:
-            check_model(data, proto)
+            check_model(streamed.checkable())
         except ConversionError as exc:
             raise ConversionError(f"{program.model_path}: {exc}") from None
     if save_file is not None:
-        write_bytes(save_file, data, inputs)
+        write_with(save_file, streamed.write, inputs)
         if verbose:
             print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
-    return Exported(data, opset, opset_version, nodes)
+    return Exported(streamed, opset, opset_version, len(streamed.proto.graph.node))
 
 
 def lower(model, target=None, plan="packed", **options):

@@ -100,17 +100,16 @@ def _cmd_convert(args):
                          auto_upgrade_opset=args.enable_auto_update_opset,
                          enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
                          external_file=args.external_filename or "", input_shape=input_shape)
-    data = done.data
     if args.target:   # --npu: stage 2 too, the file written is the lowered model
         from .npu.cli import lower_converted
-        lower_converted(data, save_file, args)
+        lower_converted(done.data, save_file, args)
     elif spec is not None:
         from .preprocess import save_fused
-        save_fused(data, spec, save_file, check=args.enable_onnx_checker)
+        save_fused(done.data, spec, save_file, check=args.enable_onnx_checker)
     if not args.quiet:
         raised = f" (raised from the {done.asked} asked)" if done.asked and \
             done.opset > done.asked else ""
-        size = os.path.getsize(save_file) if os.path.isfile(save_file) else len(data or b"")
+        size = os.path.getsize(save_file) if os.path.isfile(save_file) else done.size
         print(f"converted {model}: opset {done.opset}{raised}, {done.nodes} nodes, "
               f"{time.perf_counter() - start:.2f} s; wrote {save_file} ({_size(size)})")
     if args.reference:

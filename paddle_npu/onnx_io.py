@@ -6,6 +6,8 @@
     infer_shapes(model)         onnx's shape inference merged into an ir.Model in place
     upgrade_opset(proto, n)     onnx's version converter, keeping node names and metadata
     save_proto(proto, path)     a ModelProto written atomically (segments, QDQ exports)
+    StreamedModel(model)        an ir.Model written to a file with its weights streamed from
+                                their arrays (no second copy), checkable without them
 
 Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
 """
@@ -159,3 +161,121 @@ def save_proto(proto, path):
     from .outputs import write_with
 
     return write_with(path, lambda tmp: onnx.save(proto, tmp))
+
+
+# An initializer bigger than this is written from its own tensor (the reader's zero-copy view
+# of the params file, for a converted model), never copied into a ModelProto.
+STREAM_BYTES = 1024
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number, length):
+    """The tag and length of a length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+_GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9   # onnx.proto's field numbers
+
+
+class StreamedModel:
+    """An ir.Model serialized without a second copy of its weights.
+
+    `proto` is the model's ModelProto with every main-graph initializer over STREAM_BYTES
+    reduced to its header (name, type, dims, no data); `write(path)` writes the complete
+    model, each such initializer's bytes taken from its tensor as it goes and checked for
+    size the way onnx.checker checks raw_data. The file parses to the same model as
+    `ir.serde.serialize_model(model)` (the initializers come after the graph's other fields).
+    `checkable()` is `proto` with those initializers as typed graph inputs, for onnx.checker
+    and shape inference (which need their types and shapes, not their bytes)."""
+
+    def __init__(self, model):
+        import onnx
+        import onnx_ir as ir
+
+        self._tensors = {}                  # initializer name -> its tensor
+        saved = []
+        try:
+            for value in model.graph.initializers.values():
+                tensor = value.const_value
+                if tensor is None or tensor.nbytes <= STREAM_BYTES or \
+                        tensor.dtype == ir.DataType.STRING:
+                    continue
+                header = onnx.TensorProto(name=value.name, data_type=tensor.dtype.value,
+                                          dims=tensor.shape.numpy())
+                if tensor.doc_string:
+                    header.doc_string = tensor.doc_string
+                for key, text in tensor.metadata_props.items():
+                    header.metadata_props.add(key=key, value=text)
+                saved.append((value, tensor))
+                self._tensors[value.name] = tensor
+                value.const_value = ir.serde.TensorProtoTensor(header)
+            self.proto = ir.serde.serialize_model(model)
+        finally:
+            for value, tensor in saved:
+                value.const_value = tensor
+
+    def checkable(self):
+        from onnx import ModelProto, helper
+
+        proto = ModelProto()
+        proto.CopyFrom(self.proto)
+        kept = [i for i in proto.graph.initializer if i.name not in self._tensors]
+        headers = [i for i in proto.graph.initializer if i.name in self._tensors]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(kept)
+        listed = {i.name for i in proto.graph.input}     # (IR < 4 lists initializers there)
+        proto.graph.input.extend(helper.make_tensor_value_info(h.name, h.data_type, h.dims)
+                                 for h in headers if h.name not in listed)
+        return proto
+
+    def _parts(self):
+        """The model's bytes as a list of pieces: bytes, or a tensor to write in their place."""
+        import onnx
+
+        graph = onnx.GraphProto()
+        graph.CopyFrom(self.proto.graph)
+        del graph.initializer[:]
+        pieces = [graph.SerializeToString()]
+        for init in self.proto.graph.initializer:
+            tensor = self._tensors.get(init.name)
+            if tensor is None:
+                data = init.SerializeToString()
+                pieces += [_field(_INITIALIZER_FIELD, len(data)), data]
+                continue
+            head = init.SerializeToString() + _field(_RAW_DATA_FIELD, tensor.nbytes)
+            pieces += [_field(_INITIALIZER_FIELD, len(head) + tensor.nbytes), head, tensor]
+        graph_size = sum(p.nbytes if not isinstance(p, bytes) else len(p) for p in pieces)
+        rest = onnx.ModelProto()
+        rest.CopyFrom(self.proto)
+        rest.ClearField("graph")
+        return [rest.SerializeToString(), _field(_GRAPH_FIELD, graph_size)] + pieces
+
+    @staticmethod
+    def _bytes_of(tensor):
+        data = tensor.tobytes()
+        if len(data) != tensor.nbytes:   # what onnx.checker checks of raw_data
+            raise ConversionError(f"initializer {tensor.name!r}: {len(data)} bytes for a "
+                                  f"{tensor.dtype} tensor of shape {tensor.shape} "
+                                  f"({tensor.nbytes} expected)")
+        return data
+
+    def write(self, path):
+        with open(path, "wb") as f:
+            for piece in self._parts():
+                f.write(piece if isinstance(piece, bytes) else self._bytes_of(piece))
+
+    def size(self):
+        return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self._parts())
+
+    def to_bytes(self):
+        return b"".join(p if isinstance(p, bytes) else self._bytes_of(p) for p in self._parts())

@@ -899,7 +899,7 @@ def save_fused(onnx_bytes, spec, save_file, check=True):
                               "convert it first, then fuse with `paddle-npu lower`")
     model, info = fuse_preprocess(onnx_bytes, spec)
     if check:
-        check_model(ir.serde.serialize_model(model).SerializeToString())
+        check_model(ir.serde.serialize_model(model))
     save_model(model, save_file)
     print(describe(info))
     print(f"wrote {save_file}")

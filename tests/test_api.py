@@ -171,3 +171,48 @@ def test_an_output_dim_the_program_ties_to_an_input_shares_its_symbol():
     ocr = onnx.load_from_string(export(os.path.join(REAL_MODELS, "ch_ppocr_mobile_v2.0_cls")))
     assert all(d.dim_value or d.dim_param for o in ocr.graph.output
                for d in o.type.tensor_type.shape.dim)
+
+
+def test_streamed_model_writes_what_serialize_model_writes(tmp_path):
+    """Weights written from their tensors make the same model as ir's serializer, in the
+    same initializer order; a tensor whose bytes do not fit its shape is refused."""
+    import onnx_ir as ir
+    from paddle_npu.onnx_io import StreamedModel
+
+    rng = np.random.default_rng(0)
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 300]))
+    values = {}
+    for name, array in [("big", rng.standard_normal((300, 300)).astype(np.float32)),
+                        ("small", np.float32([1.5])),
+                        ("big16", rng.standard_normal((300,)).astype(np.float16))]:
+        values[name] = ir.Value(name=name, type=ir.TensorType(ir.tensor(array).dtype),
+                                shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+    mm = ir.node("MatMul", [x, values["big"]])
+    add = ir.node("Add", [mm.outputs[0], values["small"]])
+    cast = ir.node("Cast", [values["big16"]], attributes={"to": ir.DataType.FLOAT})
+    out = ir.node("Add", [add.outputs[0], cast.outputs[0]])
+    out.outputs[0].name, out.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    out.outputs[0].shape = ir.Shape([2, 300])
+    graph = ir.Graph([x], out.outputs, nodes=[mm, add, cast, out],
+                     initializers=list(values.values()), opset_imports={"": 17}, name="g")
+    model = ir.Model(graph, ir_version=10)
+
+    streamed = StreamedModel(model)
+    path = tmp_path / "m.onnx"
+    streamed.write(path)
+    expected = ir.serde.serialize_model(model)
+    assert onnx.load(path) == expected
+    assert onnx.load_from_string(streamed.to_bytes()) == expected
+    assert model.graph.initializers["big"].const_value.numpy().shape == (300, 300)  # unchanged
+    onnx.checker.check_model(streamed.checkable(), full_check=True)
+    model.graph.inputs.append(values["big"])      # as IR < 4 lists initializers
+    inputs = [i.name for i in StreamedModel(model).checkable().graph.input]
+    assert sorted(inputs) == ["big", "x"]
+    model.graph.inputs.pop()
+
+    class Short(ir.Tensor):
+        def tobytes(self):
+            return super().tobytes()[:-4]
+    values["big"].const_value = Short(values["big"].const_value.numpy(), name="big")
+    with pytest.raises(ConversionError, match=r"'big': 359996 bytes .* \(360000 expected\)"):
+        StreamedModel(model).write(tmp_path / "short.onnx")

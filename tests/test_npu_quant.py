@@ -104,6 +104,27 @@ def test_qvmm_body_equals_reference_and_exact_int32():
     assert np.array_equal(ref, want)
 
 
+@pytest.mark.parametrize("dtype, bits, via", [(np.int8, 32, np.float32),
+                                               (np.int16, 64, np.float64),
+                                               (np.int32, 64, np.int64)])
+def test_qvmm_reference_is_exact_in_the_type_it_multiplies_in(dtype, bits, via):
+    """The reference multiplies in float32 / float64 BLAS when every partial sum is exact
+    there, else in int64: extreme values give the same sums as int64 arithmetic."""
+    from paddle_npu.npu.ops import ArrayModel
+    from paddle_npu.npu.ops.quant import _exact_type
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    big = 2 ** 20 if dtype == np.int32 else info.max     # int32 rows: int64 sums still fit
+    x = rng.choice([-big, big - 1, big, 1, 0], size=(3, 5, 260)).astype(dtype)
+    w = rng.choice([info.min + 1, info.max, -1, 0], size=(256, 40)).astype(dtype)
+    assert _exact_type(x, w, 256) is via
+    ref = get_primitive("QVMM").reference(ArrayModel(64, 16), [x, w],
+                                          {"row_offset": 4, "acc_bits": bits})[0]
+    want = x[..., 4:260].astype(np.int64) @ w.astype(np.int64)
+    assert np.array_equal(ref, want)
+
+
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     """The example CNN as ONNX, a calibration table from 512 TRAIN images, the test split."""

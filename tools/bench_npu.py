@@ -2,10 +2,13 @@
 
 For each model (zoo exports, converted by stage 1): arrays used, utilisation and VMM
 invocations under both plans and their ratio, the lowering time of each plan, and the
-NumPy reference's throughput (useful MACs per second) running the lowered model.
+NumPy reference's throughput (useful MACs per second) running the lowered model, and in
+onnxruntime the lowered model's session creation time and latency (median over --iters) beside
+the ONNX model's, with their ratios (targets, issue 15: <= 1.5x).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
+                              [--ort-plans packed] [--iters 20]
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
@@ -17,6 +20,7 @@ hand-overs), the lowering time and how the lowered model agrees with the ONNX on
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -37,12 +41,31 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def bench_model(name, target, cache, reference_plans, repeat):
+def ort_timing(model, feeds, iters):
+    """(InferenceSession creation seconds, median latency seconds) of a serialized model."""
+    import onnxruntime as ort
+
+    t0 = time.perf_counter()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    created = time.perf_counter() - t0
+    session.run(None, feeds)                       # warm-up
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    return created, statistics.median(times)
+
+
+def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
     batch = next(iter(feeds.values())).shape[0]
     row = {"model": name, "target": target.name, "batch": batch, "plans": {}}
+    if ort_plans:
+        created, latency = ort_timing(onnx_bytes, feeds, iters)
+        row["onnx"] = {"session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3)}
     for plan in ("packed", "per-channel"):
         t0 = time.perf_counter()
         lowered, report = lower(onnx_bytes, target, plan)
@@ -68,6 +91,15 @@ def bench_model(name, target, cache, reference_plans, repeat):
                           "primitives_gmac_s": round(macs / prims / 1e9, 3),
                           "reference_arrays": ref.array.arrays,
                           "reference_vmm_invocations": ref.array.vmm_invocations})
+        if plan in ort_plans:
+            import onnx_ir as ir
+
+            created, latency = ort_timing(ir.serde.serialize_model(lowered).SerializeToString(),
+                                          feeds, iters)
+            entry.update({"session_seconds": round(created, 3),
+                          "latency_ms": round(latency * 1e3, 3),
+                          "session_ratio": round(created / row["onnx"]["session_seconds"], 2),
+                          "latency_ratio": round(latency * 1e3 / row["onnx"]["latency_ms"], 2)})
         row["plans"][plan] = entry
     pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
     row["ratio"] = {"arrays": round(pc["arrays"] / pk["arrays"], 2),
@@ -129,6 +161,17 @@ def render(rows):
                          f"{ref}")
         lines.append(f"{'':<20} {'ratio pc/pk':<12} {r['ratio']['arrays']:>7.1f}x {'':>7} "
                      f"{r['ratio']['vmm_invocations']:>15.1f}x")
+    timed = [(r, plan, e) for r in rows for plan, e in r["plans"].items() if "latency_ms" in e]
+    if timed:
+        head = (f"{'onnxruntime':<20} {'plan':<12} {'session s':>9} {'ONNX s':>7} {'ratio':>6} "
+                f"{'latency ms':>10} {'ONNX ms':>8} {'ratio':>6}")
+        lines += ["", head, "-" * len(head)]
+        for r, plan, e in timed:
+            o = r["onnx"]
+            lines.append(f"{r['model']:<20} {plan:<12} {e['session_seconds']:>9.3f} "
+                         f"{o['session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
+                         f"{e['latency_ms']:>10.2f} {o['latency_ms']:>8.2f} "
+                         f"{e['latency_ratio']:>5.2f}x")
     return "\n".join(lines)
 
 
@@ -141,6 +184,10 @@ def main(argv=None):
     ap.add_argument("--reference-plans", default="packed",
                     help="plans whose lowered model the NumPy reference runs (comma-separated)")
     ap.add_argument("--repeat", type=int, default=3, help="reference runs, the best is kept")
+    ap.add_argument("--ort-plans", default="packed",
+                    help="plans whose lowered model onnxruntime times beside the ONNX model "
+                         "(comma-separated; empty: none)")
+    ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--whole", action="store_true",
                     help="per model: NPU share of MACs and segments, sizes open vs fixed")
@@ -151,7 +198,8 @@ def main(argv=None):
     for name in names:
         rows.append(whole_model(name, target, args.cache) if args.whole else
                     bench_model(name, target, args.cache, args.reference_plans.split(","),
-                                args.repeat))
+                                args.repeat, [p for p in args.ort_plans.split(",") if p],
+                                args.iters))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
     print(render_whole(rows) if args.whole else render(rows))

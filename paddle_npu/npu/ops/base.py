@@ -186,13 +186,45 @@ class ArrayModel:
         self.programmed = {}         # VMM node -> its weight as the arrays hold it
         self.reset()
 
-    def program(self, node, weight):
-        """The weight of a VMM node as held by its arrays: programmed on first use (as a
-        weight-stationary chip is, once), reused by every later inference."""
+    def program(self, node, weight, dtype=np.float64):
+        """The weight of a VMM node as held by its arrays, in the `dtype` the reference
+        multiplies in: programmed on first use (as a weight-stationary chip is, once), reused
+        by every later inference."""
         held = self.programmed.get(node)
         if held is None or held[0] is not weight:     # a new node, or a new weight tensor
-            held = self.programmed[node] = (weight, weight.astype(np.float64))
-        return held[1]
+            held = self.programmed[node] = (weight, {})
+        if dtype not in held[1]:
+            held[1][dtype] = weight.astype(dtype)
+        return held[1][dtype]
+
+    def _as(self, x, dtype):
+        """`x` as `dtype`, converted once for all the VMM nodes reading it (the row and column
+        tiles of one layer read the same rows)."""
+        if self._converted is None or self._converted[0] is not x or \
+                self._converted[1] != dtype:
+            self._converted = (x, dtype, x.astype(dtype))
+        return self._converted[2]
+
+    def vmm(self, node, x, weight, row_offset, dtype):
+        """X[..., k, row_offset:row_offset + R] @ W for every row k, computed in `dtype` as
+        whole-matrix BLAS products, one per (rows x cols) array tile of W, and counted."""
+        r, m = weight.shape
+        lead = x.shape[:-1]
+        rows = self._as(x, dtype).reshape(-1, x.shape[-1])
+        w = self.program(node, weight, dtype)
+        vectors = rows.shape[0]
+        tiles = [(i, ri, j, mj) for i, ri in _chunks(r, self.rows) for j, mj in _chunks(m, self.cols)]
+        y = None if len(tiles) == 1 else np.zeros((vectors, m), dtype=dtype)
+        for i, ri, j, mj in tiles:
+            part = rows[:, row_offset + i:row_offset + i + ri] @ w[i:i + ri, j:j + mj]
+            if y is None:
+                y = part
+            else:
+                y[:, j:j + mj] += part
+            self.tile_ids.add((node, i, j))
+            self.vmm_invocations += vectors
+            self.macs += vectors * ri * mj
+        return y.reshape(lead + (m,))
 
     def reset(self):
         """Zero the counters of a run (programmed weights stay)."""
@@ -204,6 +236,7 @@ class ArrayModel:
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
         self.written_cells = 0       # array cells written at run time (RuntimeVMM)
         self.seconds = {}            # primitive -> wall time in its reference
+        self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
 
     @property
     def arrays(self):
@@ -215,6 +248,10 @@ class ArrayModel:
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
                 "written_cells": self.written_cells,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
+
+
+def _chunks(n, size):
+    return [(i, min(size, n - i)) for i in range(0, n, size)]
 
 
 def static_numel(dims):

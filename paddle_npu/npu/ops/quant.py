@@ -107,8 +107,14 @@ class Dequantize(Primitive):
         return [x.astype(np.float32) * np.float32(s)]
 
 
-def _chunks(n, size):
-    return [(i, min(size, n - i)) for i in range(0, n, size)]
+def _exact_type(x, w, r):
+    """The cheapest type whose BLAS product of integer rows `x` and matrix `w` (`r` rows) is
+    exact: every partial sum is an integer below r * max|x| * max|w|, which float32 holds
+    exactly below 2^24 (int8 layers on 256-row arrays) and float64 below 2^53."""
+    x_max = max(abs(int(np.iinfo(x.dtype).min)), int(np.iinfo(x.dtype).max))
+    w_max = int(np.abs(w.astype(np.int64)).max(initial=0))
+    bound = r * x_max * w_max
+    return np.float32 if bound < 2 ** 24 else np.float64 if bound < 2 ** 53 else np.int64
 
 
 @primitive
@@ -147,20 +153,11 @@ class QVMM(Primitive):
         x, w = inputs
         a = cls.attrs_of(attrs)
         off, acc_type = a["row_offset"], _ACC_OF_BITS[a["acc_bits"]][1]
-        r, m = w.shape
+        r = w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
-        x64 = x[..., off:off + r].astype(np.int64)
-        w64 = array.program(attrs.get("_node"), w).astype(np.int64)
-        vectors = int(np.prod(x64.shape[:-1]))
-        y = np.zeros(x64.shape[:-1] + (m,), dtype=np.int64)
-        for i, ri in _chunks(r, array.rows):
-            for j, mj in _chunks(m, array.cols):
-                y[..., j:j + mj] += x64[..., i:i + ri] @ w64[i:i + ri, j:j + mj]
-                array.tile_ids.add((attrs.get("_node"), i, j))
-                array.vmm_invocations += vectors
-                array.macs += vectors * ri * mj
+        y = array.vmm(attrs.get("_node"), x, w, off, _exact_type(x, w, r))
         info = np.iinfo(acc_type)
         if y.size and (y.min() < info.min or y.max() > info.max):
             raise OverflowError(f"QVMM {attrs.get('_node')}: the {a['acc_bits']}-bit "

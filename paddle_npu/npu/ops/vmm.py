@@ -4,10 +4,6 @@ import numpy as np
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
 
 
-def _chunks(n, size):
-    return [(i, min(size, n - i)) for i in range(0, n, size)]
-
-
 @primitive
 class VMM(Primitive):
     """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W for every row k: one
@@ -38,18 +34,8 @@ class VMM(Primitive):
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         off = cls.attrs_of(attrs)["row_offset"]
-        r, m = w.shape
+        r = w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"VMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
-        x64 = x[..., off:off + r].astype(np.float64)
-        w64 = array.program(attrs.get("_node"), w)
-        vectors = int(np.prod(x64.shape[:-1]))
-        y = np.zeros(x64.shape[:-1] + (m,), dtype=np.float64)
-        for i, ri in _chunks(r, array.rows):          # one array per (row, column) tile
-            for j, mj in _chunks(m, array.cols):
-                y[..., j:j + mj] += x64[..., i:i + ri] @ w64[i:i + ri, j:j + mj]
-                array.tile_ids.add((attrs.get("_node"), i, j))
-                array.vmm_invocations += vectors
-                array.macs += vectors * ri * mj
-        return [y.astype(x.dtype)]
+        return [array.vmm(attrs.get("_node"), x, w, off, np.float64).astype(x.dtype)]
