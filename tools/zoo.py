@@ -1186,6 +1186,76 @@ _image_model("svtr_tiny", _svtr_tiny, (32, 100),
              tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
 
 
+def _tps_constants(n_ctrl, out_h, out_w, margin=0.05):
+    """The thin-plate spline's fixed matrices (PaddleOCR tps_spatial_transformer.py): the
+    inverse of the [N+3, N+3] kernel over the target control points (two rows along the top
+    and bottom margins) and the [out_h*out_w, N+3] representation of every output pixel."""
+    def partial_repr(points, ctrl):  # 0.5 r^2 log r^2, 0 at r = 0
+        d = ((points[:, None, :] - ctrl[None, :, :]) ** 2).sum(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.nan_to_num(0.5 * d * np.log(d))
+    xs = np.linspace(margin, 1 - margin, n_ctrl // 2)
+    ctrl = np.concatenate([np.stack([xs, np.full_like(xs, margin)], 1),
+                           np.stack([xs, np.full_like(xs, 1 - margin)], 1)])
+    kernel = np.zeros((n_ctrl + 3, n_ctrl + 3))
+    kernel[:n_ctrl, :n_ctrl] = partial_repr(ctrl, ctrl)
+    kernel[:n_ctrl, -3] = kernel[-3, :n_ctrl] = 1
+    kernel[:n_ctrl, -2:], kernel[-2:, :n_ctrl] = ctrl, ctrl.T
+    yy, xx = np.divmod(np.arange(out_h * out_w), out_w)
+    target = np.stack([xx / (out_w - 1), yy / (out_h - 1)], 1)
+    target_repr = np.concatenate([partial_repr(target, ctrl), np.ones((out_h * out_w, 1)), target], 1)
+    return (np.linalg.inv(kernel).astype("float32"), target_repr.astype("float32"),
+            ctrl.reshape(-1).astype("float32"))
+
+
+def _svtr_tiny_tps(h, w, n_ctrl=20, out=(32, 100)):
+    """SVTR-Tiny behind its TPS rectification (PaddleOCR STN_ON, the en SVTR-T config: 64x256
+    in): a small conv net on the image resized to 32x64 predicts 20 control points (its last
+    Linear starts at the canonical points, here perturbed a little), the thin-plate spline
+    maps every pixel of the 32x100 output to the input, and F.grid_sample (grid_sampler)
+    samples it; SVTR-Tiny reads the result."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    inverse, target_repr, canonical = _tps_constants(n_ctrl, *out)
+
+    def cbr(cin, cout):
+        return nn.Sequential(nn.Conv2D(cin, cout, 3, 1, 1), nn.BatchNorm2D(cout), nn.ReLU(), nn.MaxPool2D(2, 2))
+
+    class TPSRec(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            chans = (3, 32, 64, 128, 256, 256)
+            self.stn = nn.Sequential(*[cbr(a, b) for a, b in zip(chans, chans[1:])],
+                                     nn.Conv2D(256, 256, 3, 1, 1), nn.BatchNorm2D(256), nn.ReLU())
+            self.fc1 = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1D(512), nn.ReLU())
+            # not an nn.Linear, so that the zoo's calibration leaves the points near the margins
+            self.fc2_weight = self.create_parameter(
+                [512, 2 * n_ctrl], default_initializer=nn.initializer.Normal(0.0, 0.002))
+            self.fc2_bias = self.create_parameter(
+                [2 * n_ctrl], default_initializer=nn.initializer.Assign(canonical))
+            self.register_buffer("inverse", paddle.to_tensor(inverse))
+            self.register_buffer("target_repr", paddle.to_tensor(target_repr))
+            self.rec = _svtr_tiny(*out)
+
+        def forward(self, image):
+            small = F.interpolate(image, [32, 64], mode="bilinear", align_corners=True)
+            feat = self.fc1(paddle.flatten(self.stn(small), 1))
+            points = F.linear(0.1 * feat, self.fc2_weight, self.fc2_bias).reshape([-1, n_ctrl, 2])
+            source = paddle.concat([points, paddle.zeros_like(points[:, :3])], 1)  # [N, n+3, 2]
+            grid = paddle.matmul(self.target_repr, paddle.matmul(self.inverse, source))
+            grid = paddle.clip(grid.reshape([-1, out[0], out[1], 2]), 0, 1) * 2.0 - 1.0
+            return self.rec(F.grid_sample(image, grid))
+
+    return TPSRec()
+
+
+# Not in CI: grid_sampler is not mapped on this branch (it is on more-ops).
+_image_model("svtr_tiny_tps", _svtr_tiny_tps, (64, 256), ci=False,
+             tags=("ocr", "svtr", "tps", "grid_sample", "attention", "ctc"))
+
+
 def _slanet(h, w, structure_tokens=30, steps=500):
     """SLANet table structure recognition (PaddleOCR configs/table/SLANet.yml) at 488x488:
     PP-LCNet x1.0 (four maps) -> CSP-PAN (96 channels, depthwise 5x5, CSP blocks) -> SLA
@@ -1563,7 +1633,7 @@ def _legacy_shims():
     """Workarounds that make legacy (FLAGS_enable_pir_api=0) to_static work.
 
     1. Paddle 3.3 binds ~57 APIs (paddle.tanh/sigmoid/exp/abs/sqrt/matmul/
-       multiply/sum/amax/argmax/greater_than/logical_*/roll/..., F.gelu/sigmoid/
+       multiply/sum/amax/argmax/greater_than/logical_*/roll/grid_sample/..., F.gelu/sigmoid/
        tanh/softplus and the matching Tensor methods) straight to _C_ops, which
        takes only eager Tensors and PIR Values: given a legacy Variable they
        raise "must be Value, but got Variable" (so nn.MultiHeadAttention,
@@ -1650,6 +1720,9 @@ def _legacy_shims():
     as_list = lambda v: [] if v is None else list(v) if isinstance(v, (list, tuple)) else [v]  # noqa: E731
     shims["roll"] = lambda x, shifts, axis=None, name=None: op(
         "roll", {"X": [x]}, {"shifts": as_list(shifts), "axis": as_list(axis)})
+    shims["grid_sample"] = lambda x, grid, mode="bilinear", padding_mode="zeros", align_corners=True, \
+        name=None: op("grid_sampler", {"X": [x], "Grid": [grid]}, {
+            "mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}, out="Output")
     shims["tril"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": True})
     shims["triu"] = lambda x, diagonal=0, name=None: op("tril_triu", {"X": [x]}, {"diagonal": diagonal, "lower": False})
 
