@@ -1251,7 +1251,8 @@ def _svtr_tiny_tps(h, w, n_ctrl=20, out=(32, 100)):
     return TPSRec()
 
 
-# Not in CI: grid_sampler is not mapped on this branch (it is on more-ops).
+# Not in CI: its difference from Paddle (2.4e-4 of the output scale) passes `check` only by
+# the float64 rule (ours 2.3e-4 from float64, Paddle's own 4.7e-4), not the CI test's 1e-4.
 _image_model("svtr_tiny_tps", _svtr_tiny_tps, (64, 256), ci=False,
              tags=("ocr", "svtr", "tps", "grid_sample", "attention", "ctc"))
 
@@ -1338,7 +1339,8 @@ def _slanet(h, w, structure_tokens=30, steps=500):
     return nn.Sequential(backbone, CSPPAN(backbone.out_channels), SLAHead())
 
 
-# Not in CI: its decoder writes each step with set_value, not mapped yet.
+# Not in CI: it does not convert yet (set_value inside its while loop: the loop carries
+# float64 vs float32 in legacy form, and onnxruntime rejects the slice in PIR form).
 _image_model("slanet", _slanet, (488, 488), ci=False,
              tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
 
@@ -1391,14 +1393,14 @@ def _ernie3_tiny_micro(vocab=40000, d=384, layers=4, heads=12, classes=15):
     return Ernie()
 
 
-@_register("gpt_decoder", [("input_ids", (None, 128), "int64")], ci=False, batch=2,
+@_register("gpt_decoder", [("input_ids", (None, 128), "int64")], ci=True, batch=2,
            gen=_tokens(8000, 128, types=False),
            tags=("nlp", "gpt", "decoder", "causal_mask", "tril", "embedding", "int64_input"))
 def _gpt_decoder(vocab=8000, d=256, layers=4, heads=4, seq=128):
     """A GPT-style decoder as PaddleNLP's GPT builds it: token + position embeddings,
     pre-norm blocks of causal self-attention (fused qkv; the mask from paddle.tril on ones,
     -1e4 above the diagonal) and a GELU MLP, a final layer norm and logits through the
-    tied word embedding, at 128 tokens. Not in CI: needs the tril_triu mapper."""
+    tied word embedding, at 128 tokens."""
     import paddle
     import paddle.nn.functional as F
     from paddle import nn
