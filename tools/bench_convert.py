@@ -3,7 +3,7 @@
 For each model and format: both CLIs run --runs times (interleaved), each a fresh process;
 we print the medians of wall time and peak RSS and their ratios, both outputs' node counts,
 onnxruntime latency of both models on the zoo's test input (median over --iters), and
-whether both agree with Paddle's outputs. Targets (issue 3): wall time <= 0.3x paddle2onnx,
+whether both agree with Paddle's outputs. Targets: wall time <= 0.3x paddle2onnx,
 node count <= paddle2onnx's, latency ratio <= 1.0.
 
 paddle2onnx pins an old onnx, so it lives in its own environment, made by

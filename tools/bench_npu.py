@@ -1,10 +1,10 @@
-"""Stage-2 benchmark: the per-channel plan (seed 001) against the packed plan on real models.
+"""Stage-2 benchmark: the per-channel plan (one input channel per tile) against the packed plan on real models.
 
 For each model (zoo exports, converted by stage 1): arrays used, utilisation and VMM
 invocations under both plans and their ratio, the lowering time of each plan, and the
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
-the ONNX model's, with their ratios (targets, issue 15: <= 1.5x).
+the ONNX model's, with their ratios (target: <= 1.5x).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]

@@ -5,7 +5,7 @@ process so the numbers include imports and the peak RSS is the process's own:
   ours:   import paddle_npu; read program + every parameter (and touch every byte)
   paddle: import paddle; paddle.jit.load (program + parameters into tensors)
 and prints wall time and peak RSS medians over --runs, and the ratios.
-Targets (issue 2): ours peak RSS <= params size + 100 MB, time <= 0.2x Paddle's.
+Targets: ours peak RSS <= params size + 100 MB, time <= 0.2x Paddle's.
 
     python tools/bench_read.py [--model resnet50] [--runs 3] [--cache DIR]
 """

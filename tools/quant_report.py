@@ -1,4 +1,4 @@
-"""Issue 7's evidence: integer precision on the NPU, float vs int8 vs int8 + N layers at int16.
+"""Evidence for integer precision on the NPU, float vs int8 vs int8 + N layers at int16.
 
     python tools/quant_report.py [--zoo DIR] [--models lenet,resnet18,...] [--auto-hp 2]
                                  [--until 0.99] [--no-dscnn] [--out DIR]

@@ -136,7 +136,7 @@ def _vision(name, size=64, ci=True, tags=(), ctor=None, channels=3, **kw):
               tags=("vision", "cnn") + tuple(tags))(build)
 
 
-# --- required (issue 2) ---------------------------------------------------
+# --- the first set: classic CNNs, a transformer, RNNs, control flow ---------------------------
 _vision("resnet18", tags=("resnet", "batch_norm"))
 _vision("mobilenet_v3_small", tags=("mobilenet", "hardswish", "se"))
 
@@ -190,7 +190,7 @@ def _control_flow():
     return ControlFlow()
 
 
-# --- issue 3: more coverage --------------------------------------------------
+# --- more coverage --------------------------------------------------
 _vision("lenet", size=28, channels=1, ctor="LeNet", tags=("tiny",))
 _vision("mobilenet_v1", tags=("mobilenet", "depthwise"), scale=0.25)
 _vision("mobilenet_v2", tags=("mobilenet", "depthwise", "relu6"), scale=0.5)
@@ -360,7 +360,7 @@ def _face_embed():
     from paddle import nn
 
     class FaceEmbed(nn.Layer):
-        """A face-recognition tail as seed 002 deploys it: conv stem, an FC with BatchNorm1D,
+        """A face-recognition tail as NNIE deployments build it: conv stem, an FC with BatchNorm1D,
         a PCA projection straight after it (no non-linearity between), then the "+1" L2
         normalisation x / sqrt(|x|^2 + 1) and the plain one, x / max(|x|, 1e-12)."""
 

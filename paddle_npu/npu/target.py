@@ -16,7 +16,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
     [cpu]
     onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
-    [restruct]                                 # seed 002's restructuring (restruct.py)
+    [restruct]                                 # NNIE-style restructuring (restruct.py)
     passes = ["bn_collapse", "fc_to_conv"]     # run by default
     fc_followers = ["Softmax"]                 # an FC feeding anything else becomes a 1x1 Conv
     broadcast = false                          # no broadcast / Tile: Concat repeats instead
@@ -99,7 +99,7 @@ class Target:
     description: str = ""
     source: str = "built-in"
     preprocess: dict = field(default=None, compare=False)   # the file's [preprocess] table
-    # restructuring (restruct.py, seed 002): the passes run by default, the ops an FC may feed
+    # NNIE-style restructuring (restruct.py): the passes run by default, the ops an FC may feed
     # ("*": any; else the FC becomes a 1x1 Conv), whether elementwise ops broadcast, and how
     # many NPU segments the chip may run (0: no limit)
     restruct: tuple = ("bn_collapse",)
