@@ -25,7 +25,12 @@ def _wants_hp(args):
 
 
 def add_quant_options(p):
-    g = p.add_argument_group("integer precision")
+    """The integer-precision flags, in a group of their own unless `p` is already a group
+    (convert's stage-2 options: argparse deprecates nesting groups)."""
+    import argparse
+
+    g = p.add_argument_group("integer precision") if isinstance(p, argparse.ArgumentParser) \
+        else p
     g.add_argument("--quantize", choices=("int8", "int16"), default=None,
                    help="lower to integer primitives: weights per output channel, "
                         "activations per tensor, at this default width (`_hp` layers and "
