@@ -3,6 +3,7 @@ model (function bodies), and the NumPy reference, on the same seeded input."""
 import numpy as np
 
 from ..compare import agreement, run_onnx
+from ..errors import ConversionError
 from ..onnx_io import load_proto
 from .reference import Reference
 
@@ -72,7 +73,6 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     lowered_proto = load_proto(lowered)
     used = _primitives(lowered_proto)
     if not used:
-        from ..errors import ConversionError
         name = lowered if isinstance(lowered, str) else "the second model"
         raise ConversionError(f"{name}: has no NPU primitives, so it is not a lowered model; "
                               "lower it first (`paddle-npu lower MODEL -o LOWERED`)")

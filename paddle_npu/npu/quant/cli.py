@@ -113,8 +113,6 @@ def _bits(args):
 
 def lower_for(args):
     """A `lower`-compatible function doing the quantised lowering with args' options."""
-    from ...errors import ConversionError
-
     if _wants_hp(args) and not args.data:
         raise ConversionError("--auto-hp / --hp-until-cosine need --data (inputs to "
                               "measure on)")
