@@ -136,6 +136,9 @@ def render_whole(rows):
             f"{'hand-overs':>10} {'lower s':>7} {'rel diff':>9}  CPU ops")
     lines = [head, "-" * len(head)]
     for r in rows:
+        if "error" in r:
+            lines.append(f"{r['model']:<20} FAILED: {r['error'].splitlines()[0][:200]}")
+            continue
         o, f = r["open"], r["fixed"]
         cpu = ", ".join(f"{op} {n}" for op, n in sorted(f["cpu_ops"].items()))
         lines.append(f"{r['model']:<20} {o['npu_mac_share']:>11.1%} {o['segments']:>8}   "
@@ -196,10 +199,15 @@ def main(argv=None):
     names = zoo.select(args.models) if args.whole else args.models.split(",")
     rows = []
     for name in names:
-        rows.append(whole_model(name, target, args.cache) if args.whole else
-                    bench_model(name, target, args.cache, args.reference_plans.split(","),
-                                args.repeat, [p for p in args.ort_plans.split(",") if p],
-                                args.iters))
+        if args.whole:
+            try:                      # one model's failure is a row of the table, not the end
+                rows.append(whole_model(name, target, args.cache))
+            except Exception as e:    # noqa: BLE001 - reported, and the exit code says so
+                rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+        else:
+            rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
+                                    args.repeat, [p for p in args.ort_plans.split(",") if p],
+                                    args.iters))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
     print(render_whole(rows) if args.whole else render(rows))
@@ -207,7 +215,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     if args.whole:
-        return 0
+        return 1 if any("error" in r for r in rows) else 0
     if "resnet50" in args.models.split(",") and target.rows == target.cols == 256:
         r = next(r for r in rows if r["model"] == "resnet50")
         ok = r["ratio"]["arrays"] >= 10

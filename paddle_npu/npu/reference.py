@@ -80,7 +80,78 @@ def _standard_overrides():
                 scale.reshape(shape) + bias.reshape(shape)
             return (y.astype(x.dtype),)
 
-    return [GatherElements, MaxPool, BatchNormalization]
+    from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
+
+    class GridSample(_GridSample):
+        # onnx.reference visits every output pixel in Python (minutes for a TPS rectifier) and
+        # knows only opset 20's mode names: opset 16's "bilinear"/"bicubic" are renamed, and
+        # 2-D nearest/linear sampling is vectorised with the same arithmetic
+        def _run(self, x, grid, align_corners=None, mode=None, padding_mode=None):
+            mode = mode or self.mode
+            mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+            padding = padding_mode or self.padding_mode
+            corners = bool(self.align_corners if align_corners is None else align_corners)
+            if x.ndim != 4 or mode == "cubic":
+                return super()._run(x, grid, align_corners=corners, mode=mode,
+                                    padding_mode=padding)
+            return (_grid_sample_2d(x, grid, corners, mode, padding),)
+
+    return [GatherElements, MaxPool, BatchNormalization, GridSample]
+
+
+def _reflect(v, lo, hi):
+    """Fold coordinates outside [lo, hi] back in, as often as it takes."""
+    span = hi - lo
+    below, above = v < lo, v > hi
+    d = np.where(below, lo - v, v - hi)
+    n = np.floor(d / span)
+    r = d - n * span
+    even = n % 2 == 0
+    folded = np.where(below, np.where(even, lo + r, hi - r), np.where(even, hi - r, lo + r))
+    return np.where(below | above, folded, v)
+
+
+def _grid_sample_2d(x, grid, corners, mode, padding):
+    n, _, h, w = x.shape
+    lows = (0.0, 0.0) if corners else (-0.5, -0.5)
+    highs = (w - 1.0, h - 1.0) if corners else (w - 0.5, h - 0.5)
+    coords = []
+    for axis, size in ((0, w), (1, h)):        # grid[..., 0] is x (width), [..., 1] is y
+        g = grid[..., axis].astype(np.float32)
+        c = (g + 1) / 2 * (size - 1) if corners else ((g + 1) * size - 1) / 2
+        c = c.astype(np.float32)
+        if mode == "nearest":
+            c = np.rint(c)
+        lo, hi = lows[axis], highs[axis]
+        outside = (c < lo) | (c > hi)
+        if padding == "border":
+            c = np.where(outside, np.clip(c, 0, size - 1), c)
+        elif padding == "reflection":
+            c = _reflect(c, lo, hi).astype(np.float32)
+        coords.append(c)
+    batch = np.arange(n).reshape(n, 1, 1)
+
+    def pixels(ix, iy):                         # (N, C, Ho, Wo) values at integer positions
+        if padding == "zeros":
+            valid = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        elif padding == "reflection":
+            ix = np.trunc(_reflect(ix.astype(np.float64), lows[0], highs[0])).astype(np.int64)
+            iy = np.trunc(_reflect(iy.astype(np.float64), lows[1], highs[1])).astype(np.int64)
+        v = x[batch, :, np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)]
+        if padding == "zeros":
+            v = v * valid[..., None]
+        return np.moveaxis(v, -1, 1)
+
+    cx, cy = coords
+    if mode == "nearest":
+        return pixels(cx.astype(np.int64), cy.astype(np.int64)).astype(x.dtype)
+    x0, y0 = np.floor(cx), np.floor(cy)
+    wx1, wy1 = (cx - x0).astype(x.dtype)[:, None], (cy - y0).astype(x.dtype)[:, None]
+    wx0, wy0 = 1 - wx1, 1 - wy1
+    x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+    top = wx0 * pixels(x0, y0) + wx1 * pixels(x0 + 1, y0)
+    bottom = wx0 * pixels(x0, y0 + 1) + wx1 * pixels(x0 + 1, y0 + 1)
+    return (wy0 * top + wy1 * bottom).astype(x.dtype)
 
 
 class Reference:
