@@ -192,3 +192,25 @@ def test_packing_beats_per_channel_as_the_seed_describes():
     depthwise = Geometry(96, 1, 9, 1)
     assert len(plan_tiles(depthwise, "per-channel", 256, 256)) == 96
     assert len(plan_tiles(depthwise, "packed", 256, 256)) == 4   # 28 groups block-diagonal
+
+
+@pytest.mark.parametrize("target", [TINY, BIG], ids=["12x8", "256x256"])
+@pytest.mark.parametrize("lead", [[], [2], [2, 3]])
+def test_matmul_with_a_constant_first_operand_lowers_transposed(lead, target):
+    """C [M, K] @ x [..., K, N] (a TPS grid's matrix, spatial mixing) runs as
+    (x^T C^T)^T: two moves around VMM tiles, not on the CPU."""
+    rng = np.random.default_rng(5)
+    m, k, n = 7, 20, 9
+    node = helper.make_node("MatMul", ["c", "b"], ["y"], name="mm")
+    original = model([node], [("b", lead + [k, n])], [("y", lead + [m, n])],
+                     [("c", rng.standard_normal([m, k]).astype(np.float32))])
+    feeds = {"b": rng.standard_normal(lead + [k, n]).astype(np.float32)}
+    lowered, report = lower(original, target)
+    checked(lowered)
+    assert npu_ops(lowered) <= {"VMM", "AddInTile", "DimTransform"}
+    assert {d for d, _ in op_types(lowered)} == {DOMAIN}
+    assert [s.device for s in report.segments] == ["npu"]
+    want, got, ref_out, ref = three_way(original, lowered, feeds, target)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+    assert ref.array.vmm_invocations == report.layers[0].cost.vmm_invocations

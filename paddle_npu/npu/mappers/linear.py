@@ -49,18 +49,39 @@ def _common_check(ctx, node, a, w):
     return None
 
 
+def _constant_first(ctx, node):
+    """A constant [M, K] times an activation [..., K, N] (TPS grids, spatial mixing)."""
+    return ctx.constant(node.inputs[0]) is not None and ctx.constant(node.inputs[1]) is None
+
+
+def _swap_last_two(ctx, x, name):
+    rank = len(ctx.dims(x))
+    return ctx.npu.DimTransform(x, perm=list(range(rank - 2)) + [rank - 1, rank - 2],
+                                shape=[0] * rank, _name=name)
+
+
 @onnx_op("MatMul")
 class MatMul:
     @classmethod
     def check(cls, ctx, node):
         if not _constant_operand(ctx, node):        # two activations: runtime_matmul.py
             return runtime_matmul.check(ctx, node)
+        if _constant_first(ctx, node):
+            # A @ B = (B^T A^T)^T: the constant becomes the weight of the transposed product
+            a = ctx.constant(node.inputs[0])
+            reason = _common_check(ctx, node, node.inputs[1], a.T if a.ndim == 2 else a)
+            return reason or ("the weight's operand must have a known rank of 2 or more"
+                              if len(ctx.dims(node.inputs[1])) < 2 else None)
         return _common_check(ctx, node, node.inputs[0], ctx.constant(node.inputs[1]))
 
     @classmethod
     def lower(cls, ctx, node):
         if not _constant_operand(ctx, node):
             return runtime_matmul.lower(ctx, node)
+        if _constant_first(ctx, node):
+            xt = _swap_last_two(ctx, node.inputs[1], "transpose_b")
+            weight = np.ascontiguousarray(ctx.constant(node.inputs[0]).T)
+            return [_swap_last_two(ctx, _matrix(ctx, node, xt, weight, None), "transpose_y")]
         x = node.inputs[0]
         return [_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None)]
 
