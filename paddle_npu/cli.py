@@ -87,7 +87,7 @@ def _cmd_convert(args):
         from .compare import load_reference
         load_reference(args.reference, [], [])
     start = time.perf_counter()
-    from .preprocess import spec_from_args
+    from .preprocess_args import spec_from_args
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
     if spec is not None and args.reference:
         raise ConversionError("--reference holds the model's float inputs: it cannot check a "
@@ -104,8 +104,7 @@ def _cmd_convert(args):
         from .npu.cli import lower_converted
         lower_converted(done.data, save_file, args)
     elif spec is not None:
-        from .preprocess import save_fused
-        save_fused(done.data, spec, save_file, check=args.enable_onnx_checker)
+        _save_fused(done.data, spec, save_file, check=args.enable_onnx_checker)
     if not args.quiet:
         raised = f" (raised from the {done.asked} asked)" if done.asked and \
             done.opset > done.asked else ""
@@ -115,6 +114,25 @@ def _cmd_convert(args):
     if args.reference:
         return _report_agreement(save_file, args.reference, args.tolerance)
     return 0
+
+
+def _save_fused(onnx_bytes, spec, save_file, check=True):
+    """`convert --fuse-preprocess`: fuse with standard ONNX ops, check, write, say what."""
+    import onnx_ir as ir
+
+    from .api import check_model, save_model
+    from .npu.preprocess_fusion import fuse_preprocess
+    from .preprocess import describe
+
+    if onnx_bytes is None:
+        raise ConversionError("--fuse-preprocess: the model is over 2 GB (external data); "
+                              "convert it first, then fuse with `paddle-npu lower`")
+    model, info = fuse_preprocess(onnx_bytes, spec)
+    if check:
+        check_model(ir.serde.serialize_model(model))
+    save_model(model, save_file)
+    print(describe(info))
+    print(f"wrote {save_file}")
 
 
 def _size(n):
@@ -276,7 +294,7 @@ def build_parser():
     g = p.add_argument_group("stage 2 (ONNX -> NPU primitives)")
     from .npu.cli import add_commands, add_lowering_options
     add_lowering_options(g, target_flag="--npu")
-    from .preprocess import add_arguments as add_preprocess_arguments
+    from .preprocess_args import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p)
     p.set_defaults(func=_cmd_convert, prepare=_prepare_convert)
     add_commands(sub)

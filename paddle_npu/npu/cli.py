@@ -19,7 +19,7 @@ def add_commands(sub):
     add_input_shape_argument(p)
     p.add_argument("--verify", action="store_true",
                    help="also run `verify` on the result (seeded input)")
-    from ..preprocess import add_arguments as add_preprocess_arguments
+    from ..preprocess_args import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p)
     p.set_defaults(func=cmd_lower)
 
@@ -107,7 +107,7 @@ def _lower_and_save(source, output, args, quiet=False):
     from ..outputs import write_text
     from .pipeline import lower
 
-    from ..preprocess import spec_from_args
+    from ..preprocess_args import spec_from_args
 
     from .marks import marks_from
 
@@ -142,8 +142,10 @@ def _lower_and_save(source, output, args, quiet=False):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from ..preprocess import fused_reference
-        original = fused_reference(args.model, args, args.target)   # raw uint8 input too
+        from ..preprocess_args import spec_from_args
+        from .preprocess_fusion import fused_reference
+        spec = spec_from_args(args, args.target)
+        original = fused_reference(args.model, spec)   # raw uint8 input too
         # An integer plan is checked on the inputs it is meant for when --data gives them
         # (random ones fall outside the calibrated ranges); raw images have none.
         data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \

@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..preprocess import describe
 from .tiling import PlanCost
 
 
@@ -226,7 +227,6 @@ class Report:
             for why, names in sorted(reasons.items()):
                 lines.append(f"  {len(names)} x {why} (e.g. {names[0]})")
         if self.preprocess:
-            from ..preprocess import describe
             lines += ["", describe(self.preprocess)]
         for p in self.restruct or ():
             if p["fired"] or p["refused"]:

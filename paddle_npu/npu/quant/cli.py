@@ -65,7 +65,7 @@ def add_commands(sub):
     p.add_argument("--method", choices=("mse", "percentile", "absmax"), default="mse",
                    help="which statistic becomes `threshold` (default mse)")
     p.add_argument("--limit", type=int, default=None, help="use the first N samples only")
-    from ...preprocess import add_arguments as add_preprocess_arguments
+    from ...preprocess_args import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p, fuse=False)
     add_input_shape_argument(p)
     p.set_defaults(func=cmd_calibrate)
@@ -280,7 +280,7 @@ def _accuracy(outs, labels):
 def cmd_calibrate(args):
     import os
 
-    from ...preprocess import settings_given, spec_from_args
+    from ...preprocess_args import settings_given, spec_from_args
     from .calibrate import calibrate, save_table
 
     folder = os.path.isdir(args.data)
