@@ -3,6 +3,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..preprocess import describe
+from .input_shapes import FLAG
 from .tiling import PlanCost
 
 
@@ -106,7 +107,6 @@ class Report:
         and the flag; None when nothing is kept off."""
         if not self.dynamic:
             return None
-        from .input_shapes import FLAG
         ins = ", ".join(f"{n} [{','.join(str(d) for d in dims) if dims else '?'}]"
                         for n, dims in self.dynamic["inputs"].items())
         kept = self.dynamic["kept_off_npu"]

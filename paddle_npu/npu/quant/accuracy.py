@@ -22,8 +22,13 @@ that noisy. A ranking by measured effect on the output is `--auto-hp` / `--hp-un
 import math
 
 import numpy as np
+import onnx
 
+from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
+from ..ops.quant import qrange
+from .calibrate import load_table, run_batches, session_with_all
+from .qlower import records_of
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
@@ -42,9 +47,6 @@ def metrics(f, q):
 
 
 def _run(model_bytes, feeds, names, batch=128):
-    from .calibrate import run_batches, session_with_all
-    import onnx
-
     proto = onnx.load_from_string(model_bytes)
     present = {v for n in proto.graph.node for v in n.output} | \
         {i.name for i in proto.graph.input}
@@ -60,9 +62,6 @@ def _run(model_bytes, feeds, names, batch=128):
 def layer_report(float_model, quant_model, feeds, records=None):
     """{"layers": [...graph order...], "outputs": [...]}: per-layer metrics of the quantised
     model (path / proto / ir.Model, run by onnxruntime through its function bodies)."""
-    from ...onnx_io import load_proto
-    from .qlower import records_of
-
     fproto, qproto = load_proto(float_model), load_proto(quant_model)
     records = records if records is not None else records_of(qproto)
     if records is None:
@@ -104,10 +103,6 @@ def input_floor(float_model, table, feeds, bits=8):
     layer on top of this, so it rarely does better: a model whose floor is already low
     amplifies small perturbations (a chaotic network), and no integer width that rounds its
     input can fix that."""
-    from ..ops.quant import qrange
-    from ...onnx_io import load_proto
-    from .calibrate import load_table
-
     proto = load_proto(float_model)
     tensors = load_table(table)["tensors"]
     _, hi = qrange(bits)
