@@ -1,6 +1,6 @@
 """The Python API, drop-in for `paddle2onnx.export`."""
+import logging
 import os
-import sys
 
 import onnx
 import onnx_ir as ir
@@ -15,6 +15,8 @@ from .optimize import optimize as optimize_model
 from .outputs import check_output, write_with
 from .progress import progress_bar
 from .shapes import set_input_shapes
+
+log = logging.getLogger("paddle_npu")   # verbose=True's messages (the CLI's -v shows them)
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
@@ -189,7 +191,7 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
     if save_file is not None:
         write_with(save_file, streamed.write, inputs)
         if verbose:
-            print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
+            log.info("paddle_npu: wrote %s (opset %d)", save_file, opset)
     return Exported(streamed, opset, opset_version, len(streamed.proto.graph.node))
 
 

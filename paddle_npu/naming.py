@@ -66,7 +66,7 @@ def _read_settings(path, what, error):
             import tomllib      # only for .toml files; stdlib from 3.11, tomli before
         except ImportError:    # Python < 3.11
             try:
-                import tomli as tomllib
+                import tomli as tomllib     # the same parser, as a package
             except ImportError:
                 raise error(f"{path}: reading TOML needs Python 3.11+ or the tomli package; "
                             "write it as JSON instead") from None
