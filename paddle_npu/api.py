@@ -1,9 +1,22 @@
 """The Python API, drop-in for `paddle2onnx.export`."""
+import logging
 import os
-import sys
+
+import onnx
+import onnx_ir as ir
+from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 
 from .errors import ConversionError, PaddleFormatError
+from .exporter import choose_opset, name_free_dims, program_to_onnx
+from .frontend import default_params_file, find_program_file, load
+from .npu.pipeline import lower as lower_ir
+from .onnx_io import StreamedModel
+from .optimize import optimize as optimize_model
 from .outputs import check_output, write_with
+from .progress import progress_bar
+from .shapes import set_input_shapes
+
+log = logging.getLogger("paddle_npu")   # verbose=True's messages (the CLI's -v shows them)
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
@@ -49,9 +62,6 @@ class Exported:
 def convert_program(program, opset_version=None, auto_upgrade_opset=True, optimize=True,
                     progress=None):
     """A Program -> (ir.Model, opset used)."""
-    from .exporter import choose_opset, name_free_dims, program_to_onnx
-    from .optimize import optimize as optimize_model
-
     opset = choose_opset(program, opset_version, auto_upgrade_opset)
     model = program_to_onnx(program, opset, progress=progress)
     optimize_model(model, fold=optimize)
@@ -66,9 +76,6 @@ def check_model(proto):
     `StreamedModel.checkable()` gives the proto of a converted model without its large
     weights' bytes, whose sizes its writer checks.
     """
-    import onnx
-    from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
-
     try:
         data = proto.SerializeToString()
         onnx.checker.check_model(data)
@@ -86,8 +93,6 @@ def _initializer_bytes(model):
 def save_model(model, save_file, inputs=(), external_file=""):
     """Write an ir.Model (see `outputs`: never over one of `inputs`); weights go to
     `external_file` (default `<save_file>.data`, beside it) when the model is over 2 GB."""
-    import onnx_ir as ir
-
     if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
         # The data file's name is recorded in the model: it is written under its final name.
         data_name = os.path.basename(external_file or save_file + ".data")
@@ -95,7 +100,6 @@ def save_model(model, save_file, inputs=(), external_file=""):
                      "external data")
         return write_with(save_file, lambda tmp: ir.save(
             model, tmp, external_data=data_name, size_threshold_bytes=1024), inputs)
-    from .onnx_io import StreamedModel
 
     return write_with(save_file, StreamedModel(model).write, inputs)
 
@@ -103,8 +107,6 @@ def save_model(model, save_file, inputs=(), external_file=""):
 def model_files(model, params=None):
     """The program and params files a Paddle export is read from (what must never be
     overwritten), as far as they exist."""
-    from .frontend import default_params_file, find_program_file
-
     try:
         program_file = find_program_file(model)
     except PaddleFormatError:
@@ -156,18 +158,14 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
                   enable_optimize=True, external_file="", *, input_shape=None):
     """`export` without paddle2onnx's compatibility options; returns an `Exported`.
     opset_version None: the lowest opset that covers the model."""
-    from .frontend import load
-
     inputs = model_files(model_filename, params_filename)
     if save_file is not None:
         check_output(save_file, inputs)
     program = load(model_filename, params_filename or None)
     if input_shape:
-        from .shapes import set_input_shapes
         set_input_shapes(program, input_shape)
     progress = None
     if verbose or sum(len(b.ops) for b in program.blocks) > 300:
-        from .progress import progress_bar
         progress = lambda ops: progress_bar(ops, "converting", enabled=verbose or None)  # noqa: E731
     model, opset = convert_program(program, opset_version, auto_upgrade_opset,
                                    optimize=enable_optimize, progress=progress)
@@ -177,14 +175,12 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
                                   "can go to an external data file")
         save_model(model, save_file, inputs, external_file)
         if enable_onnx_checker:
-            import onnx
             try:
                 onnx.checker.check_model(save_file)
             except onnx.checker.ValidationError as exc:
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
         return Exported(None, opset, opset_version, len(model.graph))
-    from .onnx_io import StreamedModel
 
     streamed = StreamedModel(model)
     if enable_onnx_checker:
@@ -195,7 +191,7 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
     if save_file is not None:
         write_with(save_file, streamed.write, inputs)
         if verbose:
-            print(f"paddle_npu: wrote {save_file} (opset {opset})", file=sys.stderr)
+            log.info("paddle_npu: wrote %s (opset %d)", save_file, opset)
     return Exported(streamed, opset, opset_version, len(streamed.proto.graph.node))
 
 
@@ -203,9 +199,6 @@ def lower(model, target=None, plan="packed", **options):
     """Stage 2 in one call: the ONNX model (path, bytes or ModelProto) lowered for `target`,
     as (onnx.ModelProto, Report): what `onnx.save` takes, and the cost report. `options` are
     `paddle_npu.npu.lower`'s (preprocess, marks, enable, disable)."""
-    import onnx_ir as ir
-
-    from .npu.pipeline import lower as lower_ir
 
     lowered, report = lower_ir(model, target, plan, **options)
     return ir.serde.serialize_model(lowered), report

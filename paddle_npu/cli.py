@@ -1,14 +1,25 @@
-"""The `paddle-npu` command line. Heavy imports happen inside the sub-commands."""
+"""The `paddle-npu` command line: arguments to keywords of the library, which is imported
+inside the sub-commands that run it (`paddle-npu --help` must stay quick)."""
 import argparse
 import json
+import logging
 import os
 import sys
+import time
+import traceback
 
+from . import __version__
 from .errors import ConversionError, PaddleFormatError
+from .npu.cli import add_commands, add_lowering_options, lower_converted
+from .outputs import check_output, check_output_dir
+from .preprocess import describe
+from .preprocess_args import add_arguments as add_preprocess_arguments
+from .preprocess_args import spec_from_args
+from .shapes import parse_input_shapes, parse_shape_dict
 
 
 def _cmd_inspect(args):
-    from .frontend import load
+    from .frontend import load              # the library loads when a command runs
     from .inspect import render, summarize
 
     program = load(args.model, args.params)
@@ -74,9 +85,7 @@ def _prepare_convert(args):
 
 
 def _cmd_convert(args):
-    import time
-
-    from .api import convert_model, refuse_paddle2onnx_options
+    from .api import convert_model, refuse_paddle2onnx_options   # (start-up time, as above)
 
     model, params, save_file = args.model, args.params, args.output
     refuse_paddle2onnx_options(
@@ -84,15 +93,13 @@ def _cmd_convert(args):
         deploy_backend=args.deploy_backend, export_fp16_model=args.export_fp16_model,
         calibration_file=args.save_calibration_file, custom_op_info=args.custom_ops)
     if args.reference:     # unreadable: say so before converting, not after
-        from .compare import load_reference
+        from .compare import load_reference     # (start-up time, as above)
         load_reference(args.reference, [], [])
     start = time.perf_counter()
-    from .preprocess import spec_from_args
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
     if spec is not None and args.reference:
         raise ConversionError("--reference holds the model's float inputs: it cannot check a "
                               "model taking raw uint8 images (--fuse-preprocess)")
-    from .shapes import parse_input_shapes, parse_shape_dict
     input_shape = parse_shape_dict(args.input_shape_dict) if args.input_shape_dict else {}
     input_shape.update(parse_input_shapes(args.input_shape))
     done = convert_model(model, params, None if args.target or spec else save_file,
@@ -101,11 +108,9 @@ def _cmd_convert(args):
                          enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
                          external_file=args.external_filename or "", input_shape=input_shape)
     if args.target:   # --npu: stage 2 too, the file written is the lowered model
-        from .npu.cli import lower_converted
         lower_converted(done.data, save_file, args)
     elif spec is not None:
-        from .preprocess import save_fused
-        save_fused(done.data, spec, save_file, check=args.enable_onnx_checker)
+        _save_fused(done.data, spec, save_file, check=args.enable_onnx_checker)
     if not args.quiet:
         raised = f" (raised from the {done.asked} asked)" if done.asked and \
             done.opset > done.asked else ""
@@ -117,6 +122,24 @@ def _cmd_convert(args):
     return 0
 
 
+def _save_fused(onnx_bytes, spec, save_file, check=True):
+    """`convert --fuse-preprocess`: fuse with standard ONNX ops, check, write, say what."""
+    import onnx_ir as ir    # the library loads when a command runs
+
+    from .api import check_model, save_model
+    from .npu.preprocess_fusion import fuse_preprocess
+
+    if onnx_bytes is None:
+        raise ConversionError("--fuse-preprocess: the model is over 2 GB (external data); "
+                              "convert it first, then fuse with `paddle-npu lower`")
+    model, info = fuse_preprocess(onnx_bytes, spec)
+    if check:
+        check_model(ir.serde.serialize_model(model))
+    save_model(model, save_file)
+    print(describe(info))
+    print(f"wrote {save_file}")
+
+
 def _size(n):
     for unit in ("bytes", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -125,7 +148,7 @@ def _size(n):
 
 
 def _report_agreement(onnx_file, reference, tolerance):
-    import onnx
+    import onnx     # the library loads when a command runs
 
     from .compare import agreement, load_reference, run_onnx
 
@@ -168,15 +191,13 @@ _INPUT_ARGS = ("model", "params", "lowered", "data", "calibration", "reference",
 def check_files(args):
     """Every output the command names can be written, none is one of its inputs and no two
     are the same file: checked before anything is read or written."""
-    from .outputs import check_output, check_output_dir
-
     prepare = getattr(args, "prepare", None)
     if prepare is not None:
         prepare(args)
     inputs = [v for v in (getattr(args, k, None) for k in _INPUT_ARGS)
               if isinstance(v, str) and os.path.exists(v)]
     if args.command == "convert":
-        from .api import model_files
+        from .api import model_files    # (start-up time: only for convert)
         inputs += model_files(args.model, args.params)
     if args.command == "run-segments" and os.path.isdir(args.dir):   # the plan's files
         inputs += [os.path.join(args.dir, name) for name in os.listdir(args.dir)]
@@ -213,7 +234,6 @@ def build_parser():
     ap = argparse.ArgumentParser(
         prog="paddle-npu",
         description="Convert PaddlePaddle models to ONNX and lower them to NPU primitives.")
-    from . import __version__
     ap.add_argument("--version", action="version", version=f"paddle-npu {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -274,9 +294,7 @@ def build_parser():
     g.add_argument("--custom_ops", default=None, metavar="JSON",
                    help="refused: add a mapper with @paddle_op instead")
     g = p.add_argument_group("stage 2 (ONNX -> NPU primitives)")
-    from .npu.cli import add_commands, add_lowering_options
     add_lowering_options(g, target_flag="--npu")
-    from .preprocess import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p)
     p.set_defaults(func=_cmd_convert, prepare=_prepare_convert)
     add_commands(sub)
@@ -286,12 +304,14 @@ def build_parser():
 def main(argv=None):
     """Run one command. Every failure ends here as one message on stderr and exit status 2
     (130 for Ctrl-C); PADDLE_NPU_TRACEBACK=1 shows the traceback of an unexpected one."""
-    import logging
     # Libraries' logged warnings (onnx_ir's failed shape inference prints a traceback) are
     # not for users: what matters reaches them as our error.
     logging.getLogger("onnx_ir").setLevel(logging.CRITICAL)
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "verbose", False):      # the library logs what -v shows
+            logging.getLogger("paddle_npu").addHandler(logging.StreamHandler(sys.stderr))
+            logging.getLogger("paddle_npu").setLevel(logging.INFO)
         check_files(args)
         return args.func(args)
     except KeyboardInterrupt:
@@ -303,7 +323,6 @@ def main(argv=None):
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
         print(f"paddle-npu: error: {describe_error(exc)}", file=sys.stderr)
         if os.environ.get("PADDLE_NPU_TRACEBACK"):
-            import traceback
             traceback.print_exc()
         return 2
 

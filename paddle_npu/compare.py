@@ -7,6 +7,7 @@ and the expected outputs as `out_<i>` (or `<output name>`), the layout of the
 import numpy as np
 
 from .errors import ConversionError
+from .filekind import describe
 
 
 def agreement(got, want):
@@ -28,7 +29,6 @@ def load_reference(path, input_names, output_names):
     try:
         data = np.load(path)
     except (OSError, ValueError):
-        from .filekind import describe
         raise ConversionError(f"{path}: cannot read it as an .npz of arrays: it is "
                               f"{describe(path)}") from None
     feeds = {}
@@ -54,7 +54,7 @@ def load_reference(path, input_names, output_names):
 def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
     """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
     graph as written (their difference is part of a model's float-noise floor)."""
-    import onnxruntime as ort
+    import onnxruntime as ort   # heavy, and only for running a model
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3

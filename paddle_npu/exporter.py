@@ -3,10 +3,13 @@ import json
 
 import numpy as np
 import onnx_ir as ir
+from onnx import helper
 
 from .errors import ConversionError, PaddleFormatError, UnsupportedOpsError
+from . import __version__
 from .mappers.registry import get_mapper
 from .naming import UniqueNames
+from .optimize import fold_shapes
 
 MIN_OPSET, MAX_OPSET = 7, 21
 
@@ -50,8 +53,6 @@ class _OpBuilder:
 def onnx_proto_graph(inputs, nodes, initializers, output, opset):
     """A ModelProto of these nodes computing `output` (for shape inference; `nodes` stay
     where they are)."""
-    from onnx import helper
-
     graph = helper.make_graph(
         [ir.serde.serialize_node(n) for n in nodes], "partial",
         [ir.serde.serialize_value(v) for v in inputs],
@@ -159,7 +160,6 @@ class ExportContext:
             return list(value.shape)
         if len(self._graphs) > 1:
             return None
-        from .optimize import fold_shapes
 
         nodes = self._graphs[0]
         unnamed = [v for node in nodes for v in node.outputs if v.name is None]
@@ -421,7 +421,6 @@ def program_to_onnx(program, opset, progress=None):
         for v in node.outputs:
             if v.name in named and named[v.name] is not v:
                 v.name = ctx._unique_value_name(v.name)
-    from . import __version__
     model = ir.Model(graph, ir_version=_IR_VERSION[opset], producer_name="paddle_npu",
                      producer_version=__version__)
     for key, value in ctx.model_metadata.items():

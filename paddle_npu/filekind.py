@@ -2,6 +2,8 @@
 for what it is ("an ONNX model", "a Paddle program") instead of failing deep in a parser."""
 import os
 
+from .proto import framework_pb2
+
 
 def _head(source, size=4096):
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -15,7 +17,7 @@ def looks_like_onnx(data):
     Paddle ProgramDesc starts with its blocks (field 1, length-delimited: tag 0x0a)."""
     if data[:1] != b"\x08":
         return False
-    import onnx
+    import onnx     # only to recognise an ONNX file: reading Paddle files never loads it
 
     try:
         proto = onnx.ModelProto.FromString(bytes(data))
@@ -25,8 +27,6 @@ def looks_like_onnx(data):
 
 
 def _looks_like_program(data):
-    from .proto import framework_pb2
-
     if data[:1] != b"\x0a":
         return False
     try:

@@ -15,7 +15,7 @@ class UniqueNames:
     @classmethod
     def of_graph(cls, graph):
         """Every name an onnx_ir graph (and its sub-graphs) already uses."""
-        import onnx_ir as ir
+        import onnx_ir as ir    # on first use: target files (on the --help path) read this module
 
         taken = {v.name for v in graph.inputs} | set(graph.initializers)
         for node in ir.traversal.RecursiveGraphIterator(graph):
@@ -34,7 +34,7 @@ class UniqueNames:
 
 def add_initializer(graph, array, name):
     """A constant registered on an onnx_ir graph, under `name` or the first free name_N."""
-    import numpy as np
+    import numpy as np      # on first use (see UniqueNames.of_graph)
     import onnx_ir as ir
 
     base, n = name, 0
@@ -63,10 +63,10 @@ def _read_settings(path, what, error):
         raise error(f"{path}: {what} does not exist")
     if path.endswith(".toml"):
         try:
-            import tomllib
+            import tomllib      # only for .toml files; stdlib from 3.11, tomli before
         except ImportError:    # Python < 3.11
             try:
-                import tomli as tomllib
+                import tomli as tomllib     # the same parser, as a package
             except ImportError:
                 raise error(f"{path}: reading TOML needs Python 3.11+ or the tomli package; "
                             "write it as JSON instead") from None

@@ -13,14 +13,18 @@ Everything after `load_model` works on that one ir.Model; a ModelProto is made o
 """
 import os
 
+import onnx
+import onnx_ir as ir
+from onnx import ModelProto, helper, version_converter
+from onnx_ir.passes.common import ShapeInferencePass
+
 from .errors import ConversionError
+from .filekind import describe
+from .outputs import write_with
 
 
 def load_proto(model):
     """A ModelProto from a path, serialized bytes, a ModelProto or an ir.Model."""
-    import onnx
-    import onnx_ir as ir
-
     if isinstance(model, ir.Model):
         return ir.serde.serialize_model(model)
     if isinstance(model, onnx.ModelProto):
@@ -35,7 +39,6 @@ def load_proto(model):
         except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
             proto, problem = None, exc
         if proto is None or not proto.HasField("graph") or not proto.opset_import:
-            from .filekind import describe
             kind = describe(model)
             if kind == "an ONNX model":     # e.g. its external data file is missing
                 raise ConversionError(f"{model}: cannot be read ({problem})")
@@ -59,9 +62,6 @@ def load_model(model, min_opset=None, infer=True):
     """One ir.Model to rewrite: the default-domain opset raised to `min_opset` when lower,
     shapes inferred with `infer` (as far as onnx can), initializers no longer listed as graph inputs
     (IR < 4 listed them; the models we write are IR >= 10, where they are constants only)."""
-    import onnx
-    import onnx_ir as ir
-
     proto = load_proto(model)
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
@@ -83,8 +83,6 @@ def infer_shapes(model):
     """onnx's shape inference on an ir.Model, the shapes and types it finds written into the
     model's own values (no new model; left as it is when inference fails). True if any
     changed."""
-    from onnx_ir.passes.common import ShapeInferencePass
-
     return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model).modified
 
 
@@ -98,7 +96,6 @@ def upgrade_opset(proto, minimum):
     current = opset_of(proto)
     if current >= minimum:
         return proto
-    from onnx import version_converter
 
     try:
         converted = version_converter.convert_version(proto, minimum)
@@ -156,9 +153,6 @@ def _restore_names(original, converted):
 def save_proto(proto, path):
     """Write a ModelProto to `path` the way every output is written (paddle_npu/outputs.py:
     a temp file renamed over it when complete, or through a device or symlink)."""
-    import onnx
-
-    from .outputs import write_with
 
     return write_with(path, lambda tmp: onnx.save(proto, tmp))
 
@@ -199,9 +193,6 @@ class StreamedModel:
     and shape inference (which need their types and shapes, not their bytes)."""
 
     def __init__(self, model):
-        import onnx
-        import onnx_ir as ir
-
         self._tensors = {}                  # initializer name -> its tensor
         saved = []
         try:
@@ -225,8 +216,6 @@ class StreamedModel:
                 value.const_value = tensor
 
     def checkable(self):
-        from onnx import ModelProto, helper
-
         proto = ModelProto()
         proto.CopyFrom(self.proto)
         kept = [i for i in proto.graph.initializer if i.name not in self._tensors]
@@ -240,8 +229,6 @@ class StreamedModel:
 
     def _parts(self):
         """The model's bytes as a list of pieces: bytes, or a tensor to write in their place."""
-        import onnx
-
         graph = onnx.GraphProto()
         graph.CopyFrom(self.proto.graph)
         del graph.initializer[:]

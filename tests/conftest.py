@@ -7,6 +7,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL_MODELS = os.path.join(ROOT, "tests", "data", "real_models")
 EXAMPLE = os.path.join(ROOT, "examples", "digits_cnn")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+# Helpers that are not tests (op-case harness, Paddle oracle, NPU test helpers) live in
+# tests/harness/ and are imported by their module names (`from npu_helpers import ...`).
+sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
 
 
 @pytest.fixture(scope="session")

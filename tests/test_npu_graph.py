@@ -12,7 +12,9 @@ from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, PRESETS, Target, list_targets, load_target, lower
 from paddle_npu.npu.pipeline import prepare
 from paddle_npu.npu.passes import batchnorm_to_affine, fold_batchnorm
-from paddle_npu.npu.target import VECTOR_UNIT_OPS
+from paddle_npu.npu.ops import all_primitives
+from paddle_npu.npu.restruct import restruct_pass
+from paddle_npu.npu.target import OPERATOR_SET, RESTRUCT_PASSES, VECTOR_UNIT_OPS
 
 RNG = np.random.default_rng(7)
 BIG = Target("big")
@@ -224,6 +226,27 @@ def test_reference_max_pool_matches_onnxruntime(kernel, strides, pads, dilations
     x = rand(2, 3, 9, 8)
     want, _, ref_out, _ = three_way(original, original, {"x": x}, BIG)
     np.testing.assert_array_equal(ref_out[0], want[0])
+
+
+def test_target_vocabulary_is_the_operator_set_and_the_restruct_passes():
+    # target.py spells what a target file may name, so loading one imports no rewrite or
+    # primitive; these two keep it the same as what exists
+    assert sorted(OPERATOR_SET) == sorted(all_primitives())
+    for name in RESTRUCT_PASSES:
+        assert restruct_pass(name, PRESETS["nnie"]).name == name
+
+
+def test_a_bad_preprocess_table_in_a_target_file_is_named_when_used(tmp_path):
+    from paddle_npu.preprocess import spec_from_settings
+
+    bad = tmp_path / "cam.toml"
+    bad.write_text('name = "cam"\n[preprocess]\nstd = [0]\n')
+    target = load_target(str(bad))
+    with pytest.raises(ConversionError, match=r"cam.toml \[preprocess\]: every std must be"):
+        spec_from_settings({}, target=target)
+    bad.write_text('name = "cam"\npreprocess = 3\n')
+    with pytest.raises(ConversionError, match="preprocess is a table"):
+        load_target(str(bad))
 
 
 def test_example_target_file():

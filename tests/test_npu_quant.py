@@ -507,7 +507,7 @@ def _random_chain(depth=12, width=8, seed=0):
 def test_auto_hp_ranks_by_measured_output_sensitivity():
     """In an amplifying chain the layers with the largest added noise are the late ones, yet
     promoting them buys little: auto-hp measures what each promotion does to the output."""
-    from paddle_npu.npu.quant.cli import auto_hp
+    from paddle_npu.npu.quant.promote import auto_hp
 
     model = _random_chain()
     rng = np.random.default_rng(1)
@@ -531,7 +531,7 @@ def test_hp_until_cosine_promotes_the_fewest_that_reach_it():
     """--hp-until-cosine: the count found is the smallest prefix of the sensitivity ranking
     whose output cosine reaches the target (one fewer does not); a target no promotion
     reaches promotes every layer and says so; one int8 already meets promotes none."""
-    from paddle_npu.npu.quant.cli import _min_cosine, auto_hp
+    from paddle_npu.npu.quant.promote import auto_hp, min_cosine as _min_cosine
     from paddle_npu.npu.quant.accuracy import layer_report
 
     model = _random_chain()

@@ -11,7 +11,7 @@ from conftest import EXAMPLE, REAL_MODELS
 from paddle_npu import PaddleFormatError, load
 from paddle_npu.frontend.params import read_combined, read_records, read_single
 
-ORACLE = os.path.join(os.path.dirname(__file__), "paddle_oracle.py")
+ORACLE = os.path.join(os.path.dirname(__file__), "harness", "paddle_oracle.py")
 
 
 def run_oracle(*args):

@@ -21,8 +21,9 @@ from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, Reference, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel
-from paddle_npu.preprocess import (PreprocessSpec, affine, describe, fuse_preprocess,
-                                   lut_tables, spec_from_args)
+from paddle_npu.npu.preprocess_fusion import fuse_preprocess
+from paddle_npu.preprocess import PreprocessSpec, affine, describe, lut_tables
+from paddle_npu.preprocess_args import spec_from_args
 
 TOL = 1e-5
 IMAGENET = {"mean": (123.675, 116.28, 103.53), "std": (58.395, 57.12, 57.375)}

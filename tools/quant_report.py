@@ -56,7 +56,7 @@ UNTIL = None     # --until C: also the fewest int16 layers for the output cosine
 def evaluate(name, onnx_path, calib, evalset, n_hp, labels=None, plot=None):
     from paddle_npu.npu.quant.accuracy import input_floor, plot_sqnr
     from paddle_npu.npu.quant.calibrate import calibrate
-    from paddle_npu.npu.quant.cli import auto_hp
+    from paddle_npu.npu.quant.promote import auto_hp
 
     table = calibrate(onnx_path, calib)
     floor = input_floor(onnx_path, table, evalset)

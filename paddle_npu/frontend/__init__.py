@@ -10,6 +10,9 @@ import os
 
 from ..errors import PaddleFormatError
 from .params import param_order, read_combined, read_single
+from ..filekind import looks_like_onnx
+from .legacy import read_legacy_program
+from .pir import read_pir_program
 
 _PROGRAM_NAMES = ("__model__", "model")
 _COMBINED_PARAMS = ("__params__", "params")
@@ -67,8 +70,6 @@ def _looks_like_pir(path):
 
 def _refuse_other_kinds(path, data):
     """Files that are clearly something else, named for what they are."""
-    from ..filekind import looks_like_onnx
-
     if not data:
         raise PaddleFormatError(path, "is empty (0 bytes)",
                                 hint="expected the .pdmodel or .json program Paddle exported")
@@ -106,10 +107,8 @@ def load(model, params=None, *, with_params=True):
     data = _read_bytes(program_file)
     _refuse_other_kinds(program_file, data)
     if data.lstrip()[:1] == b"{":
-        from .pir import read_pir_program
         program = read_pir_program(program_file, data)
     else:
-        from .legacy import read_legacy_program
         program = read_legacy_program(data, program_file)
     order = param_order(program)
     if not with_params or not order:

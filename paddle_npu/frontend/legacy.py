@@ -5,6 +5,7 @@ from ..errors import PaddleFormatError
 from ..program import Block, Op, Program, Var
 from ..proto import framework_pb2
 from .params import dtype_name
+from ..filekind import protobuf_damage
 
 _VT = framework_pb2.VarType
 _A = framework_pb2
@@ -92,7 +93,6 @@ def parse_program_desc(data, path):
     try:
         desc.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        from ..filekind import protobuf_damage
         offset, problem = protobuf_damage(data) or (None, f"protobuf decode failed: {exc}")
         raise PaddleFormatError(
             path, f"not a valid Paddle program ({problem})", offset=offset,

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..exporter import onnx_dtype
+from ..frontend.params import dtype_name
 
 
 def ints(values):
@@ -168,7 +169,6 @@ def dtype_attr(value):
     """
     if isinstance(value, str):
         return {"float": "float32", "double": "float64", "half": "float16"}.get(value, value)
-    from ..frontend.params import dtype_name
     name = dtype_name(int(value))
     if name is None:
         raise ConversionError(f"unknown Paddle dtype code {value}")

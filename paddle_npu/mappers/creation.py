@@ -4,7 +4,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..exporter import onnx_dtype
-from .common import cast, const_i64, dtype_attr, reshape
+from .common import cast, const_i64, dtype_attr, reshape, unsqueeze
 from .registry import paddle_op
 from .tensor import const_of, constant_of_shape, dims_of, fill_value, int_list_input, is_value
 
@@ -132,7 +132,6 @@ class OneHot:
                 raise ConversionError("one_hot without a depth")
             classes = const_i64(ctx, np.arange(int(depth)))
         ids = cast(ctx, ids, "int64") if ctx.dtype(op, "X") != "int64" else ids
-        from .common import unsqueeze
         hot = ctx.op.Equal(unsqueeze(ctx, ids, [ctx.rank(op, "X")]), classes)
         ctx.set_output(op, "Out", cast(ctx, hot, dtype))
 

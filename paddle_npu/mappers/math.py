@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import broadcast_y, cast, in_float32, var_dtype
+from .common import broadcast_y, cast, in_float32, reshape, var_dtype
 from .registry import paddle_op
 
 _BINARY = {
@@ -150,7 +150,6 @@ class Mul:
         if xn > 1 or len(ys) - yn > 1:
             if ctx.opset < 10:
                 raise ConversionError("mul with more than one row or column dim needs opset 10")
-            from .common import reshape
             lead = ctx.op.Slice(ctx.op.Shape(ctx.input(op, "X")), ctx.const(np.array([0])),
                                 ctx.const(np.array([xn])))
             tail = ctx.const(np.asarray(ys[yn:], np.int64))

@@ -1,8 +1,11 @@
 """Convolution, normalisation, pooling, dropout."""
 import numpy as np
 
-from .common import computed_dtype, conv_padding, in_float32, ints, paddle_pads_2d, reduce
+from .common import (computed_dtype, conv_padding, in_float32, ints, paddle_pads_2d, reduce,
+                     reshape, unsqueeze)
 from .registry import paddle_op
+from .vision import (_adaptive_pool, _pool_problem, _var_shape, avg_pool, avg_pool_problem,
+                     pool_spatial)
 
 
 def _nchw_only(op, key="data_format"):
@@ -37,7 +40,6 @@ def _channel_bias(ctx, b, n_spatial):
     const = b.const_value.numpy() if b.const_value is not None else None
     if const is not None:
         return ctx.const(const.reshape((-1,) + (1,) * n_spatial))
-    from .common import unsqueeze
     return unsqueeze(ctx, b, list(range(1, 1 + n_spatial)))
 
 
@@ -103,7 +105,6 @@ class BatchNorm:
 class Pool2d:
     @classmethod
     def check(cls, op):
-        from .vision import _pool_problem, _var_shape, avg_pool_problem
         shape = _var_shape(op, "X")
         spatial = shape[2:] if shape else None
         return _nchw_only(op) or _pool_problem(op, spatial) or avg_pool_problem(op, spatial)
@@ -124,7 +125,6 @@ class Pool2d:
     def _pool(cls, ctx, op, x):
         kind = op.attr("pooling_type", "max")
         ksize = ints(op.attr("ksize", [1, 1]))
-        from .vision import pool_spatial
         spatial = pool_spatial(ctx, op, "X", 2)
         adaptive = op.attr("adaptive", False)
         is_global = op.attr("global_pooling", False) or (
@@ -135,7 +135,6 @@ class Pool2d:
             return ctx.op.GlobalMaxPool(x) if kind == "max" else ctx.op.GlobalAveragePool(x)
         if adaptive:
             if any(s % k for s, k in zip(spatial, ksize)):   # uneven or overlapping bins
-                from .vision import _adaptive_pool
                 return _adaptive_pool(ctx, x, spatial, ksize, kind)
             stride = [s // k for s, k in zip(spatial, ksize)]
             attrs = {"kernel_shape": stride, "strides": stride, "pads": [0, 0, 0, 0]}
@@ -149,7 +148,6 @@ class Pool2d:
                 attrs["ceil_mode"] = 1
         if kind == "max":
             return ctx.op.MaxPool(x, **attrs)
-        from .vision import avg_pool   # Paddle's divisor for exclusive=False
         return avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
 
 
@@ -214,5 +212,4 @@ def _as_shape(ctx, v, shape):
     const = v.const_value.numpy() if v.const_value is not None else None
     if const is not None:
         return ctx.const(const.reshape(shape))
-    from .common import reshape
     return reshape(ctx, v, shape)

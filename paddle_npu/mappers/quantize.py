@@ -17,8 +17,9 @@ import json
 
 import numpy as np
 
-from .common import clip, reshape
+from .common import cast, clip, reshape
 from .registry import paddle_op
+from ..errors import ConversionError
 
 
 OBSERVED_KEY = "paddle_npu.observed_thresholds"
@@ -119,7 +120,6 @@ class DequantizeLinear(_QDQ):
         y = ctx.op.DequantizeLinear(*args, **_axis_attr(op))
         dt = ctx.out_dtype(op, "Y")
         if dt and dt != "float32":
-            from .common import cast
             y = cast(ctx, y, dt)
         ctx.set_output(op, "Y", y)
 
@@ -231,7 +231,6 @@ class FakeChannelWiseDequantize:
         x = ctx.input(op, "X")
         rank = ctx.rank(op, "X")
         if rank is None:
-            from ..errors import ConversionError
             raise ConversionError("fake_channel_wise_dequantize_max_abs: the program records "
                                   "no shape for X, and the channel axis depends on its rank")
         scales = op.input("Scales")

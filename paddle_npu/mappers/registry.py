@@ -92,7 +92,7 @@ def _load_entry_points():
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
+    from importlib.metadata import entry_points   # only when no built-in mapper fits
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()

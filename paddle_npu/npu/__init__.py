@@ -5,41 +5,31 @@
     result = npu.verify("model.onnx", model, target="npu256")
 
 Importing this package is light (no numpy / onnx): `paddle-npu --help` builds its parser
-from it; the rest loads on first use.
+from it; the rest loads on first use (the names in _LAZY, PEP 562).
 """
+import importlib
+
 from .registry import OnnxMapper, get_onnx_mapper, lowered_ops, onnx_op
 from .target import DEFAULT as DEFAULT_TARGET
 from .target import PRESETS, Target, list_targets, load_target
 from .tiling import PLANS
 
+# name -> the module defining it: lower (npu/pipeline.py: (ir.Model, Report) of a model
+# lowered for a target), verify (npu/verifier.py: onnxruntime before / after lowering and the
+# NumPy reference), fuse_preprocess (npu/preprocess_fusion.py), the operator set (ops/)
 _LAZY = {"DOMAIN": ".ops", "VERSION": ".ops", "all_primitives": ".ops",
          "get_primitive": ".ops", "primitive": ".ops", "Reference": ".reference",
-         "Report": ".report"}
-
-
-def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None):
-    """(ir.Model, Report) of a model lowered for a target; see npu/pipeline.py.
-    input_shape: {input name: [sizes]} fixed before lowering (npu/input_shapes.py)."""
-    from .pipeline import lower as _lower
-    return _lower(model, target, plan, preprocess, marks, enable, disable, input_shape)
-
-
-def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=1e-5,
-           input_shape=None, min_cosine=0.99):
-    """onnxruntime before / after lowering and the NumPy reference; see npu/verifier.py."""
-    from .verifier import verify as _verify
-    return _verify(original, lowered, target, feeds, seed, tolerance, input_shape, min_cosine)
+         "Report": ".report", "lower": ".pipeline", "verify": ".verifier",
+         "fuse_preprocess": ".preprocess_fusion"}
 
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DEFAULT_TARGET", "DOMAIN", "PLANS", "PRESETS", "VERSION", "OnnxMapper", "Reference",
-           "Report", "Target", "all_primitives", "get_onnx_mapper", "get_primitive",
-           "list_targets", "load_target", "lower", "lowered_ops", "onnx_op", "primitive",
-           "verify"]
+           "Report", "Target", "all_primitives", "fuse_preprocess", "get_onnx_mapper",
+           "get_primitive", "list_targets", "load_target", "lower", "lowered_ops", "onnx_op",
+           "primitive", "verify"]

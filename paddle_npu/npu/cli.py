@@ -1,9 +1,17 @@
-"""The stage-2 sub-commands of `paddle-npu`: lower, verify, targets (and convert --npu)."""
+"""The stage-2 sub-commands of `paddle-npu`: lower, verify, targets (and convert --npu).
+
+Arguments become keywords of the library (pipeline.lower, verifier.verify, ...), which is
+imported inside the commands that run it: `paddle-npu --help` builds its parser from here.
+"""
 import json
 
-from .input_shapes import add_argument as add_input_shape_argument
+from ..preprocess_args import add_arguments as add_preprocess_arguments
+from ..preprocess_args import spec_from_args
 from ..shapes import parse_input_shapes
-from .target import DEFAULT
+from .input_shapes import add_argument as add_input_shape_argument
+from .quant.cli import add_commands as add_quant_commands
+from .quant.cli import add_quant_options, lower_for
+from .target import DEFAULT, list_targets
 from .tiling import PLANS
 
 
@@ -19,7 +27,6 @@ def add_commands(sub):
     add_input_shape_argument(p)
     p.add_argument("--verify", action="store_true",
                    help="also run `verify` on the result (seeded input)")
-    from ..preprocess import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p)
     p.set_defaults(func=cmd_lower)
 
@@ -59,8 +66,7 @@ def add_commands(sub):
     p.add_argument("--ops", action="store_true", help="also list the NPU primitives' schemas")
     p.set_defaults(func=cmd_targets)
 
-    from .quant.cli import add_commands as add_quant_commands   # calibrate, quant-report
-    add_quant_commands(sub)
+    add_quant_commands(sub)     # calibrate, quant-report
 
 
 def add_lowering_options(p, target_flag="--target"):
@@ -79,8 +85,7 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
-    from .quant.cli import add_quant_options     # --quantize, --calibration, ...
-    add_quant_options(p)
+    add_quant_options(p)        # --quantize, --calibration, ...
     g = p        # restructuring, placement marks and segments (NNIE-style); `p` may be a group
     g.add_argument("--restruct", metavar="PASS,...", default="",
                    help="restruct passes to run besides the target's own "
@@ -103,19 +108,15 @@ def add_lowering_options(p, target_flag="--target"):
 
 
 def _lower_and_save(source, output, args, quiet=False):
-    from ..api import save_model
+    from ..api import save_model        # the library loads when a command runs
     from ..outputs import write_text
-    from .pipeline import lower
-
-    from ..preprocess import spec_from_args
-
     from .marks import marks_from
+    from .pipeline import lower
 
     marks = marks_from(args.marks, args.cpu_nodes, args.hp_nodes, args.cpu_ops,
                        args.compile_mode)
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
     if args.quantize:                            # the integer lowering
-        from .quant.cli import lower_for
         lower = lower_for(args)                  # noqa: F811
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
@@ -123,7 +124,7 @@ def _lower_and_save(source, output, args, quiet=False):
                           input_shape=parse_input_shapes(args.input_shape))
     save_model(model, output)
     if args.segments:
-        from .segments import emit_segments
+        from .segments import emit_segments     # (start-up time, as above)
         manifest = emit_segments(model, report, args.segments)
         if not quiet:
             print(f"wrote {len(manifest['segments'])} segments to {args.segments} "
@@ -134,7 +135,7 @@ def _lower_and_save(source, output, args, quiet=False):
     if args.report:
         write_text(args.report, json.dumps(report.as_dict(), indent=1))
     if getattr(args, "report_svg", None):
-        from .report_svg import render_svg
+        from .report_svg import render_svg      # (start-up time, as above)
         write_text(args.report_svg, render_svg(report))
     return model
 
@@ -142,8 +143,9 @@ def _lower_and_save(source, output, args, quiet=False):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from ..preprocess import fused_reference
-        original = fused_reference(args.model, args, args.target)   # raw uint8 input too
+        from .preprocess_fusion import fused_reference  # the library loads when it runs
+        spec = spec_from_args(args, args.target)
+        original = fused_reference(args.model, spec)   # raw uint8 input too
         # An integer plan is checked on the inputs it is meant for when --data gives them
         # (random ones fall outside the calibrated ranges); raw images have none.
         data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \
@@ -160,7 +162,7 @@ def lower_converted(onnx_bytes, output, args):
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
                         input_shape=None, min_cosine=0.99):
-    from ..compare import load_reference
+    from ..compare import load_reference    # the library loads when a command runs
     from ..onnx_io import load_proto
     from .verifier import render, verify
 
@@ -185,8 +187,7 @@ def cmd_verify(args):
 
 
 def cmd_targets(args):
-    from .ops import all_primitives
-    from .target import list_targets
+    from .ops import all_primitives     # the library loads when a command runs
 
     targets = list_targets()
     if args.json:
@@ -215,7 +216,7 @@ def cmd_targets(args):
 
 
 def cmd_run_segments(args):
-    import numpy as np
+    import numpy as np      # the library loads when a command runs
 
     from ..outputs import write_with
     from .segments import run_segments

@@ -22,6 +22,8 @@ import json
 import numpy as np
 import onnx_ir as ir
 
+from ..naming import UniqueNames, add_initializer
+
 STANDARD = ("", "ai.onnx")
 _PREFIX = "paddle_npu."
 MARK = _PREFIX + "mark"
@@ -134,7 +136,6 @@ def attributes(attrs):
 
 def initializer(graph, array, name):
     """A constant registered on the graph, under `name` or the first free name_N."""
-    from ..naming import add_initializer
     return add_initializer(graph, array, name)
 
 
@@ -159,8 +160,6 @@ class Builder:
     output value; unique names from the graph's, dtype defaulting to the first input's."""
 
     def __init__(self, graph):
-        from ..naming import UniqueNames
-
         self.graph = graph
         self.names = UniqueNames.of_graph(graph)
 

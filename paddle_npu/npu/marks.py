@@ -31,8 +31,10 @@ import fnmatch
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError
+from ..naming import read_settings
 from . import graph as g
 from .passes import Pass
+
 COMPILE_MODES = {0: "every layer at the target's precision",
                  1: "every layer at 16 bits",
                  2: "user-defined: `_hp` layers at 16 bits"}
@@ -82,7 +84,6 @@ class Marks:
 
     @classmethod
     def from_file(cls, path):
-        from ..naming import read_settings
         data = read_settings(path, "marks file", MarkError)
         return cls.from_dict(data.get("marks", data), path)
 

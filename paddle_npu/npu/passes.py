@@ -19,6 +19,8 @@ import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
 from ..errors import ConversionError
+from ..onnx_io import infer_shapes, load_model, to_proto
+from ..optimize import fold_constants
 from . import graph as g
 
 
@@ -153,7 +155,6 @@ class InferShapes(Pass):
     name = "infer_shapes"
 
     def run(self, model, result):
-        from ..onnx_io import infer_shapes
         result.modified = infer_shapes(model)
 
 
@@ -190,8 +191,6 @@ class FixInputShapes(Pass):
         for node in graph:
             for out in node.outputs:
                 out.shape = None
-        from ..onnx_io import infer_shapes
-        from ..optimize import fold_constants
         for _ in range(8):          # each round of folding may make more sizes static
             infer_shapes(model)
             if not fold_constants(model):
@@ -203,8 +202,6 @@ def with_input_shapes(model, shapes):
     """The ModelProto of `model` (path, bytes, ModelProto, ir.Model) with its inputs' sizes
     fixed (`FixInputShapes`): what calibration and verification run when lowering fixes
     them."""
-    from ..onnx_io import load_model, to_proto
-
     m = load_model(model)
     FixInputShapes(shapes)(m)
     return to_proto(m)

@@ -21,6 +21,7 @@ from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
+from .preprocess_fusion import FusePreprocess
 from .passes import (BatchNormToAffine, FixInputShapes, InferShapes, NameNodes, Pass,
                      RemoveUnused, Sequence)
 from .registry import get_onnx_mapper
@@ -38,22 +39,6 @@ def prepare(model):
     m = load_model(model, MIN_BODY_OPSET)
     NameNodes()(m)
     return m
-
-
-class FusePreprocess(Pass):
-    """Raw uint8 images in: Transpose / Slice / Scale / ScaleLut / SwapChannel in front of the
-    image input (paddle_npu/preprocess.py has the spec and the fusion)."""
-    name = "preprocess"
-
-    def __init__(self, spec):
-        super().__init__()
-        self.spec = spec
-
-    def run(self, model, result):
-        from ..preprocess import fuse_into
-        info = fuse_into(model, self.spec, primitives=True)
-        result.info["fused"] = info
-        result.fired.append(f"preprocessing fused into input {info['input']!r}")
 
 
 class LowerNodes(Pass):

@@ -7,13 +7,16 @@ of the same model.
 import time
 
 import numpy as np
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
+from ..onnx_io import load_proto
 from .ops import DOMAIN, ArrayModel, all_primitives
+from .target import load_target
 
 
 def _op_class(prim, array):
-    from onnx.reference.op_run import OpRun
-
     def _run(self, *inputs, **attrs):
         attrs = {k: (list(v) if isinstance(v, (list, tuple, np.ndarray)) else v)
                  for k, v in attrs.items() if not k.startswith("_")}
@@ -29,16 +32,12 @@ def _op_class(prim, array):
 
 def _standard_overrides():
     """Standard ops whose onnx.reference implementation falls short on real models."""
-    from onnx.reference.op_run import OpRun
-
     class GatherElements(OpRun):
         # onnx.reference uses np.choose, limited to 64 entries along the axis
         def _run(self, data, indices, axis=None):
             axis = axis or 0
             indices = np.where(indices < 0, indices + data.shape[axis], indices)
             return (np.take_along_axis(data, indices, axis=axis),)
-
-    from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
     class MaxPool(_MaxPool):
         # onnx.reference loops over output positions in Python: strided views instead, for
@@ -158,11 +157,6 @@ class Reference:
     """`Reference(lowered, target).run(feeds)` -> outputs; `.array` holds the counts."""
 
     def __init__(self, model, target):
-        from onnx.reference import ReferenceEvaluator
-
-        from ..onnx_io import load_proto
-        from .target import load_target
-
         target = load_target(target)
         proto = load_proto(model)
         stripped = type(proto)()

@@ -77,7 +77,7 @@ def _load_entry_points():
     global _entry_points_loaded
     if not _entry_points_loaded:
         _entry_points_loaded = True
-        from importlib.metadata import entry_points
+        from importlib.metadata import entry_points   # only when no built-in lowering fits
 
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             ep.load()

@@ -2,6 +2,8 @@
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..preprocess import describe
+from .input_shapes import FLAG
 from .tiling import PlanCost
 
 
@@ -105,7 +107,6 @@ class Report:
         and the flag; None when nothing is kept off."""
         if not self.dynamic:
             return None
-        from .input_shapes import FLAG
         ins = ", ".join(f"{n} [{','.join(str(d) for d in dims) if dims else '?'}]"
                         for n, dims in self.dynamic["inputs"].items())
         kept = self.dynamic["kept_off_npu"]
@@ -226,7 +227,6 @@ class Report:
             for why, names in sorted(reasons.items()):
                 lines.append(f"  {len(names)} x {why} (e.g. {names[0]})")
         if self.preprocess:
-            from ..preprocess import describe
             lines += ["", describe(self.preprocess)]
         for p in self.restruct or ():
             if p["fired"] or p["refused"]:

@@ -27,8 +27,7 @@ import onnx_ir as ir
 from ..errors import ConversionError
 from . import graph as g
 from .passes import FoldBatchNorm, Rule, RulePass
-
-ORDER = ("bn_collapse", "merge_linear", "l2norm", "fc_to_conv")
+from .target import RESTRUCT_PASSES as ORDER
 
 
 def _node(graph, op_type, inputs, name, attrs=None, out_dims=None, dtype=ir.DataType.FLOAT):

@@ -13,8 +13,11 @@ the chain with the arrays keyed by tensor name.
 """
 import json
 import os
+import time
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from ..errors import ConversionError
 from ..onnx_io import save_proto, to_proto
@@ -88,9 +91,6 @@ def _names_read(nodes):
 
 def split_model(lowered, segments):
     """One ModelProto per segment of a lowered model (ir.Model or ModelProto)."""
-    import onnx
-    from onnx import helper
-
     proto = to_proto(lowered)
     infos = _value_infos(proto)
     missing = [n for s in segments for n in s.inputs + s.outputs if n not in infos]
@@ -170,9 +170,7 @@ def load_manifest(seg_dir):
 def run_segments(seg_dir, feeds, trace=None):
     """Run the segments of DIR in order on `feeds` ({model input name: array}); returns
     {model output name: array}. trace: a list that receives (index, device, seconds)."""
-    import time
-
-    import onnxruntime as ort
+    import onnxruntime as ort   # heavy, and only for running the segments
 
     manifest = load_manifest(seg_dir)
     missing = [n for n in manifest["model"]["inputs"] if n not in feeds]

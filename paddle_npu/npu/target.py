@@ -40,9 +40,17 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError
+from ..naming import read_settings
 
 ALL_PRIMITIVES = ("Im2Col", "VMM", "AddInTile", "DimTransform", "Scale", "ScaleLut",
                   "SwapChannel")
+# Every primitive of the operator set (ops/: one module each; a test keeps the two the same),
+# what a target file may list, and the restructuring passes it may ask for (restruct.py), in
+# the order they run: the vocabulary of a target, spelled here so that loading one needs
+# nothing but this file.
+OPERATOR_SET = ALL_PRIMITIVES + ("Lut", "RuntimeVMM", "Quantize", "Dequantize", "QVMM",
+                                 "Requantize")
+RESTRUCT_PASSES = ("bn_collapse", "merge_linear", "l2norm", "fc_to_conv")
 
 # Elementwise, activation, pooling and joining ops a vector unit beside the arrays runs.
 VECTOR_UNIT_OPS = (
@@ -181,7 +189,8 @@ def _names(data, key, default, path):
     return tuple(value)
 
 
-# The keys of a target file's tables (besides [preprocess], checked by PreprocessSpec), and
+# The keys of a target file's tables (besides [preprocess], checked by PreprocessSpec when
+# the fused preprocessing reads it), and
 # the widths the precision table may take.
 _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "precision": {"weight_bits", "activation_bits"},
                "npu": {"primitives", "onnx_ops"}, "cpu": {"onnx_ops"},
@@ -218,27 +227,24 @@ def target_from_dict(data, source="<dict>"):
             raise ConversionError(f"{source}: {key} = {flat[key]!r} is not a width arrays "
                                   f"are built with (one of {', '.join(map(str, allowed))})")
     npu, cpu = data.get("npu", {}), data.get("cpu", {})
-    from .ops import all_primitives
-
     primitives = _names(npu, "primitives", base.primitives, source)
-    bad = sorted(set(primitives) - set(all_primitives()))
+    bad = sorted(set(primitives) - set(OPERATOR_SET))
     if bad:
         raise ConversionError(f"{source}: unknown NPU primitives {bad} "
-                              f"(known: {sorted(all_primitives())})")
+                              f"(known: {sorted(OPERATOR_SET)})")
     if "VMM" not in primitives:
         raise ConversionError(f"{source}: an NPU without VMM has nothing to lower to")
-    preprocess = data.get("preprocess")
-    if preprocess is not None:
-        from ..preprocess import PreprocessSpec
-        PreprocessSpec.from_dict(preprocess, f"{source} [preprocess]")   # errors name the file
+    preprocess = data.get("preprocess")     # its settings are checked where a spec is made
+    if preprocess is not None and not isinstance(preprocess, dict):
+        raise ConversionError(f"{source}: preprocess is a table / object")
     rs = data.get("restruct", {})
     if not isinstance(rs, dict):
         raise ConversionError(f"{source}: restruct is a table / object")
-    from .restruct import ORDER
     passes = _names(rs, "passes", base.restruct, source)
-    bad = sorted(set(passes) - set(ORDER))
+    bad = sorted(set(passes) - set(RESTRUCT_PASSES))
     if bad:
-        raise ConversionError(f"{source}: unknown restruct passes {bad} (known: {list(ORDER)})")
+        raise ConversionError(f"{source}: unknown restruct passes {bad} "
+                              f"(known: {list(RESTRUCT_PASSES)})")
     broadcast = rs.get("broadcast", base.broadcast)
     if not isinstance(broadcast, bool):
         raise ConversionError(f"{source}: restruct.broadcast must be true or false")
@@ -274,5 +280,4 @@ def load_target(spec=None):
     if not os.path.exists(spec):
         raise ConversionError(f"unknown target {spec!r}: not a preset "
                               f"({', '.join(sorted(PRESETS))}) nor a file")
-    from ..naming import read_settings
     return target_from_dict(read_settings(spec, "target file"), spec)

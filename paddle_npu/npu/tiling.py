@@ -80,7 +80,7 @@ def group_matrix(weight, g, geo):
 
 def tile_weight(weight, geo, tile):
     """The [rows, cols] matrix programmed into a tile's array."""
-    import numpy as np
+    import numpy as np      # on first use: the command line's parser reads PLANS from here
 
     if tile.groups is not None:
         g0, g1 = tile.groups

@@ -5,6 +5,8 @@ import numpy as np
 from ..compare import agreement, run_onnx
 from ..errors import ConversionError
 from ..onnx_io import load_proto
+from .ops import DOMAIN
+from .passes import with_input_shapes
 from .reference import Reference
 
 TOLERANCE = 1e-5
@@ -48,7 +50,6 @@ def _serialized(model):
 
 
 def _primitives(proto):
-    from .ops import DOMAIN
     return {n.op_type for n in proto.graph.node if n.domain == DOMAIN}
 
 
@@ -78,7 +79,6 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
                               "lower it first (`paddle-npu lower MODEL -o LOWERED`)")
     integer = bool(used & INTEGER_PRIMITIVES)
     if input_shape:
-        from .passes import with_input_shapes
         original = with_input_shapes(original, input_shape)
     if feeds is None:
         feeds = seeded_inputs(original, seed)

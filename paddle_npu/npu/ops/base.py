@@ -18,6 +18,7 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import AttributeProto, helper, numpy_helper
 
 DOMAIN = "ai.paddle_npu"
 VERSION = 1
@@ -88,8 +89,6 @@ class Primitive:
     @classmethod
     def function_proto(cls, opset, attrs, in_shapes):
         """The FunctionProto a node with these attributes and input shapes calls."""
-        from onnx import helper
-
         b = Body()
         cls.body(b, cls.attrs_of(attrs), in_shapes)
         overload = cls.overload(attrs, in_shapes)
@@ -146,10 +145,6 @@ class Body:
         return f"{hint}_{self._n}"
 
     def op(self, op_type, *inputs, out=None, **attrs):
-        from onnx import helper
-
-        from onnx import AttributeProto
-
         out = out or self._tmp(op_type.lower())
         plain = {k: v for k, v in attrs.items() if not isinstance(v, Ref)}
         node = helper.make_node(op_type, [i or "" for i in inputs], [out], **plain)
@@ -163,8 +158,6 @@ class Body:
 
     def const(self, value, out=None):
         """An int64 constant (a scalar stays a scalar)."""
-        from onnx import numpy_helper
-
         arr = np.asarray(value, dtype=np.int64)
         return self.op("Constant", out=out, value=numpy_helper.from_array(arr))
 

@@ -17,6 +17,7 @@ non-negative values, MatMul of integers held exactly in float64), so the NumPy r
 below and onnxruntime running the bodies give bit-identical integers.
 """
 import numpy as np
+from onnx import numpy_helper
 
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
 
@@ -37,8 +38,6 @@ def _int_type(bits):
 
 
 def _float_const(b, value):
-    from onnx import numpy_helper
-
     return b.op("Constant", value=numpy_helper.from_array(np.asarray(value, np.float32)))
 
 

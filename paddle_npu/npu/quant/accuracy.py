@@ -12,7 +12,7 @@ same name (the layer's output; after a fused ReLU, the ReLU's) on the same input
                  (the report's order, worst first). `--auto-hp N` does not promote by it: in
                  a deep chain that amplifies perturbations (the random-weight mobilenet_v1)
                  the late layers top this list while the early ones cause the noise, so it
-                 measures each layer's promotion end to end (cli.layer_sensitivity)
+                 measures each layer's promotion end to end (promote.layer_sensitivity)
 
 Errors accumulate: a layer's numbers include what its inputs brought. The suggestion per
 layer: int16 (`_hp`) when the layer adds a large share (HP_SHARE) of the noise all layers
@@ -22,8 +22,13 @@ that noisy. A ranking by measured effect on the output is `--auto-hp` / `--hp-un
 import math
 
 import numpy as np
+import onnx
 
+from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
+from ..ops.quant import qrange
+from .calibrate import load_table, run_batches, session_with_all
+from .qlower import records_of
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
@@ -41,10 +46,7 @@ def metrics(f, q):
             "max_abs_diff": float(np.max(np.abs(f - q))) if f.size else 0.0}
 
 
-def _run(model_bytes, feeds, names, batch=128):
-    from .calibrate import run_batches, session_with_all
-    import onnx
-
+def run_tensors(model_bytes, feeds, names, batch=128):
     proto = onnx.load_from_string(model_bytes)
     present = {v for n in proto.graph.node for v in n.output} | \
         {i.name for i in proto.graph.input}
@@ -60,17 +62,14 @@ def _run(model_bytes, feeds, names, batch=128):
 def layer_report(float_model, quant_model, feeds, records=None):
     """{"layers": [...graph order...], "outputs": [...]}: per-layer metrics of the quantised
     model (path / proto / ir.Model, run by onnxruntime through its function bodies)."""
-    from ...onnx_io import load_proto
-    from .qlower import records_of
-
     fproto, qproto = load_proto(float_model), load_proto(quant_model)
     records = records if records is not None else records_of(qproto)
     if records is None:
         raise ValueError("the model carries no quantisation records (not quantised?)")
     outputs = [o.name for o in qproto.graph.output]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
-    fvals = _run(fproto.SerializeToString(), feeds, names)
-    qvals = _run(qproto.SerializeToString(), feeds, names)
+    fvals = run_tensors(fproto.SerializeToString(), feeds, names)
+    qvals = run_tensors(qproto.SerializeToString(), feeds, names)
     for k, v in feeds.items():
         fvals.setdefault(k, v)
         qvals.setdefault(k, v)
@@ -104,10 +103,6 @@ def input_floor(float_model, table, feeds, bits=8):
     layer on top of this, so it rarely does better: a model whose floor is already low
     amplifies small perturbations (a chaotic network), and no integer width that rounds its
     input can fix that."""
-    from ..ops.quant import qrange
-    from ...onnx_io import load_proto
-    from .calibrate import load_table
-
     proto = load_proto(float_model)
     tensors = load_table(table)["tensors"]
     _, hi = qrange(bits)
@@ -123,7 +118,7 @@ def input_floor(float_model, table, feeds, bits=8):
         rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
     outputs = [o.name for o in proto.graph.output]
     data = proto.SerializeToString()
-    exact, near = _run(data, feeds, outputs), _run(data, rounded, outputs)
+    exact, near = run_tensors(data, feeds, outputs), run_tensors(data, rounded, outputs)
     return [dict(metrics(exact[n], near[n]), name=n) for n in outputs if n in exact]
 
 
@@ -169,9 +164,9 @@ def plot_sqnr(reports, path):
     """Per-layer SQNR (graph order) of one or more reports {label: report} as PNG; without
     matplotlib an SVG is written next to it instead. Returns the path written."""
     try:
-        import matplotlib
+        import matplotlib       # optional: only for this picture
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt     # (after the backend is chosen)
     except ImportError:
         svg = path.rsplit(".", 1)[0] + ".svg"
         _write_svg(reports, svg)

@@ -17,8 +17,13 @@ import json
 import os
 
 import numpy as np
+import onnx
 
 from ...errors import ConversionError
+from ...filekind import describe
+from ...onnx_io import load_proto
+from ...outputs import write_text
+from ...preprocess import image_files, read_images
 
 FORMAT = "paddle_npu.calibration/1"
 METHODS = ("absmax", "percentile", "mse")
@@ -42,7 +47,6 @@ def load_feeds(proto, data, limit=None, preprocess=None):
     try:
         arrays = np.load(data)
     except Exception:  # noqa: BLE001 - numpy's various complaints
-        from ...filekind import describe
         raise ConversionError(f"{data}: cannot read it as an .npz of arrays: it is "
                               f"{describe(data)}") from None
     feeds = {}
@@ -63,8 +67,6 @@ def load_feeds(proto, data, limit=None, preprocess=None):
 
 
 def _image_feeds(proto, names, folder, limit, spec):
-    from ...preprocess import image_files, read_images
-
     if spec is None:
         raise ConversionError(f"{folder}: a folder of images needs the model's "
                               "normalisation, which `paddle-npu calibrate` takes (--mean / "
@@ -92,8 +94,6 @@ def _image_feeds(proto, names, folder, limit, spec):
 
 def float_tensors(proto):
     """{name: elem_type} of every float tensor a node computes (shape inference's types)."""
-    import onnx
-
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     except Exception:
@@ -112,8 +112,7 @@ def float_tensors(proto):
 
 def session_with_all(proto, names):
     """An onnxruntime session whose outputs are `names` (intermediate float tensors)."""
-    import onnx
-    import onnxruntime as ort
+    import onnxruntime as ort   # heavy, and only for running the calibration set
 
     m = onnx.ModelProto()
     m.CopyFrom(proto)
@@ -156,8 +155,6 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
     """The calibration table (a dict) of an ONNX model (path / bytes / proto) over `data`
     (an .npz path, a folder of images with `preprocess` a PreprocessSpec, or a
     {input: array} dict)."""
-    from ...onnx_io import load_proto
-
     if method not in METHODS:
         raise ConversionError(f"unknown calibration method {method!r} (known: {METHODS})")
     proto = load_proto(model)
@@ -215,7 +212,6 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
 
 
 def save_table(table, path):
-    from ...outputs import write_text
     write_text(path, json.dumps(table, indent=1) + "\n")
 
 

@@ -1,5 +1,6 @@
-"""Command line of the integer precision work. Imports stay light here: the
-parser of `paddle-npu --help` is built from this module.
+"""Command line of the integer precision work: arguments to keywords for calibrate.py,
+qlower.py, promote.py and accuracy.py. The parser of `paddle-npu --help` is built from this
+module, so the library (numpy, onnx) is imported inside the commands that run it.
 
     paddle-npu calibrate MODEL --data CALIB.npz|IMAGES/ -o TABLE.json
               [--method mse|percentile|absmax]
@@ -9,11 +10,15 @@ parser of `paddle-npu --help` is built from this module.
     paddle-npu quant-report MODEL --calibration TABLE.json --data EVAL.npz [--auto-hp N]
               [--plot SQNR.png] [--json OUT.json]
 """
+import argparse
+import json
+import os
 
-
-from ..input_shapes import add_argument as add_input_shape_argument
-from ...shapes import parse_input_shapes
 from ...errors import ConversionError
+from ...preprocess_args import add_arguments as add_preprocess_arguments
+from ...preprocess_args import settings_given, spec_from_args
+from ...shapes import parse_input_shapes
+from ..input_shapes import add_argument as add_input_shape_argument
 
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
                  "output's cosine to float to reach C, e.g. 0.99 (needs --data; --auto-hp N "
@@ -27,8 +32,6 @@ def _wants_hp(args):
 def add_quant_options(p):
     """The integer-precision flags, in a group of their own unless `p` is already a group
     (convert's stage-2 options: argparse deprecates nesting groups)."""
-    import argparse
-
     g = p.add_argument_group("integer precision") if isinstance(p, argparse.ArgumentParser) \
         else p
     g.add_argument("--quantize", choices=("int8", "int16"), default=None,
@@ -65,7 +68,6 @@ def add_commands(sub):
     p.add_argument("--method", choices=("mse", "percentile", "absmax"), default="mse",
                    help="which statistic becomes `threshold` (default mse)")
     p.add_argument("--limit", type=int, default=None, help="use the first N samples only")
-    from ...preprocess import add_arguments as add_preprocess_arguments
     add_preprocess_arguments(p, fuse=False)
     add_input_shape_argument(p)
     p.set_defaults(func=cmd_calibrate)
@@ -103,7 +105,7 @@ def _shaped(args):
     shapes = parse_input_shapes(args.input_shape)
     if not shapes:
         return args.model
-    from ..passes import with_input_shapes
+    from ..passes import with_input_shapes      # the library loads when a command runs
     return with_input_shapes(args.model, {k: [-1] + d[1:] for k, d in shapes.items()})
 
 
@@ -118,8 +120,9 @@ def lower_for(args):
                               "measure on)")
 
     def _lower(source, target=None, plan="packed", preprocess=None, **kw):
-        from ...onnx_io import save_proto
+        from ...onnx_io import save_proto       # the library loads when a command runs
         from .accuracy import render
+        from .promote import auto_hp
         from .qdq import export_qdq
         from .qlower import quantized_lower
 
@@ -145,57 +148,6 @@ def lower_for(args):
     return _lower
 
 
-SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
-
-
-def _output_sqnr(fouts, qouts):
-    """SQNR (dB) over all the model's outputs together."""
-    import math
-
-    import numpy as np
-
-    signal = noise = 0.0
-    for name, f in fouts.items():
-        if name not in qouts:
-            continue
-        f = np.asarray(f, np.float64)
-        signal += float(np.sum(f ** 2))
-        noise += float(np.sum((f - np.asarray(qouts[name], np.float64)) ** 2))
-    if noise == 0:
-        return float("inf")
-    return 10 * math.log10(signal / noise) if signal > 0 else -float("inf")
-
-
-def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="packed",
-                      precision=None, samples=SENSITIVITY_SAMPLES, **kw):
-    """{layer: output SQNR (dB) of the quantised model with that layer alone promoted to 16
-    bits}, measured end to end (one quantised lowering and run per layer, on the first
-    `samples` inputs). This, not a layer's own SQNR drop, says what promoting it buys: in a
-    deep chain that amplifies perturbations, an early layer's rounding noise grows layer by
-    layer, so the late layers show the large drops while the early ones are the cause."""
-    import onnx_ir as ir
-
-    from ...onnx_io import load_proto
-    from .accuracy import _run
-    from .calibrate import load_feeds, load_precision
-    from .qlower import quantized_lower
-
-    proto = load_proto(model)
-    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
-    if samples:
-        feeds = {k: v[:samples] for k, v in feeds.items()}
-    outputs = [o.name for o in proto.graph.output]
-    fouts = _run(proto.SerializeToString(), feeds, outputs)
-    base = dict(load_precision(precision)) if precision else {}
-    out = {}
-    for name in layers:
-        m, _, _ = quantized_lower(proto, table, bits, target, plan, {**base, name: "int16"},
-                                  **kw)
-        qouts = _run(ir.serde.serialize_model(m).SerializeToString(), feeds, outputs)
-        out[name] = _output_sqnr(fouts, qouts)
-    return out
-
-
 def _hp_label(args):
     parts = [f"--auto-hp {args.auto_hp}"] if args.auto_hp else []
     if args.hp_until_cosine is not None:
@@ -203,85 +155,13 @@ def _hp_label(args):
     return " ".join(parts)
 
 
-def _min_cosine(fouts, qouts):
-    from .accuracy import metrics
-
-    return min(metrics(f, qouts[name])["cosine"] for name, f in fouts.items()
-               if name in qouts)
-
-
-def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
-            rank="measured", until_cosine=None, **kw):
-    """Quantise, rank the int8 layers by sensitivity, promote the N most sensitive to 16 bits
-    and quantise again. rank="measured" (default): by the model output's SQNR with each layer
-    alone promoted (`layer_sensitivity`, one extra quantised run per layer); rank="added":
-    by the noise each layer's output adds over its input's in one run (`worst_layers`:
-    cheap, but blind to how much the layers downstream amplify a layer's noise).
-    until_cosine: promote the fewest of the ranked layers (at most N when N > 0) for every
-    output's cosine to float to reach it, found by bisection on the count (a quantised run
-    per probe; more promoted layers measure better, the search assumes it). Returns a dict
-    with both reports, the final model and `reached` (None without until_cosine)."""
-    from ...onnx_io import load_proto
-    from .accuracy import layer_report, worst_layers
-    from .calibrate import load_feeds, load_precision
-    from .qlower import quantized_lower
-
-    if rank not in ("measured", "added"):
-        raise ValueError(f"unknown ranking {rank!r} (measured / added)")
-    proto = load_proto(model)
-    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
-    m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
-    before = layer_report(proto, m, feeds, records)
-    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
-    if until_cosine is not None and n <= 0:
-        n = len(worst)
-    sens = None
-    if rank == "measured" and n > 0 and worst:
-        sens = layer_sensitivity(proto, table, feeds, worst, bits, target, plan, precision,
-                                 **kw)
-        order = {name: i for i, name in enumerate(worst)}
-        worst = sorted(worst, key=lambda name: (-sens[name], order[name]))
-    worst = worst[:n]
-    base = dict(load_precision(precision)) if precision else {}
-
-    def quantise(k):
-        prec = {**base, **{name: "int16" for name in worst[:k]}}
-        m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
-        return prec, m2, report2, records2, layer_report(proto, m2, feeds, records2)
-
-    tried = {}
-    k = len(worst)
-    if until_cosine is not None:
-        tried[0] = (base, m, report, records, before)
-        lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
-        while lo + 1 < hi:
-            mid = (lo + hi) // 2
-            if mid not in tried:
-                tried[mid] = quantise(mid)
-            rep = tried[mid][-1]
-            if _min_cosine(rep["_float"], rep["_quant"]) >= until_cosine:
-                hi = mid
-            else:
-                lo = mid
-        k = hi
-    prec, m2, report2, records2, after = tried[k] if k in tried else quantise(k)
-    reached = None if until_cosine is None else \
-        _min_cosine(after["_float"], after["_quant"]) >= until_cosine
-    return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
-            "precision": prec, "before": before, "after": after, "model_before": m,
-            "sensitivity": sens, "reached": reached}
-
-
 def _accuracy(outs, labels):
-    import numpy as np
+    import numpy as np      # the library loads when a command runs
     return float((np.asarray(outs).argmax(-1) == labels).mean())
 
 
 def cmd_calibrate(args):
-    import os
-
-    from ...preprocess import settings_given, spec_from_args
-    from .calibrate import calibrate, save_table
+    from .calibrate import calibrate, save_table    # the library loads when a command runs
 
     folder = os.path.isdir(args.data)
     if folder and not settings_given(args):     # no silent "pixels 0-255 as they are"
@@ -298,14 +178,13 @@ def cmd_calibrate(args):
 
 
 def cmd_quant_report(args):
-    import json
-
-    import numpy as np
+    import numpy as np      # the library loads when a command runs
 
     from ...onnx_io import load_proto
     from ...outputs import write_text
     from .accuracy import input_floor, layer_report, plot_sqnr, render
     from .calibrate import load_feeds
+    from .promote import auto_hp
     from .qlower import quantized_lower
 
     proto = load_proto(_shaped(args))

@@ -12,12 +12,16 @@ export_qdq    the float model with the quantised lowering's scales as standard Q
 import json
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
 from ...errors import ConversionError
 from ...mappers.quantize import FAKE_DEQUANT_KEY, FAKE_QUANT_KEY, OBSERVED_KEY
 from ...naming import add_initializer
+from ...onnx_io import upgrade_opset
+from ..passes import batchnorm_to_affine, fold_batchnorm
+from ..pipeline import prepare
 from .calibrate import FORMAT
 
 _QMAX = {ir.DataType.INT8: 127, ir.DataType.UINT8: 255, ir.DataType.INT16: 32767}
@@ -174,11 +178,6 @@ def _qdq_pair(graph, value, scale, bits, name):
 def export_qdq(model, records):
     """A QDQ ModelProto of the float `model` with the scales of the quantised lowering's
     `records` (qlower.records_of)."""
-    import onnx
-
-    from ..passes import batchnorm_to_affine, fold_batchnorm
-    from ..pipeline import prepare
-
     m = prepare(model)
     m, _, _ = strip_qdq(m)
     fold_batchnorm(m)              # the weights the lowering quantised
@@ -264,7 +263,6 @@ def export_qdq(model, records):
     common_passes.RemoveUnusedNodesPass()(m)     # the float weights the layers no longer read
     proto = ir.serde.serialize_model(m)
     if any(r["bits"] == 16 for r in records):   # int16 QuantizeLinear needs opset 21
-        from ...onnx_io import upgrade_opset
         proto = upgrade_opset(proto, 21)
     onnx.checker.check_model(proto)
     return proto

@@ -7,15 +7,17 @@ precision table, the model's own scales) and reads the records back.
 import json
 
 from ...errors import ConversionError
+from ...onnx_io import load_proto
+from ...optimize import fuse_bias_into_conv_and_gemm
 from .. import graph as g
+from ..pipeline import lower, prepare, quantization_records
 from ..plan import Quantization, fixed_point  # noqa: F401  (fixed_point: part of this API)
 from .calibrate import load_precision, load_table
+from .qdq import strip_qdq
 
 
 def records_of(model):
     """The per-layer quantisation records stored in a quantised model (path / proto / ir)."""
-    from ...onnx_io import load_proto
-
     proto = load_proto(model)
     for p in proto.metadata_props:
         if p.key == g.QUANTIZATION:
@@ -28,10 +30,6 @@ def quantized_lower(model, table=None, bits=8, target=None, plan="packed", preci
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).
     table: calibration table (path / dict); None for a model already quantised (QDQ) whose
     scales it then keeps. precision: a precision table (path / dict {name: int8|int16})."""
-    from ...optimize import fuse_bias_into_conv_and_gemm
-    from ..pipeline import lower, prepare, quantization_records
-    from .qdq import strip_qdq
-
     m = prepare(model)
     m, qdq_table, weight_scales = strip_qdq(m)
     if qdq_table is not None:     # with the weights constant again, the biases fuse as usual

@@ -1,9 +1,9 @@
 """Paddle as the oracle, run in a subprocess (the PIR switch must be set before import).
 
-    python tests/paddle_oracle.py records OUT_DIR
+    python tests/harness/paddle_oracle.py records OUT_DIR
         Paddle writes a combined params file holding every dtype it saves, and a
         single tensor file with a two-level LoD; OUT_DIR/expected.npz has the values.
-    python tests/paddle_oracle.py legacy-params MODEL OUT.npz
+    python tests/harness/paddle_oracle.py legacy-params MODEL OUT.npz
         Loads a legacy export with paddle.static.load_inference_model and saves every
         persistable tensor of its scope (raw bytes as uint8 + dtype names) to OUT.npz.
 """

@@ -5,7 +5,7 @@ its inputs. Case modules (`tests/opcases_*.py`) only import paddle inside `build
 pytest can collect them without Paddle; the exports run in one subprocess per format
 (the PIR switch must be set before `import paddle`):
 
-    python tests/opcase_harness.py export FORMAT OUT_DIR MODULE [MODULE ...]
+    python tests/harness/opcase_harness.py export FORMAT OUT_DIR MODULE [MODULE ...]
 
 writes OUT_DIR/<case>/{model.pdmodel|model.json, model.pdiparams, reference.npz}
 (reference.npz: `in_<name>` inputs and `out_<i>` Paddle's eager outputs) and
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CASES_DIR = os.path.dirname(HERE)       # tests/: the opcases_*.py modules
 FORMATS = ("legacy", "pir")
 MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json"}
 
@@ -162,7 +163,8 @@ def export_all(fmt, out_dir, modules):
 def cache_key(modules):
     """Changes when a case module or the harness changes."""
     h = hashlib.sha256()
-    for path in [__file__] + [os.path.join(HERE, m.split(".")[-1] + ".py") for m in modules]:
+    for path in [__file__] + [os.path.join(CASES_DIR, m.split(".")[-1] + ".py")
+                              for m in modules]:
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
@@ -179,7 +181,7 @@ def ensure_exports(root, modules):
             os.makedirs(d, exist_ok=True)
             env = dict(os.environ, FLAGS_enable_pir_api="0" if fmt == "legacy" else "1")
             res = subprocess.run([sys.executable, __file__, "export", fmt, d, *modules],
-                                 env=env, cwd=HERE, capture_output=True, text=True)
+                                 env=env, cwd=CASES_DIR, capture_output=True, text=True)
             if res.returncode != 0:
                 raise RuntimeError(f"op case export ({fmt}) failed:\n{res.stderr[-4000:]}")
             with open(done, "w") as f:
@@ -191,6 +193,6 @@ def ensure_exports(root, modules):
 if __name__ == "__main__":
     cmd, fmt, out, *mods = sys.argv[1:]
     assert cmd == "export"
-    sys.path.insert(0, HERE)
+    sys.path[:0] = [HERE, CASES_DIR]
     import opcase_harness  # the case modules register into this module, not __main__
     opcase_harness.export_all(fmt, out, mods)

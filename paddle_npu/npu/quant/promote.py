@@ -1,0 +1,118 @@
+"""Which layers to promote to 16 bits: measured sensitivity and the search for the fewest.
+
+    auto_hp(model, table, data, n)      quantise, rank the int8 layers, promote the n most
+                                        sensitive (or, with until_cosine, the fewest that
+                                        reach it) and quantise again
+    layer_sensitivity(...)              the output's SQNR with each layer alone at 16 bits
+"""
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from ...onnx_io import load_proto
+from .accuracy import layer_report, metrics, run_tensors, worst_layers
+from .calibrate import load_feeds, load_precision
+from .qlower import quantized_lower
+
+SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
+
+
+def _output_sqnr(fouts, qouts):
+    """SQNR (dB) over all the model's outputs together."""
+    signal = noise = 0.0
+    for name, f in fouts.items():
+        if name not in qouts:
+            continue
+        f = np.asarray(f, np.float64)
+        signal += float(np.sum(f ** 2))
+        noise += float(np.sum((f - np.asarray(qouts[name], np.float64)) ** 2))
+    if noise == 0:
+        return float("inf")
+    return 10 * math.log10(signal / noise) if signal > 0 else -float("inf")
+
+
+def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="packed",
+                      precision=None, samples=SENSITIVITY_SAMPLES, **kw):
+    """{layer: output SQNR (dB) of the quantised model with that layer alone promoted to 16
+    bits}, measured end to end (one quantised lowering and run per layer, on the first
+    `samples` inputs). This, not a layer's own SQNR drop, says what promoting it buys: in a
+    deep chain that amplifies perturbations, an early layer's rounding noise grows layer by
+    layer, so the late layers show the large drops while the early ones are the cause."""
+    proto = load_proto(model)
+    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
+    if samples:
+        feeds = {k: v[:samples] for k, v in feeds.items()}
+    outputs = [o.name for o in proto.graph.output]
+    fouts = run_tensors(proto.SerializeToString(), feeds, outputs)
+    base = dict(load_precision(precision)) if precision else {}
+    out = {}
+    for name in layers:
+        m, _, _ = quantized_lower(proto, table, bits, target, plan, {**base, name: "int16"},
+                                  **kw)
+        qouts = run_tensors(ir.serde.serialize_model(m).SerializeToString(), feeds, outputs)
+        out[name] = _output_sqnr(fouts, qouts)
+    return out
+
+
+def min_cosine(fouts, qouts):
+    """The smallest cosine to float of the outputs both runs have."""
+    return min(metrics(f, qouts[name])["cosine"] for name, f in fouts.items()
+               if name in qouts)
+
+
+def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
+            rank="measured", until_cosine=None, **kw):
+    """Quantise, rank the int8 layers by sensitivity, promote the N most sensitive to 16 bits
+    and quantise again. rank="measured" (default): by the model output's SQNR with each layer
+    alone promoted (`layer_sensitivity`, one extra quantised run per layer); rank="added":
+    by the noise each layer's output adds over its input's in one run (`worst_layers`:
+    cheap, but blind to how much the layers downstream amplify a layer's noise).
+    until_cosine: promote the fewest of the ranked layers (at most N when N > 0) for every
+    output's cosine to float to reach it, found by bisection on the count (a quantised run
+    per probe; more promoted layers measure better, the search assumes it). Returns a dict
+    with both reports, the final model and `reached` (None without until_cosine)."""
+    if rank not in ("measured", "added"):
+        raise ValueError(f"unknown ranking {rank!r} (measured / added)")
+    proto = load_proto(model)
+    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
+    m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
+    before = layer_report(proto, m, feeds, records)
+    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
+    if until_cosine is not None and n <= 0:
+        n = len(worst)
+    sens = None
+    if rank == "measured" and n > 0 and worst:
+        sens = layer_sensitivity(proto, table, feeds, worst, bits, target, plan, precision,
+                                 **kw)
+        order = {name: i for i, name in enumerate(worst)}
+        worst = sorted(worst, key=lambda name: (-sens[name], order[name]))
+    worst = worst[:n]
+    base = dict(load_precision(precision)) if precision else {}
+
+    def quantise(k):
+        prec = {**base, **{name: "int16" for name in worst[:k]}}
+        m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
+        return prec, m2, report2, records2, layer_report(proto, m2, feeds, records2)
+
+    tried = {}
+    k = len(worst)
+    if until_cosine is not None:
+        tried[0] = (base, m, report, records, before)
+        lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if mid not in tried:
+                tried[mid] = quantise(mid)
+            rep = tried[mid][-1]
+            if min_cosine(rep["_float"], rep["_quant"]) >= until_cosine:
+                hi = mid
+            else:
+                lo = mid
+        k = hi
+    prec, m2, report2, records2, after = tried[k] if k in tried else quantise(k)
+    reached = None if until_cosine is None else \
+        min_cosine(after["_float"], after["_quant"]) >= until_cosine
+    return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
+            "precision": prec, "before": before, "after": after, "model_before": m,
+            "sensitivity": sens, "reached": reached}
