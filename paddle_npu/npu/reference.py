@@ -9,6 +9,7 @@ import time
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
 from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
 from ..onnx_io import load_proto
@@ -78,8 +79,6 @@ def _standard_overrides():
             y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * \
                 scale.reshape(shape) + bias.reshape(shape)
             return (y.astype(x.dtype),)
-
-    from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
 
     class GridSample(_GridSample):
         # onnx.reference visits every output pixel in Python (minutes for a TPS rectifier) and
