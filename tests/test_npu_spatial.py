@@ -1,0 +1,68 @@
+"""The spatial op families on the NPU: ConvTranspose (VMM + Col2Im), lowered from tiny ONNX
+models built here and run three ways (onnxruntime before, onnxruntime on the function
+bodies after, the NumPy reference), with what was emitted, its cost and a refusal."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
+from paddle_npu.npu import DOMAIN, lower
+
+
+def _rand(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# (input shape, weight shape [C, M/g, KH, KW], attributes, bias)
+CONV_T = [
+    ([1, 4, 5, 6], [4, 3, 2, 2], dict(strides=[2, 2]), True),
+    ([2, 6, 4, 4], [6, 2, 3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1],
+                                      output_padding=[1, 1], group=3), False),
+    ([1, 3, 5, 4], [3, 2, 3, 2], dict(strides=[1, 2], dilations=[2, 1], pads=[0, 1, 2, 0]),
+     True),
+    ([1, 8, 3, 3], [8, 1, 4, 4], dict(strides=[2, 2], pads=[1, 1, 1, 1], group=8), True),
+    ([1, 3, 7], [3, 4, 3], dict(strides=[2], pads=[1, 0], output_padding=[1]), True),
+]
+
+
+@pytest.mark.parametrize("xs, ws, attrs, bias", CONV_T, ids=range(len(CONV_T)))
+@pytest.mark.parametrize("target", ["npu256", "npu64"])
+def test_conv_transpose_runs_on_the_arrays(xs, ws, attrs, bias, target):
+    if target == "npu64":
+        ws = [ws[0] * 20 if attrs.get("group", 1) == 1 else ws[0]] + ws[1:]
+        xs = [xs[0], ws[0]] + xs[2:]
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    group = attrs.get("group", 1)
+    m = ws[1] * group
+    inits = [("w", _rand(ws, 1))] + ([("b", _rand([m], 2))] if bias else [])
+    onnx_model = model([helper.make_node("ConvTranspose", inputs, ["y"], name="up", **attrs)],
+                       [("x", xs)], [("y", None)], inits)
+    lowered, report = lower(onnx_model, target)
+    checked(lowered)
+    assert {"VMM", "Col2Im", "DimTransform"} <= npu_ops(lowered)
+    assert ("", "ConvTranspose") not in op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    (layer,) = report.layers
+    pixels = int(np.prod(xs)) // xs[1]
+    assert layer.cost.macs == pixels * ws[0] * int(np.prod(ws[1:]))  # no inserted zeros
+    assert report.npu_mac_share() == 1.0
+    x = _rand(xs, 3)
+    want, got, ref, r = three_way(onnx_model, lowered, {"x": x}, target)
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    assert r.array.macs >= layer.cost.macs     # block-diagonal tiles multiply zeros too
+    assert r.array.add_elements >= pixels * m * int(np.prod(ws[2:]))
+
+
+def test_conv_transpose_with_a_computed_weight_stays_plain():
+    nodes = [helper.make_node("Neg", ["w0"], ["w"], name="neg"),
+             helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", strides=[2, 2])]
+    onnx_model = model(nodes, [("x", [1, 2, 3, 3]), ("w0", [2, 2, 2, 2])], [("y", None)])
+    lowered, report = lower(onnx_model)
+    assert ("", "ConvTranspose") in op_types(lowered)
+    assert report.refusals["up"] == "ConvTranspose: the weight is not a constant"
+    lowered, report = lower(model(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", auto_pad="SAME_UPPER",
+                          strides=[2, 2])],
+        [("x", [1, 2, 3, 3])], [("y", None)], [("w", _rand([2, 2, 3, 3], 0))]), "nnie")
+    assert report.refusals["up"] == "ConvTranspose: the target has no Col2Im to sum the kernel taps"
