@@ -66,3 +66,58 @@ def test_conv_transpose_with_a_computed_weight_stays_plain():
                           strides=[2, 2])],
         [("x", [1, 2, 3, 3])], [("y", None)], [("w", _rand([2, 2, 3, 3], 0))]), "nnie")
     assert report.refusals["up"] == "ConvTranspose: the target has no Col2Im to sum the kernel taps"
+
+
+# (op, input shape, attributes)
+POOLS = [
+    ("MaxPool", [1, 3, 7, 8], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", [2, 2, 7, 7], dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", [1, 2, 9, 9], dict(kernel_shape=[3, 2], dilations=[2, 1], pads=[2, 0, 1, 1])),
+    ("MaxPool", [1, 2, 9, 8], dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("AveragePool", [1, 3, 7, 8], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", [1, 3, 7, 8], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                       count_include_pad=1)),
+    ("AveragePool", [1, 2, 7, 7], dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", [1, 2, 6, 7], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                       ceil_mode=1, count_include_pad=1)),
+    ("GlobalAveragePool", [2, 4, 5, 3], {}),
+    ("GlobalMaxPool", [2, 4, 5, 3], {}),
+]
+
+
+@pytest.mark.parametrize("op, xs, attrs", POOLS, ids=[f"{p[0]}{i}" for i, p in enumerate(POOLS)])
+def test_pooling_runs_on_the_vector_unit(op, xs, attrs):
+    onnx_model = model([helper.make_node(op, ["x"], ["y"], name="pool", **attrs)],
+                       [("x", xs)], [("y", None)])
+    lowered, report = lower(onnx_model)
+    checked(lowered)
+    assert npu_ops(lowered) == {"Pool"} and ("", op) not in op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    x = _rand(xs, 4)
+    want, got, ref, r = three_way(onnx_model, lowered, {"x": x}, None)
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    taps = int(np.prod(attrs.get("kernel_shape", xs[2:])))
+    assert r.array.vector_elements == want[0].size * taps   # one operation per window tap
+
+
+def test_pooling_refusals():
+    two_outputs = model([helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool",
+                                          kernel_shape=[2, 2])],
+                        [("x", [1, 2, 4, 4])], [("y", None)])
+    lowered, report = lower(two_outputs)
+    assert report.refusals["pool"] == "MaxPool: MaxPool's indices output has no NPU form"
+    dynamic = model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="pool")],
+                    [("x", [1, 2, "h", "w"])], [("y", None)])
+    lowered, report = lower(dynamic)
+    assert ("", "GlobalAveragePool") in op_types(lowered)
+    assert "static channels and size" in report.refusals["pool"]
+    same = model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3],
+                                   dilations=[2, 2], auto_pad="SAME_LOWER")],
+                 [("x", [1, 2, 9, 9])], [("y", None)])
+    lowered, report = lower(same)
+    assert "auto_pad with dilations" in report.refusals["pool"]
+    lowered, report = lower(model([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                                    kernel_shape=[2, 2])],
+                                  [("x", [1, 2, 4, 4])], [("y", None)]), "nnie")
+    assert not npu_ops(lowered) and [s.device for s in report.segments] == ["npu"]
