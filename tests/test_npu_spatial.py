@@ -121,3 +121,69 @@ def test_pooling_refusals():
                                                     kernel_shape=[2, 2])],
                                   [("x", [1, 2, 4, 4])], [("y", None)]), "nnie")
     assert not npu_ops(lowered) and [s.device for s in report.segments] == ["npu"]
+
+
+def _resize_model(xs, attrs, scales=None, sizes=None, opset=13, op="Resize"):
+    inits, inputs = [], ["x"]
+    if opset >= 11 and op == "Resize":
+        inputs += ["", "scales" if scales is not None else ""] + (["sizes"] if sizes else [])
+    else:
+        inputs.append("scales")
+    if scales is not None:
+        inits.append(("scales", np.asarray(scales, np.float32)))
+    if sizes:
+        inits.append(("sizes", np.asarray(sizes, np.int64)))
+    return model([helper.make_node(op, inputs, ["y"], name="resize", **attrs)],
+                 [("x", xs)], [("y", None)], inits, opset=opset)
+
+
+# (input shape, attributes, scales, sizes, opset, op, primitives expected)
+RESIZES = [
+    ([1, 3, 4, 5], dict(mode="nearest"), [1, 1, 2, 2], None, 13, "Resize", {"AxisGather"}),
+    ([1, 2, 5, 6], dict(mode="nearest", coordinate_transformation_mode="half_pixel",
+                        nearest_mode="round_prefer_ceil"), None, [1, 2, 7, 4], 13, "Resize",
+     {"AxisGather"}),
+    ([2, 3, 4, 5], dict(mode="linear", coordinate_transformation_mode="half_pixel"),
+     [1, 1, 2, 2], None, 13, "Resize", {"VMM", "DimTransform"}),
+    ([1, 2, 4, 6], dict(mode="linear", coordinate_transformation_mode="align_corners"), None,
+     [1, 2, 7, 11], 13, "Resize", {"VMM", "DimTransform"}),
+    ([1, 2, 6, 6], dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+     None, [1, 2, 3, 1], 13, "Resize", {"VMM", "DimTransform"}),
+    ([1, 2, 4, 5], dict(mode="linear", coordinate_transformation_mode="asymmetric"),
+     [1, 1, 1.5, 3], None, 13, "Resize", {"VMM", "DimTransform"}),
+    ([1, 2, 5, 4], dict(mode="cubic", cubic_coeff_a=-0.5), [1, 1, 2, 1], None, 13, "Resize",
+     {"VMM", "DimTransform"}),
+    # loaded at opset 15, the Upsample is a Resize
+    ([1, 3, 4, 5], dict(mode="nearest"), [1, 1, 2, 3], None, 9, "Upsample", {"AxisGather"}),
+]
+
+
+@pytest.mark.parametrize("xs, attrs, scales, sizes, opset, op, prims", RESIZES,
+                         ids=[f"{r[1]['mode']}{i}" for i, r in enumerate(RESIZES)])
+def test_resize_runs_on_the_npu(xs, attrs, scales, sizes, opset, op, prims):
+    onnx_model = _resize_model(xs, attrs, scales, sizes, opset, op)
+    lowered, report = lower(onnx_model)
+    checked(lowered)
+    assert prims <= npu_ops(lowered) and ("", op) not in op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    x = _rand(xs, 5)
+    want, got, ref, r = three_way(onnx_model, lowered, {"x": x}, None)
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    if "VMM" in prims:        # the interpolation matrices' products, on the arrays
+        assert r.array.macs == sum(l.cost.macs for l in report.layers) > 0
+    else:
+        assert r.array.macs == 0 and r.array.moved_elements >= want[0].size
+
+
+def test_resize_refusals():
+    crop = _resize_model([1, 2, 4, 4], dict(mode="linear",
+                                            coordinate_transformation_mode="tf_crop_and_resize"),
+                         [1, 1, 2, 2])
+    lowered, report = lower(crop)
+    assert report.refusals["resize"] == "Resize: tf_crop_and_resize has no NPU form"
+    lowered, report = lower(_resize_model([1, 2, 4, 4], dict(mode="linear"), [1, 1, 2, 2]),
+                            "nnie")
+    assert ("", "Resize") in op_types(lowered)
+    assert report.refusals["resize"] == "Resize: the target has no AxisGather (resizing)"
+    assert not npu_ops(lowered)
