@@ -187,3 +187,44 @@ def test_resize_refusals():
     assert ("", "Resize") in op_types(lowered)
     assert report.refusals["resize"] == "Resize: the target has no AxisGather (resizing)"
     assert not npu_ops(lowered)
+
+
+def test_instance_norm_runs_on_the_vector_unit():
+    c = 3
+    onnx_model = model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"],
+                                         name="norm", epsilon=1e-3)],
+                       [("x", [2, c, 5, 4])], [("y", None)],
+                       [("s", _rand([c], 6)), ("b", _rand([c], 7))])
+    lowered, report = lower(onnx_model)
+    checked(lowered)
+    assert npu_ops(lowered) == {"InstanceNorm"}
+    x = _rand([2, c, 5, 4], 8) * 3 + 1
+    want, got, ref, r = three_way(onnx_model, lowered, {"x": x}, None)
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    assert r.array.vector_elements == 3 * x.size + 2 * c
+
+
+def test_group_norm_as_stage_1_writes_it_runs_whole_on_the_npu():
+    """Paddle's group_norm: Reshape to [N, groups, -1], InstanceNormalization, Reshape back,
+    per-channel scale and shift (paddle_npu/mappers/vision.py)."""
+    groups, c = 2, 6
+    nodes = [helper.make_node("Reshape", ["x", "grouped"], ["g"], name="group"),
+             helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"],
+                              name="norm"),
+             helper.make_node("Reshape", ["n", "image"], ["r"], name="ungroup"),
+             helper.make_node("Mul", ["r", "scale"], ["m"], name="scale"),
+             helper.make_node("Add", ["m", "shift"], ["y"], name="shift")]
+    inits = [("grouped", np.array([0, groups, -1])), ("image", np.array([2, c, 4, 5])),
+             ("ones", np.ones(groups, np.float32)), ("zeros", np.zeros(groups, np.float32)),
+             ("scale", _rand([c, 1, 1], 9)), ("shift", _rand([c, 1, 1], 10))]
+    onnx_model = model(nodes, [("x", [2, c, 4, 5])], [("y", None)], inits)
+    lowered, report = lower(onnx_model)
+    assert {"InstanceNorm", "DimTransform"} <= npu_ops(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    x = _rand([2, c, 4, 5], 11)
+    want, got, ref, _ = three_way(onnx_model, lowered, {"x": x}, None)
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    lowered, report = lower(onnx_model, "nnie")
+    assert report.refusals["norm"] == "InstanceNormalization: the target has no InstanceNorm"

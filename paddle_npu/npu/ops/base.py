@@ -39,7 +39,7 @@ class Arg:
 class Ref:
     """In a function body, an attribute taking the calling node's attribute `name`."""
     name: str
-    type: str            # "int" | "ints"
+    type: str            # "int" | "ints" | "float"
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ class Body:
             if isinstance(ref, Ref):
                 a = node.attribute.add()
                 a.name, a.ref_attr_name = key, ref.name
-                a.type = AttributeProto.INT if ref.type == "int" else AttributeProto.INTS
+                a.type = {"int": AttributeProto.INT, "ints": AttributeProto.INTS,
+                          "float": AttributeProto.FLOAT}[ref.type]
         self.nodes.append(node)
         return out
 
