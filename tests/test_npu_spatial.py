@@ -228,3 +228,37 @@ def test_group_norm_as_stage_1_writes_it_runs_whole_on_the_npu():
     assert_close(ref[0], want[0], "reference")
     lowered, report = lower(onnx_model, "nnie")
     assert report.refusals["norm"] == "InstanceNormalization: the target has no InstanceNorm"
+
+
+# (input shape, weight shape [M, C/g, KD, KH, KW], attributes, bias)
+CONV3D = [
+    ([1, 3, 4, 5, 6], [4, 3, 3, 3, 3], dict(pads=[1, 1, 1, 1, 1, 1]), True),
+    ([2, 4, 5, 6, 4], [6, 2, 2, 3, 1], dict(strides=[2, 1, 2], dilations=[1, 2, 1], group=2),
+     False),
+]
+
+
+@pytest.mark.parametrize("xs, ws, attrs, bias", CONV3D, ids=range(len(CONV3D)))
+def test_conv3d_runs_on_the_arrays(xs, ws, attrs, bias):
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    inits = [("w", _rand(ws, 12))] + ([("b", _rand([ws[0]], 13))] if bias else [])
+    onnx_model = model([helper.make_node("Conv", inputs, ["y"], name="conv3d", **attrs)],
+                       [("x", xs)], [("y", None)], inits)
+    lowered, report = lower(onnx_model, "npu64")
+    checked(lowered)
+    assert {"Im2Col3D", "VMM"} <= npu_ops(lowered) and ("", "Conv") not in op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    x = _rand(xs, 14)
+    want, got, ref, r = three_way(onnx_model, lowered, {"x": x}, "npu64")
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+    (layer,) = report.layers
+    assert layer.cost.macs == want[0].size * int(np.prod(ws[1:]))
+    assert r.array.macs >= layer.cost.macs
+
+
+def test_conv3d_on_a_target_without_im2col3d_stays_plain():
+    onnx_model = model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv3d")],
+                       [("x", [1, 2, 3, 3, 3])], [("y", None)], [("w", _rand([2, 2, 1, 1, 1], 0))])
+    lowered, report = lower(onnx_model, "nnie")
+    assert report.refusals["conv3d"] == "Conv: the target has no Im2Col3D for 3-D convolutions"
