@@ -1,17 +1,17 @@
-"""Resize of an NCHW image's H and W -> per axis, AxisGather (nearest: a move) or
-a constant interpolation matrix on the arrays (linear, cubic: VMM tiles via linear._matrix).
+"""Resize of an NCHW image's H and W -> one AxisResample per resized axis on the vector unit:
+nearest a pick (a move), linear and cubic a weighted sum of 2 or 4 neighbours.
 
-The resize is separable: along one axis it is a matrix A [in, out] with Y = X A. A is found at
-compile time by resizing the identity with the node's own attributes and scales (the ONNX
-reference implementation, so every coordinate transformation and nearest mode means what the
-ONNX specification says). A column holding a single 1 is a pick of one input element: nearest
-resizing moves data and multiplies nothing."""
+The resize is separable: along one axis it is a matrix A [in, out] with Y = X A, each column
+with a few non-zeros. A is found at compile time by resizing the identity with the node's own
+attributes and scales (the ONNX reference implementation, so every coordinate transformation
+and nearest mode means what the ONNX specification says); its non-zeros are AxisResample's
+indices and weights. (As matrix products on the arrays the interpolation would cost one array
+read per row of the image, far more than the vector unit's few multiply-adds per element.)"""
 import functools
 
 import numpy as np
 
 from ..registry import onnx_op
-from .linear import _matrix
 
 
 def _const(ctx, node, i):
@@ -89,58 +89,38 @@ def _probe(op_type, attrs, kind, probe, where, n_in, n_out, opset):
     return y.reshape(n_in, n_out)
 
 
-def _picks(a):
-    """The input index each output takes when every column of A holds a single 1, else None."""
-    picks = np.argmax(a, axis=0)
-    one_hot = np.zeros_like(a)
-    one_hot[picks, np.arange(a.shape[1])] = 1.0
-    return [int(i) for i in picks] if np.array_equal(a, one_hot) else None
+def _taps(a):
+    """(indices, weights or None, taps) of AxisResample for the matrix A [in, out]: weights
+    None when every column holds a single 1 (a pick)."""
+    taps = max(1, int((a != 0).sum(axis=0).max()))
+    idx = np.zeros((a.shape[1], taps), np.int64)
+    w = np.zeros((a.shape[1], taps))
+    for o in range(a.shape[1]):
+        rows = np.flatnonzero(a[:, o])
+        idx[o, :len(rows)], w[o, :len(rows)] = rows, a[rows, o]
+    if taps == 1 and np.all(w == 1.0):
+        return [int(i) for i in idx[:, 0]], None, 1
+    return [int(i) for i in idx.ravel()], [float(v) for v in w.ravel()], taps
 
 
 @onnx_op("Resize")
 class Resize:
     @classmethod
     def check(cls, ctx, node):
-        # a target resizes on the NPU when it has the move (strict targets keep Resize as is)
-        if not ctx.target.runs_primitive("AxisGather"):
-            return "the target has no AxisGather (resizing)"
-        reason = _check(ctx, node)
-        if reason:
-            return reason
-        if not ctx.target.runs_primitive("VMM") and any(
-                _picks(axis_matrix(ctx, node, axis)) is None for axis in (2, 3)):
-            return "the target has no VMM for the interpolation matrices"
-        return None
+        if not ctx.target.runs_primitive("AxisResample"):
+            return "the target has no AxisResample (resizing)"
+        return _check(ctx, node)
 
     @classmethod
     def lower(cls, ctx, node):
         x = node.inputs[0]
-        _, c, _, _ = ctx.dims(x)
         for axis in (3, 2):
-            a = axis_matrix(ctx, node, axis)
-            picks = _picks(a)
-            if picks == list(range(a.shape[0])):
+            indices, weights, taps = _taps(axis_matrix(ctx, node, axis))
+            if weights is None and indices == list(range(ctx.dims(x)[axis])):
                 continue                       # this axis is left as it is
-            if picks is not None:
-                x = ctx.npu.AxisGather(x, axis=axis, indices=picks, _name=f"pick_{'nchw'[axis]}")
-                continue
-            h, w = ctx.dims(x)[2:]
-            if axis == 3:                      # rows of W
-                rows = ctx.npu.DimTransform(x, perm=[0, 1, 2, 3], shape=[0, c * h, w],
-                                            _name="rows_w")
-            else:                              # rows of H
-                rows = ctx.npu.DimTransform(x, perm=[0, 1, 3, 2], shape=[0, c * w, h],
-                                            _name="rows_h")
-            y = _matrix(ctx, node, rows, a.astype(np.float32), None)
-            n_out = a.shape[1]
-            if axis == 3:
-                x = ctx.npu.DimTransform(y, perm=[0, 1, 2], shape=[0, c, h, n_out],
-                                         _name="image_w")
-            else:
-                y = ctx.npu.DimTransform(y, perm=[0, 1, 2], shape=[0, c, w, n_out],
-                                         _name="image_h")
-                x = ctx.npu.DimTransform(y, perm=[0, 1, 3, 2], shape=[0, 0, 0, 0],
-                                         _name="image")
+            extra = {} if weights is None else {"weights": weights, "taps": taps}
+            x = ctx.npu.AxisResample(x, axis=axis, indices=indices, **extra,
+                                     _name=f"resample_{'nchw'[axis]}")
         if x is node.inputs[0]:
             x = ctx.npu.DimTransform(x, perm=[0, 1, 2, 3], shape=[0, 0, 0, 0], _name="same")
         return [x]
