@@ -11,6 +11,18 @@ from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_w
 from paddle_npu.npu import DOMAIN, lower
 
 
+def _vector_ns(lowered, primitive):
+    """Placement's estimate (cost.py) for the node of this primitive, on npu256's vector unit
+    (16 elements per ns)."""
+    from paddle_npu.npu.cost import node_ns
+    from paddle_npu.npu.target import load_target
+
+    (node,) = [n for n in lowered.graph if n.op_type == primitive]
+    unit, ns = node_ns(node, "npu", load_target("npu256"))
+    assert unit == "vector"
+    return ns
+
+
 def _rand(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
@@ -54,6 +66,8 @@ def test_conv_transpose_runs_on_the_arrays(xs, ws, attrs, bias, target):
     assert_close(ref[0], want[0], "reference")
     assert r.array.macs >= layer.cost.macs     # block-diagonal tiles multiply zeros too
     assert r.array.add_elements >= pixels * m * int(np.prod(ws[2:]))
+    sums = pixels * m * int(np.prod(ws[2:])) + (want[0].size if bias else 0)
+    assert _vector_ns(lowered, "Col2Im") == sums / 16
 
 
 def test_conv_transpose_with_a_computed_weight_stays_plain():
@@ -101,6 +115,7 @@ def test_pooling_runs_on_the_vector_unit(op, xs, attrs):
     assert_close(ref[0], want[0], "reference")
     taps = int(np.prod(attrs.get("kernel_shape", xs[2:])))
     assert r.array.vector_elements == want[0].size * taps   # one operation per window tap
+    assert _vector_ns(lowered, "Pool") == want[0].size * taps / 16    # placement's estimate
 
 
 def test_pooling_refusals():

@@ -77,6 +77,12 @@ class Primitive:
         return ""
 
     @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        """Element operations of the node on its unit when they are not one per output
+        element (cost.py's estimate), else None; shapes static."""
+        return None
+
+    @classmethod
     def schema(cls):
         """The schema as plain data (for documentation, `paddle-npu targets --ops`, tests)."""
         return {"domain": DOMAIN, "version": VERSION, "op_type": cls.op_type,

@@ -1,7 +1,7 @@
 """Col2Im: the rows a transposed convolution's arrays write, accumulated into its image."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive
+from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
 
 
 def _canvas(size, k, s, d, begin, out):
@@ -40,6 +40,11 @@ class Col2Im(Primitive):
         kh, kw = a["kernel_shape"]
         m = cols // (kh * kw) if isinstance(cols, int) else None
         return [[n, m] + list(a["output_shape"])]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        bias = len(in_shapes) > 1 and in_shapes[1] is not None
+        return static_numel(in_shapes[0]) + (static_numel(out_shapes[0]) if bias else 0)
 
     @classmethod
     def overload(cls, attrs, in_shapes):

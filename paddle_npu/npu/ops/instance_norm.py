@@ -1,7 +1,7 @@
 """InstanceNorm: per-(sample, channel) normalisation on the vector unit."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, Ref, primitive
+from .base import Arg, Attr, Primitive, Ref, primitive, static_numel
 
 
 @primitive
@@ -20,6 +20,10 @@ class InstanceNorm(Primitive):
     @classmethod
     def infer(cls, in_shapes, attrs):
         return [list(in_shapes[0])]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return 3 * static_numel(in_shapes[0]) + in_shapes[0][0] * in_shapes[0][1]
 
     @classmethod
     def body(cls, b, attrs, in_shapes):

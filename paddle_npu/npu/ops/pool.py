@@ -1,7 +1,7 @@
 """Pool: max and average pooling over NCHW windows on the vector unit."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, config_tag, primitive
+from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
 
 
 def pooled_size(size, k, s, d, p0, p1, ceil):
@@ -49,6 +49,10 @@ class Pool(Primitive):
         oh = pooled_size(h, kh, sh, dh, pt, pb, a["ceil_mode"]) if isinstance(h, int) else None
         ow = pooled_size(w, kw, sw, dw, pl, pr, a["ceil_mode"]) if isinstance(w, int) else None
         return [[n, c, oh, ow]]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return static_numel(out_shapes[0]) * int(np.prod(attrs["kernel_shape"]))
 
     @classmethod
     def overload(cls, attrs, in_shapes):

@@ -2,7 +2,7 @@
 constant places (resizing), or, with no weights, a pick of one (a move)."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive
+from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
 
 
 def _taps(a):
@@ -34,6 +34,10 @@ class AxisResample(Primitive):
         out = list(in_shapes[0])
         out[a["axis"]] = len(a["indices"]) // a["taps"]
         return [out]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return static_numel(out_shapes[0]) * attrs["taps"]
 
     @classmethod
     def overload(cls, attrs, in_shapes):
