@@ -67,15 +67,16 @@ def _vector_elements(node):
     """Element operations of a node on the vector unit: a primitive's own count where it
     declares one (pooling windows, Col2Im's additions, ...), else one per output element."""
     prim = get_primitive(node.op_type) if node.domain == DOMAIN else None
-    if prim is not None:
-        shapes = [dims(v) for v in node.inputs], [dims(v) for v in node.outputs]
-        if all(s is not None and count(s) is not None for s in shapes[0] + shapes[1]):
-            work = prim.work(prim.attrs_of({k: a.value for k, a in node.attributes.items()}),
-                             [[d if isinstance(d, int) else 1 for d in s] for s in shapes[0]],
-                             [[d if isinstance(d, int) else 1 for d in s] for s in shapes[1]])
-            if work is not None:
-                return work
-    return _output_elements(node)
+    values = [v for v in node.inputs if v is not None] + list(node.outputs)
+    if prim is None or any(dims(v) is None for v in values):
+        return _output_elements(node)
+
+    def static(v):     # a size that is not fixed counted as 1, as everywhere here
+        return None if v is None else [d if isinstance(d, int) else 1 for d in dims(v)]
+
+    attrs = prim.attrs_of({k: a.value for k, a in node.attributes.items()})
+    work = prim.work(attrs, [static(v) for v in node.inputs], [static(v) for v in node.outputs])
+    return _output_elements(node) if work is None else work
 
 
 def node_ns(node, where, target):
