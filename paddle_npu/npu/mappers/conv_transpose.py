@@ -12,6 +12,7 @@ import numpy as np
 from ..registry import onnx_op
 from ..report import LayerReport
 from ..tiling import Geometry, plan_cost
+from .conv import operand_reason
 from .matrix import emit_matrix, plan_matrix
 
 
@@ -42,20 +43,13 @@ class ConvTranspose:
             return "the target has no VMM"
         if not ctx.target.runs_primitive("Col2Im"):
             return "the target has no Col2Im to sum the kernel taps"
+        reason = operand_reason(ctx, node)
+        if reason:
+            return reason
         w = ctx.constant(node.inputs[1])
-        if w is None:
-            return "the weight is not a constant"
         if w.ndim not in (3, 4):
             return f"only 1-D and 2-D transposed convolutions lower (weight of rank {w.ndim})"
-        if w.dtype.kind != "f":
-            return f"weight dtype {w.dtype} is not floating point"
-        if len(node.inputs) > 2 and node.inputs[2] is not None and \
-                ctx.constant(node.inputs[2]) is None:
-            return "the bias is not a constant"
-        dims = ctx.static_dims(node.inputs[0], skip=(0,))
-        if dims is None:
-            return "channels and spatial size of the input must be static"
-        found = _attrs(node, dims[2:], list(w.shape[2:]))
+        found = _attrs(node, ctx.dims(node.inputs[0])[2:], list(w.shape[2:]))
         if isinstance(found, str):
             return found
         if min(found[4]) < 1:
