@@ -283,15 +283,26 @@ def test_conv3d_on_a_target_without_im2col3d_stays_plain():
     assert report.refusals["conv3d"] == "Conv: the target has no Im2Col3D for 3-D convolutions"
 
 
+def _integer_cosine(onnx_model, lowered, x):
+    """The integer model's output cosine to the float one; onnxruntime (function bodies) and
+    the NumPy reference bit-true."""
+    from npu_helpers import serialized
+    from paddle_npu.compare import run_onnx
+    from paddle_npu.npu import Reference
+
+    _, (want,) = run_onnx(serialized(onnx_model), {"x": x})
+    _, (got,) = run_onnx(serialized(lowered), {"x": x})
+    (ref,) = Reference(serialized(lowered), None).run({"x": x})
+    assert np.array_equal(got, ref)
+    return float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+
+
 @pytest.mark.parametrize("bits", [8, 16])
 def test_conv_transpose_quantises(bits):
     """Its matrix work goes through emit_matrix, so the integer plan comes with it: the
     columns are read out as floats before Col2Im sums the taps (a ReLU after it stays after
     the sum); a float resize follows. Cosine to float >= 0.99, onnxruntime and the NumPy
     reference bit-true."""
-    from npu_helpers import serialized
-    from paddle_npu.compare import run_onnx
-    from paddle_npu.npu import Reference
     from paddle_npu.npu.quant.calibrate import calibrate
     from paddle_npu.npu.quant.qlower import quantized_lower
 
@@ -306,13 +317,26 @@ def test_conv_transpose_quantises(bits):
     rng = np.random.default_rng(17)
     table = calibrate(onnx_model, {"x": rng.standard_normal((16, 4, 5, 5)).astype(np.float32)})
     lowered, report, records = quantized_lower(onnx_model, table, bits=bits)
-    assert {"QVMM", "Col2Im", "Relu"} & (npu_ops(lowered) | {t for _, t in op_types(lowered)}) \
-        == {"QVMM", "Col2Im", "Relu"}
+    assert {"QVMM", "Col2Im"} <= npu_ops(lowered) and ("", "Relu") in op_types(lowered)
+    (record,) = [r for r in records if r["layer"] == "up"]
+    assert record["bits"] == bits and not record["relu_fused"] and record["s_y"] is None
     x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
-    _, (want,) = run_onnx(serialized(onnx_model), {"x": x})
-    _, (got,) = run_onnx(serialized(lowered), {"x": x})
-    (ref,) = Reference(serialized(lowered), None).run({"x": x})
-    assert np.array_equal(got, ref)
-    cosine = float(np.dot(got.ravel(), want.ravel()) /
-                   (np.linalg.norm(got) * np.linalg.norm(want)))
-    assert cosine >= 0.99, cosine
+    assert _integer_cosine(onnx_model, lowered, x) >= 0.99
+
+
+def test_conv3d_quantises():
+    """Conv3D's matrix work goes through emit_matrix: int8 on the arrays, bit-true."""
+    from paddle_npu.npu.quant.calibrate import calibrate
+    from paddle_npu.npu.quant.qlower import quantized_lower
+
+    onnx_model = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv3d",
+                                         pads=[1, 1, 1, 1, 1, 1])],
+                       [("x", ["n", 3, 4, 5, 5])], [("y", None)],
+                       [("w", _rand([4, 3, 3, 3, 3], 18) * 0.2), ("b", _rand([4], 19))])
+    rng = np.random.default_rng(20)
+    table = calibrate(onnx_model, {"x": rng.standard_normal((8, 3, 4, 5, 5)).astype(np.float32)})
+    lowered, _, records = quantized_lower(onnx_model, table)
+    assert {"Im2Col3D", "QVMM", "Requantize"} <= npu_ops(lowered)
+    assert [r["layer"] for r in records] == ["conv3d"]
+    x = rng.standard_normal((1, 3, 4, 5, 5)).astype(np.float32)
+    assert _integer_cosine(onnx_model, lowered, x) >= 0.99
