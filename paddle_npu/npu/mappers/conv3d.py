@@ -7,8 +7,8 @@ from .matrix import emit_matrix, plan_matrix
 
 def _geometry(ctx, node):
     """(kernel, strides, dilations, pads, output sizes) of a Conv3D."""
-    from .conv import resolve_pads
     from ..ops.im2col import out_size
+    from .conv import resolve_pads       # here: conv.py imports this module
 
     a, w = node.attributes, ctx.constant(node.inputs[1])
     spatial = ctx.dims(node.inputs[0])[2:]

@@ -13,10 +13,10 @@ def _canvas(size, k, s, d, begin, out):
 @primitive
 class Col2Im(Primitive):
     """Y[n, m, oh, ow] = B[m] + sum of X[n, ih*W + iw, (m*KH + kh)*KW + kw] over every
-    (ih, kh, iw, kw) with oh = ih*sh - pt + kh*dh and ow = iw*sw - pl + kw*dw: the rows
-    input-pixel-by-kernel-matrix products of a transposed convolution (one row per input
-    pixel, one column per output channel and kernel tap) scattered and summed into the
-    output image on the vector unit (the inverse of Im2Col's gather). The sum is kept in
+    (ih, kh, iw, kw) with oh = ih*sh - pt + kh*dh and ow = iw*sw - pl + kw*dw: the rows a
+    transposed convolution's arrays produce (one row per input pixel, one column per output
+    channel and kernel tap) scattered and summed into the output image on the vector unit
+    (the inverse of Im2Col's gather). The sum is kept in
     float64 and rounded to X's type once; the cost is one addition per X element (and per
     bias element)."""
 

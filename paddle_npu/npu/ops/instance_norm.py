@@ -11,7 +11,8 @@ class InstanceNorm(Primitive):
     [N, groups, -1], then a per-channel scale and shift). The vector unit sums each slice
     twice (mean, then squared deviations) and normalises, scales and shifts each element:
     its cost is 3 operations per element, plus one reciprocal square root per (n, c). The
-    statistics are kept in float64 and Y rounded to X's type once."""
+    function body is ONNX's InstanceNormalization in X's type; the reference keeps the
+    statistics in float64 and rounds Y to X's type once."""
 
     inputs = (Arg("X", "[N, C, ...]"), Arg("S", "scale [C]"), Arg("B", "shift [C]"))
     outputs = (Arg("Y", "X's shape and type"),)
