@@ -9,7 +9,7 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
              latency plus the bytes over the link
 """
 from .graph import device as device_of, dims, segment as segment_of, source
-from .ops import DOMAIN
+from .ops import DOMAIN, get_primitive
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -63,6 +63,22 @@ def _output_elements(node):
     return sum(count(dims(v)) or 0 for v in node.outputs)
 
 
+def _vector_elements(node):
+    """Element operations of a node on the vector unit: a primitive's own count where it
+    declares one (pooling windows, Col2Im's additions, ...), else one per output element."""
+    prim = get_primitive(node.op_type) if node.domain == DOMAIN else None
+    values = [v for v in node.inputs if v is not None] + list(node.outputs)
+    if prim is None or any(dims(v) is None for v in values):
+        return _output_elements(node)
+
+    def static(v):     # a size that is not fixed counted as 1, as everywhere here
+        return None if v is None else [d if isinstance(d, int) else 1 for d in dims(v)]
+
+    attrs = prim.attrs_of({k: a.value for k, a in node.attributes.items()})
+    work = prim.work(attrs, [static(v) for v in node.inputs], [static(v) for v in node.outputs])
+    return _output_elements(node) if work is None else work
+
+
 def node_ns(node, where, target):
     """(unit, estimated ns) of a node run on `where` ("npu" or "cpu"); unit is "arrays",
     "vector" or "cpu"."""
@@ -71,7 +87,7 @@ def node_ns(node, where, target):
         return "cpu", node_macs(node) / c.cpu_macs_per_ns + \
             _output_elements(node) / c.cpu_elements_per_ns
     if not is_array_node(node):
-        return "vector", _output_elements(node) / c.vector_elements_per_ns
+        return "vector", _vector_elements(node) / c.vector_elements_per_ns
     x, w = dims(node.inputs[0]), dims(node.inputs[1])
     if x is None or w is None:
         return "arrays", 0.0

@@ -65,7 +65,8 @@ VECTOR_UNIT_OPS = (
 # that also does the moves, normalisations, reductions and resizing transformer, detection
 # and segmentation models split into CPU islands otherwise. Arrays that may be written at
 # run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
-EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut",)
+EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut", "Col2Im", "Pool", "AxisResample", "InstanceNorm",
+                                   "Im2Col3D")
 RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",

@@ -1,9 +1,10 @@
 """Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform
-(integer: matrix.emit_matrix)."""
+(integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
 from ..ops.im2col import out_size
 from ..registry import onnx_op
 from ..report import LayerReport
 from ..tiling import PLANS, Geometry, plan_cost, plan_tiles
+from . import conv3d
 from .matrix import emit_matrix, plan_matrix
 
 
@@ -25,6 +26,22 @@ def resolve_pads(node, spatial, kernel, strides, dilations):
     return begin + end
 
 
+def operand_reason(ctx, node):
+    """Why a convolution's weight, bias or input keeps it off the arrays, or None (Conv,
+    ConvTranspose and Conv3D alike)."""
+    w = ctx.constant(node.inputs[1])
+    if w is None:
+        return "the weight is not a constant"
+    if w.dtype.kind != "f":
+        return f"weight dtype {w.dtype} is not floating point"
+    if len(node.inputs) > 2 and node.inputs[2] is not None and \
+            ctx.constant(node.inputs[2]) is None:
+        return "the bias is not a constant"
+    if ctx.static_dims(node.inputs[0], skip=(0,)) is None:
+        return "channels and spatial size of the input must be static"
+    return None
+
+
 @onnx_op("Conv")
 class Conv:
     @classmethod
@@ -32,21 +49,16 @@ class Conv:
         if not ctx.target.runs_primitive("VMM"):
             return "the target has no VMM"
         w = ctx.constant(node.inputs[1])
-        if w is None:
-            return "the weight is not a constant"
-        if w.ndim not in (3, 4):
-            return f"only 1-D and 2-D convolutions lower (weight of rank {w.ndim})"
-        if w.dtype.kind != "f":
-            return f"weight dtype {w.dtype} is not floating point"
-        if len(node.inputs) > 2 and node.inputs[2] is not None and \
-                ctx.constant(node.inputs[2]) is None:
-            return "the bias is not a constant"
-        if ctx.static_dims(node.inputs[0], skip=(0,)) is None:
-            return "channels and spatial size of the input must be static"
-        return None
+        if w is not None and w.ndim == 5:
+            return conv3d.check(ctx, node) or operand_reason(ctx, node)
+        if w is not None and w.ndim not in (3, 4):
+            return f"only 1-D, 2-D and 3-D convolutions lower (weight of rank {w.ndim})"
+        return operand_reason(ctx, node)
 
     @classmethod
     def lower(cls, ctx, node):
+        if ctx.constant(node.inputs[1]).ndim == 5:
+            return conv3d.lower(ctx, node)
         x = node.inputs[0]
         w = ctx.constant(node.inputs[1])
         b = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \

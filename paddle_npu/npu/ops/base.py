@@ -40,7 +40,7 @@ class Arg:
 class Ref:
     """In a function body, an attribute taking the calling node's attribute `name`."""
     name: str
-    type: str            # "int" | "ints"
+    type: str            # "int" | "ints" | "float"
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,12 @@ class Primitive:
     @classmethod
     def overload(cls, attrs, in_shapes):
         return ""
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        """Element operations of the node on its unit when they are not one per output
+        element (cost.py's estimate), else None; shapes static."""
+        return None
 
     @classmethod
     def schema(cls):
@@ -152,7 +158,8 @@ class Body:
             if isinstance(ref, Ref):
                 a = node.attribute.add()
                 a.name, a.ref_attr_name = key, ref.name
-                a.type = AttributeProto.INT if ref.type == "int" else AttributeProto.INTS
+                a.type = {"int": AttributeProto.INT, "ints": AttributeProto.INTS,
+                          "float": AttributeProto.FLOAT}[ref.type]
         self.nodes.append(node)
         return out
 
@@ -228,6 +235,7 @@ class ArrayModel:
         self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
         self.written_cells = 0       # array cells written at run time (RuntimeVMM)
+        self.vector_elements = 0     # element operations of the vector unit (Pool, ...)
         self.seconds = {}            # primitive -> wall time in its reference
         self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
 
@@ -239,7 +247,7 @@ class ArrayModel:
         return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
                 "macs": self.macs, "add_elements": self.add_elements,
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
-                "written_cells": self.written_cells,
+                "written_cells": self.written_cells, "vector_elements": self.vector_elements,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
