@@ -1,29 +1,11 @@
 """Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform
 (integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
-from ..ops.im2col import out_size
+from ..ops.im2col import out_size, resolve_pads
 from ..registry import onnx_op
 from ..report import LayerReport
 from ..tiling import PLANS, Geometry, plan_cost, plan_tiles
 from . import conv3d
 from .matrix import emit_matrix, plan_matrix
-
-
-def resolve_pads(node, spatial, kernel, strides, dilations):
-    """Explicit [begin..., end...] pads, auto_pad resolved (the input's spatial dims static)."""
-    n = len(kernel)
-    auto = node.attributes.get_string("auto_pad", "NOTSET")
-    if auto in ("NOTSET", ""):
-        return list(node.attributes.get_ints("pads", [0] * 2 * n))
-    if auto == "VALID":
-        return [0] * 2 * n
-    begin, end = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small = total // 2
-        begin.append(small if auto == "SAME_UPPER" else total - small)
-        end.append(total - begin[-1])
-    return begin + end
 
 
 def operand_reason(ctx, node):

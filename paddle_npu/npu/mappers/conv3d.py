@@ -1,5 +1,6 @@
 """Conv with a 5-D weight (Conv3D) -> Im2Col3D + VMM tiles + AddInTile + DimTransform. Called
 by conv.py's Conv lowering, which owns Conv and hands it the 3-D convolutions."""
+from ..ops.im2col import out_size, resolve_pads
 from ..report import LayerReport
 from ..tiling import Geometry, plan_cost
 from .matrix import emit_matrix, plan_matrix
@@ -7,9 +8,6 @@ from .matrix import emit_matrix, plan_matrix
 
 def _geometry(ctx, node):
     """(kernel, strides, dilations, pads, output sizes) of a Conv3D."""
-    from ..ops.im2col import out_size
-    from .conv import resolve_pads       # here: conv.py imports this module
-
     a, w = node.attributes, ctx.constant(node.inputs[1])
     spatial = ctx.dims(node.inputs[0])[2:]
     kernel = list(a.get_ints("kernel_shape", w.shape[2:]))

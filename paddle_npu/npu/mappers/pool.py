@@ -1,6 +1,6 @@
 """MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool (2-D) -> Pool on the vector unit."""
 from ..registry import onnx_op
-from .conv import resolve_pads
+from ..ops.im2col import resolve_pads
 
 MODE = {"MaxPool": "max", "GlobalMaxPool": "max", "AveragePool": "avg",
         "GlobalAveragePool": "avg"}

@@ -10,6 +10,9 @@ read per row of the image, far more than the vector unit's few multiply-adds per
 import functools
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from ..registry import onnx_op
 
@@ -69,10 +72,6 @@ def axis_matrix(ctx, node, axis):
 
 @functools.lru_cache(maxsize=64)
 def _probe(op_type, attrs, kind, probe, where, n_in, n_out, opset):
-    import onnx
-    from onnx import helper, numpy_helper
-    from onnx.reference import ReferenceEvaluator
-
     attrs = dict(attrs)
     inputs = ["x"] + [""] * (where - 1) + [kind]
     inits = [numpy_helper.from_array(

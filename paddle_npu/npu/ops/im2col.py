@@ -83,3 +83,22 @@ class Im2Col(Primitive):
                 out[:, :, :, :, i, j] = view.transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def resolve_pads(node, spatial, kernel, strides, dilations):
+    """A window node's (Conv, pooling) explicit [begin..., end...] pads, auto_pad resolved
+    (the input's spatial dims static)."""
+    n = len(kernel)
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return list(node.attributes.get_ints("pads", [0] * 2 * n))
+    if auto == "VALID":
+        return [0] * 2 * n
+    begin, end = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small = total // 2
+        begin.append(small if auto == "SAME_UPPER" else total - small)
+        end.append(total - begin[-1])
+    return begin + end

@@ -1,6 +1,7 @@
 """AxisResample: each output entry along one axis a weighted sum of a few input entries at
 constant places (resizing), or, with no weights, a pick of one (a move)."""
 import numpy as np
+from onnx import numpy_helper
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
 
@@ -47,8 +48,6 @@ class AxisResample(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        from onnx import numpy_helper
-
         axis, rank = int(attrs["axis"]), len(in_shapes[0])
         idx, w = _taps(attrs)
         if w is None:
