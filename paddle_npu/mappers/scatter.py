@@ -70,9 +70,10 @@ class SetValue:
         rank = ctx.rank(op, "Input")
         dtype = ctx.dtype(op, "Input")
         axes = [a % rank for a in ints(op.attr("axes", []))]
-        starts = int_list_input(ctx, op, "starts", None, "StartsTensorList")
-        ends = int_list_input(ctx, op, "ends", None, "EndsTensorList")
-        steps = int_list_input(ctx, op, "steps", None, "StepsTensorList") or [1] * len(axes)
+        # legacy programs give computed bounds as lists of scalars; PIR as one 1-D tensor
+        starts = int_list_input(ctx, op, "starts", "starts", "StartsTensorList")
+        ends = int_list_input(ctx, op, "ends", "ends", "EndsTensorList")
+        steps = int_list_input(ctx, op, "steps", "steps", "StepsTensorList") or [1] * len(axes)
         starts, ends = (b if is_value(b) else [min(max(v, FRONT), END) for v in b]
                         for b in (starts, ends))
         n = ctx.op.Size(x)
