@@ -1339,8 +1339,9 @@ def _slanet(h, w, structure_tokens=30, steps=500):
     return nn.Sequential(backbone, CSPPAN(backbone.out_channels), SLAHead())
 
 
-# Not in CI: it does not convert yet (set_value inside its while loop: the loop carries
-# float64 vs float32 in legacy form, and onnxruntime rejects the slice in PIR form).
+# Not in CI: converts in all three forms, but its 501-step decoder loop behind a 73-layer
+# backbone ends 1.0e-4 of the output scale from Paddle (floor 6.7e-5; every op's own error
+# with Paddle's inputs is below 1e-6: the difference is rounding carried through the depth).
 _image_model("slanet", _slanet, (488, 488), ci=False,
              tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
 
