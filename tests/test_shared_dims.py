@@ -3,9 +3,6 @@ the batch axis of every input, and the open axes of inputs that meet in an eleme
 (a BERT's input_ids and token_type_ids, [batch, seq] both, added after their embeddings);
 an open axis nothing ties keeps its own symbol. Checked on a layer Paddle exports in both
 formats, run by onnxruntime against Paddle's outputs."""
-import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -51,17 +48,8 @@ MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json"}
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    out = tmp_path_factory.mktemp("shared_dims")
-    script = out / "oracle.py"
-    script.write_text(ORACLE)
-    env = dict(os.environ)
-    env.pop("FLAGS_enable_pir_api", None)
-    for fmt in MODEL_FILE:
-        proc = subprocess.run([sys.executable, str(script), fmt, str(out / fmt)], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def exports(paddle_exports):
+    return paddle_exports("shared_dims", ORACLE)
 
 
 def _dims(value):

@@ -818,6 +818,16 @@ _image_model("picodet_s", _picodet, (640, 640), (160, 160), ci=False,
              tags=("detection", "picodet", "lcnet", "pan", "gfl", "multi_output"))
 
 
+def _stage_outputs(stem, stages, x):
+    """A detector backbone's feature maps: the outputs of every stage after the first."""
+    x, feats = stem(x), []
+    for i, stage in enumerate(stages):
+        x = stage(x)
+        if i:
+            feats.append(x)
+    return feats
+
+
 def _ppyoloe_s(h, w, classes=80):
     """PP-YOLOE+ s (PaddleDetection configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml) as
     exported for deployment without NMS: RepVGG blocks folded into one biased conv (as its
@@ -918,12 +928,7 @@ def _ppyoloe_s(h, w, classes=80):
             return pan[::-1]
 
         def forward(self, x):
-            x, feats = self.stem(x), []
-            for i, stage in enumerate(self.stages):
-                x = stage(x)
-                if i:
-                    feats.append(x)
-            feats = self.neck(feats)
+            feats = self.neck(_stage_outputs(self.stem, self.stages, x))
             points, scale = _anchor_points([f.shape[2:] for f in feats], strides, 0.5)
             scores, dists = [], []
             for i, feat in enumerate(feats):
@@ -1115,12 +1120,7 @@ def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, la
             return outs
 
         def forward(self, x):
-            x, feats = self.stem(x), []
-            for i, stage in enumerate(self.stages):
-                x = stage(x)
-                if i:
-                    feats.append(x)
-            feats = self.encoder(feats)
+            feats = self.encoder(_stage_outputs(self.stem, self.stages, x))
             memory = paddle.concat([p(f).flatten(2).transpose([0, 2, 1]) for p, f in zip(self.dec_proj, feats)], 1)
             memory = self.valid * memory
             out_mem = self.enc_norm(self.enc_out(memory))
