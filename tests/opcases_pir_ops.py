@@ -69,3 +69,16 @@ fcase("logit_eps", X, ["logit"], lambda p, x: p.logit(x, 0.1), values=_PROBS, **
 fcase("logit_no_eps", X, ["logit"], lambda p, x: p.logit(x), values=_PROBS, **PIR)
 fcase("trunc_float", X, ["trunc"], lambda p, x: p.trunc(x * 3.0), **PIR)
 fcase("trunc_int32", {"x": ((None, 4, 6), "int32")}, ["trunc"], lambda p, x: p.trunc(x), **PIR)
+
+# --- cumprod, median ------------------------------------------------------------------------
+fcase("cumprod", X, ["cumprod"], lambda p, x: p.cumprod(x, 2), **PIR)
+fcase("cumprod_int64", {"x": ((None, 4, 6), "int64")}, ["cumprod"],
+      lambda p, x: p.cumprod(x, 1), values={"x": lambda rng, s: rng.randint(-3, 4, s)}, **PIR)
+fcase("median_even_avg", X, ["median"], lambda p, x: p.median(x, axis=-1), **PIR)
+fcase("median_odd_keepdim", {"x": ((None, 5, 6), "float32")}, ["median"],
+      lambda p, x: p.median(x, axis=1, keepdim=True), **PIR)
+fcase("median_even_min_with_index", X, ["median"],   # mode 'min' returns (values, indices)
+      lambda p, x: p.median(x, axis=2, mode="min"), **PIR)
+fcase("median_odd_min", {"x": ((None, 5, 6), "float32")}, ["median"],
+      lambda p, x: p.median(x, axis=1, mode="min")[0], **PIR)
+fcase("median_all", {"x": ((2, 4, 6), "float32")}, ["median"], lambda p, x: p.median(x), **PIR)
