@@ -1,7 +1,6 @@
 """Convolution, normalisation, pooling, dropout."""
 import numpy as np
 
-from ..errors import ConversionError
 from .common import computed_dtype, conv_padding, in_float32, ints, paddle_pads_2d, reduce
 from .registry import paddle_op
 
@@ -225,6 +224,12 @@ class FusedRmsNorm:
             return "fused_rms_norm with a bias before the norm is not supported"
         if not op.input("in3"):
             return "fused_rms_norm without norm_weight"
+        x = op.block.find_var(op.input("in0")[0])
+        if x is None or x.shape is None:
+            return "fused_rms_norm on an input of unknown rank"
+        normalized = x.shape[int(op.attr("begin_norm_axis", 1)) % max(len(x.shape), 1):]
+        if len(normalized) > 1 and any(d < 0 for d in normalized):
+            return "fused_rms_norm over several axes of unknown size"
         return None
 
     @classmethod
@@ -238,8 +243,6 @@ class FusedRmsNorm:
         mean_sq = reduce(ctx, "ReduceMean", ctx.op.Mul(x, x), list(range(begin, rank)))
         eps = ctx.const(np.asarray(float(op.attr("epsilon", 1e-5)), dtype))
         norm_shape = list(ctx.static_shape(op, "in0") or [])[begin:]
-        if len(norm_shape) > 1 and any(d < 0 for d in norm_shape):
-            raise ConversionError("fused_rms_norm over several axes needs their sizes")
         y = ctx.op.Mul(ctx.op.Mul(x, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(mean_sq, eps)))),
                        _as_shape(ctx, ctx.input(op, "in3"), norm_shape))
         if ctx.has_input(op, "in4"):
