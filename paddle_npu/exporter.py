@@ -10,6 +10,7 @@ from . import __version__
 from .mappers.registry import get_mapper
 from .naming import UniqueNames
 from .optimize import fold_shapes
+from .shapes import input_dim_symbols
 
 MIN_OPSET, MAX_OPSET = 7, 21
 
@@ -359,11 +360,12 @@ def choose_opset(program, opset_version=None, auto_upgrade_opset=True):
     return opset_version
 
 
-def _graph_input(program, name):
+def _graph_input(program, name, symbols):
     var = program.var(name)
     if var is None or var.dtype is None:
         raise ConversionError(f"model input {name!r} has no dtype in the program")
-    dims = [d if d >= 0 else f"{name}_dim{i}" for i, d in enumerate(var.shape or ())]
+    dims = [d if d >= 0 else symbols.get((name, i), f"{name}_dim{i}")
+            for i, d in enumerate(var.shape or ())]
     return ir.Value(name=name, type=ir.TensorType(onnx_dtype(var.dtype)), shape=ir.Shape(dims))
 
 
@@ -383,8 +385,9 @@ def program_to_onnx(program, opset, progress=None):
     """Map every op of the Program to ONNX nodes; returns an ir.Model (not yet optimized)."""
     ctx = ExportContext(program, opset)
     graph_inputs = []
+    symbols = input_dim_symbols(program)
     for name in program.inputs:
-        value = _graph_input(program, name)
+        value = _graph_input(program, name, symbols)
         ctx.bind(name, value)
         graph_inputs.append(value)
     ctx.graph_inputs = graph_inputs

@@ -104,3 +104,81 @@ def _forget_derived_sizes(program):
         for name, var in block.vars.items():
             if var.shape is not None and not var.persistable and name not in program.inputs:
                 var.shape = tuple(-1 for _ in var.shape)
+
+
+# Ops whose output has its first input's shape, axis for axis.
+_SAME_SHAPE = frozenset("""
+    abs assign cast clip cumsum dropout elu exp fill_any_like fill_zeros_like gelu hard_sigmoid
+    hard_swish layer_norm leaky_relu log log_softmax logical_not relu relu6 scale sigmoid sign
+    silu softmax sqrt swish tanh""".split())
+_ELEMENTWISE = frozenset("""
+    elementwise_add elementwise_sub elementwise_mul elementwise_div elementwise_max
+    elementwise_min elementwise_pow elementwise_floordiv elementwise_mod equal not_equal
+    less_than less_equal greater_than greater_equal logical_and logical_or logical_xor""".split())
+_OUT_SLOTS = ("Out", "Y")
+
+
+def input_dim_symbols(program):
+    """A symbol for every open (-1) dimension of the program's inputs, shared where the
+    program makes them equal: the first axis of every input (the batch), and open axes of
+    inputs that meet in an element-wise op (input_ids and token_type_ids of a BERT, both
+    [batch, seq], added after their embeddings), followed through ops that keep their
+    input's shape. A shared symbol is the first input's own (`input_ids_dim1`).
+
+    Returns {(input name, axis): symbol}."""
+    parent = {}
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = k = parent[parent[k]]
+        return k
+
+    def union(a, b):
+        a, b = find(a), find(b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)   # keys are (input index, axis): the first one wins
+
+    dims = {}                               # var name -> [key or None per axis]
+    firsts = []
+    for i, name in enumerate(program.inputs):
+        var = program.var(name)
+        shape = list(var.shape or ()) if var is not None else []
+        dims[name] = [(i, a) if d < 0 else None for a, d in enumerate(shape)]
+        for key in dims[name]:
+            if key is not None:
+                parent[key] = key
+        if dims[name] and dims[name][0] is not None:
+            firsts.append(dims[name][0])
+    for key in firsts[1:]:
+        union(firsts[0], key)
+
+    for op in program.global_block.ops:
+        out = next((op.output(s)[0] for s in _OUT_SLOTS if op.output(s)), None)
+        if out is None:
+            continue
+        if op.type in _ELEMENTWISE:
+            x, y = (dims.get(op.input(s)[0]) if op.input(s) else None for s in ("X", "Y"))
+            if x is None or y is None:
+                continue
+            axis = op.attr("axis", -1)
+            start = len(x) - len(y) if axis is None or axis < 0 else axis
+            for j, key in enumerate(y):
+                if key is not None and 0 <= start + j < len(x) and x[start + j] is not None:
+                    union(x[start + j], key)
+            if len(x) >= len(y):
+                dims[out] = list(x)
+        elif op.type in ("lookup_table_v2", "lookup_table") and op.input("Ids"):
+            ids = dims.get(op.input("Ids")[0])
+            if ids is not None:            # v1 ids end in a 1 the output replaces
+                dims[out] = (ids[:-1] if op.type == "lookup_table" else list(ids)) + [None]
+        elif op.type in _SAME_SHAPE and op.input("X"):
+            if op.input("X")[0] in dims:
+                dims[out] = list(dims[op.input("X")[0]])
+
+    symbols = {}
+    for i, name in enumerate(program.inputs):
+        for a, key in enumerate(dims[name]):
+            if key is not None:
+                j, axis = find(key)
+                symbols[name, a] = f"{program.inputs[j]}_dim{axis}"
+    return symbols

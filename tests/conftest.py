@@ -40,3 +40,24 @@ def zoo_onnx(zoo_dir):
             done[name, fmt] = export(os.path.join(info["dir"], info["model_file"])), feeds
         return done[name, fmt]
     return get
+
+
+@pytest.fixture(scope="session")
+def paddle_exports(tmp_path_factory):
+    """paddle_exports(name, script) -> a directory holding legacy/ and pir/: the Paddle
+    script run once per format as `python script FMT OUT/FMT` (a subprocess each: the
+    legacy switch must be set before `import paddle`)."""
+    import subprocess
+
+    def run(name, script):
+        out = tmp_path_factory.mktemp(name)
+        path = out / "oracle.py"
+        path.write_text(script)
+        env = dict(os.environ)
+        env.pop("FLAGS_enable_pir_api", None)
+        for fmt in ("legacy", "pir"):
+            proc = subprocess.run([sys.executable, str(path), fmt, str(out / fmt)], env=env,
+                                  capture_output=True, text=True, timeout=900)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return out
+    return run

@@ -256,3 +256,24 @@ def _append_in_if(paddle):
                 i = i + 1
             return paddle.stack(outs, axis=0)
     return AppendInIf()
+
+
+def _loop_fills_rows(paddle):
+    class FillRows(paddle.nn.Layer):
+        """SLANet's decoder loop: `step` is first set inside the loop (dy2static carries a
+        float64 stand-in for it into the loop) and each step is written into a preallocated
+        tensor at the loop index (set_value with computed bounds)."""
+
+        def forward(self, x):
+            rows = paddle.zeros([x.shape[0], 4, 4])
+            h = x * 1.0         # (legacy dy2static would carry `h = x` as x itself)
+            for i in range(paddle.to_tensor(3) + 1):
+                step = paddle.tanh(h) * 0.5
+                h = step + x
+                rows[:, i, :] = step
+            return rows, h
+    return FillRows()
+
+
+both("while_fills_rows", X, ("while", "set_value"), ("while", "set_value", "yield"),
+     values=POS)(_loop_fills_rows)

@@ -42,6 +42,12 @@ for _name, _kw, _ops, _opsets in [
     case(f"interp_{_name}", IMG, [_ops], opsets=_opsets)(
         lambda paddle, kw=_kw: _interp(paddle, **kw))
 
+# Paddle's own float32 arithmetic (ratio rounded to float32, then ratio * i), which Resize's
+# align_corners formula misses by a few units in the last place at these sizes.
+for _name, _kw in (("down", dict(scale_factor=0.5)), ("up", dict(size=[97, 61]))):
+    case(f"interp_bilinear_align_corners_{_name}_as_paddle", {"x": ((None, 3, 68, 68), "float32")},
+         ["bilinear_interp_v2"], tolerance=2e-7)(
+        lambda paddle, kw=_kw: _interp(paddle, mode="bilinear", align_corners=True, **kw))
 case("interp_bilinear_nhwc", {"x": ((None, 9, 9, 4), "float32")}, ["bilinear_interp_v2"])(
     lambda paddle: _interp(paddle, scale_factor=2, mode="bilinear", data_format="NHWC"))
 case("interp_nearest_dynamic_hw", DYN, ["nearest_interp_v2"], batch=5, opsets=_LEGACY_OPSETS)(

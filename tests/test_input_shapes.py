@@ -79,17 +79,8 @@ MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json"}
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    out = tmp_path_factory.mktemp("input_shapes")
-    script = out / "oracle.py"
-    script.write_text(ORACLE)
-    env = dict(os.environ)
-    env.pop("FLAGS_enable_pir_api", None)
-    for fmt in MODEL_FILE:
-        proc = subprocess.run([sys.executable, str(script), fmt, str(out / fmt)], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def exports(paddle_exports):
+    return paddle_exports("input_shapes", ORACLE)
 
 
 def _model(exports, fmt, name):

@@ -818,6 +818,16 @@ _image_model("picodet_s", _picodet, (640, 640), (160, 160), ci=False,
              tags=("detection", "picodet", "lcnet", "pan", "gfl", "multi_output"))
 
 
+def _stage_outputs(stem, stages, x):
+    """A detector backbone's feature maps: the outputs of every stage after the first."""
+    x, feats = stem(x), []
+    for i, stage in enumerate(stages):
+        x = stage(x)
+        if i:
+            feats.append(x)
+    return feats
+
+
 def _ppyoloe_s(h, w, classes=80):
     """PP-YOLOE+ s (PaddleDetection configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml) as
     exported for deployment without NMS: RepVGG blocks folded into one biased conv (as its
@@ -918,12 +928,7 @@ def _ppyoloe_s(h, w, classes=80):
             return pan[::-1]
 
         def forward(self, x):
-            x, feats = self.stem(x), []
-            for i, stage in enumerate(self.stages):
-                x = stage(x)
-                if i:
-                    feats.append(x)
-            feats = self.neck(feats)
+            feats = self.neck(_stage_outputs(self.stem, self.stages, x))
             points, scale = _anchor_points([f.shape[2:] for f in feats], strides, 0.5)
             scores, dists = [], []
             for i, feat in enumerate(feats):
@@ -944,6 +949,204 @@ def _ppyoloe_s(h, w, classes=80):
 # for 1e-5), within onnxruntime's own 3.4e-5 with vs without graph optimisations.
 _image_model("ppyoloe_plus_s", _ppyoloe_s, (640, 640), (160, 160), ci=False,
              tags=("detection", "ppyoloe", "cspresnet", "pan", "spp", "dfl", "multi_output"))
+
+
+def _sincos_2d(h, w, dim, temperature=10000.0):
+    """RT-DETR's fixed 2-D sine-cosine position embedding [1, h*w, dim] (HybridEncoder)."""
+    gy, gx = np.meshgrid(np.arange(h, dtype=np.float32), np.arange(w, dtype=np.float32), indexing="ij")
+    omega = 1.0 / temperature ** (np.arange(dim // 4, dtype=np.float32) / (dim // 4))
+    ox, oy = gx.reshape(-1, 1) * omega, gy.reshape(-1, 1) * omega
+    return np.concatenate([np.sin(ox), np.cos(ox), np.sin(oy), np.cos(oy)], 1)[None].astype(np.float32)
+
+
+def _rtdetr_anchors(shapes, grid=0.05, eps=0.01):
+    """The decoder's anchors in logit space [1, A, 4] and their valid mask [1, A, 1] (anchors
+    near the border masked), as RT-DETR precomputes them for its evaluation size."""
+    anchors = []
+    for lvl, (h, w) in enumerate(shapes):
+        gy, gx = np.meshgrid(np.arange(h, dtype=np.float32), np.arange(w, dtype=np.float32), indexing="ij")
+        xy = np.stack([(gx + 0.5) / w, (gy + 0.5) / h], -1).reshape(-1, 2)
+        anchors.append(np.concatenate([xy, np.full_like(xy, grid * 2.0 ** lvl)], -1))
+    a = np.concatenate(anchors)[None]
+    valid = np.all((a > eps) & (a < 1 - eps), -1, keepdims=True)
+    logit = np.where(valid, np.log(a / (1 - a)), np.float32(np.finfo(np.float32).max))
+    return logit.astype(np.float32), valid.astype(np.float32)
+
+
+def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, layers=3):
+    """RT-DETR R18-vd (PaddleDetection configs/rtdetr/rtdetr_r18vd_6x_coco.yml) as exported
+    without its post-processing: ResNet18-vd (three-conv stem, average-pool shortcuts) ->
+    hybrid encoder (1x1 projections to 256, one transformer layer on the 1/32 map with a
+    fixed sine position embedding, then CCFM: top-down and bottom-up fusion by CSP blocks of
+    RepVGG convs in deploy form, SiLU) -> query selection (the 300 best-scoring of the
+    anchors over all three levels) -> three decoder layers: self-attention, multi-scale
+    deformable cross-attention (F.grid_sample per level, 8 heads x 3 levels x 4 points) and
+    an FFN, each refining the boxes. Outputs boxes [N, 300, 4] (cx, cy, w, h in 0..1) and
+    class logits [N, 300, 80]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    strides = (8, 16, 32)
+    shapes = [(-(-h // s), -(-w // s)) for s in strides]
+
+    class Basic(nn.Layer):  # ResNet-vd basic block
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1, self.c2 = _conv_bn(cin, cout, 3, stride, act=nn.ReLU), _conv_bn(cout, cout, 3)
+            self.short = None
+            if stride == 2:
+                self.short = nn.Sequential(nn.AvgPool2D(2, 2, ceil_mode=True), _conv_bn(cin, cout, 1))
+            elif cin != cout:
+                self.short = _conv_bn(cin, cout, 1)
+
+        def forward(self, x):
+            return F.relu(self.c2(self.c1(x)) + (x if self.short is None else self.short(x)))
+
+    class CSPRep(nn.Layer):  # CSPRepLayer, RepVGG blocks folded into one biased 3x3 conv
+        def __init__(self, cin, cout, n=3):
+            super().__init__()
+            mid = cout // 2
+            self.c1, self.c2 = _conv_bn(cin, mid, 1, act=nn.Silu), _conv_bn(cin, mid, 1, act=nn.Silu)
+            self.blocks = nn.Sequential(*[nn.Sequential(nn.Conv2D(mid, mid, 3, padding=1), nn.Silu())
+                                          for _ in range(n)])
+            self.c3 = _conv_bn(mid, cout, 1, act=nn.Silu)
+
+        def forward(self, x):
+            return self.c3(self.blocks(self.c1(x)) + self.c2(x))
+
+    class MSDeformAttn(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.offsets = nn.Linear(hidden, heads * len(shapes) * points * 2)
+            self.weights = nn.Linear(hidden, heads * len(shapes) * points)
+            self.value, self.out = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+
+        def forward(self, query, ref, memory):  # ref: [N, Q, 4] boxes in 0..1
+            nq, hd, nl = query.shape[1], hidden // heads, len(shapes)
+            value = self.value(memory).reshape([-1, memory.shape[1], heads, hd])
+            off = self.offsets(query).reshape([-1, nq, heads, nl, points, 2])
+            att = F.softmax(self.weights(query).reshape([-1, nq, heads, nl * points]), -1)
+            att = att.reshape([-1, nq, heads, nl, points])
+            ref = ref.reshape([-1, nq, 1, 1, 1, 4])
+            loc = ref[..., :2] + off / points * ref[..., 2:] * 0.5
+            grids = 2 * loc - 1
+            sampled, start = [], 0
+            for lvl, (lh, lw) in enumerate(shapes):
+                v = value[:, start:start + lh * lw].transpose([0, 2, 3, 1]).reshape([-1, hd, lh, lw])
+                start += lh * lw
+                g = grids[:, :, :, lvl].transpose([0, 2, 1, 3, 4]).reshape([-1, nq, points, 2])
+                sampled.append(F.grid_sample(v, g, mode="bilinear", padding_mode="zeros",
+                                             align_corners=False))  # [N*heads, hd, Q, P]
+            s = paddle.stack(sampled, -2).reshape([-1, hd, nq, nl * points])
+            a = att.transpose([0, 2, 1, 3, 4]).reshape([-1, 1, nq, nl * points])
+            y = (s * a).sum(-1).reshape([-1, heads * hd, nq]).transpose([0, 2, 1])
+            return self.out(y)
+
+    def mlp(cin, mid, cout, n):
+        dims = [cin] + [mid] * (n - 1) + [cout]
+        return nn.LayerList([nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:])])
+
+    def run_mlp(ls, x):
+        for i, lin in enumerate(ls):
+            x = lin(x) if i == len(ls) - 1 else F.relu(lin(x))
+        return x
+
+    def inverse_sigmoid(x, eps=1e-5):
+        x = x.clip(0.0, 1.0)
+        return paddle.log(x.clip(min=eps) / (1 - x).clip(min=eps))
+
+    class DecoderLayer(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = nn.MultiHeadAttention(hidden, heads)
+            self.cross = MSDeformAttn()
+            self.l1, self.l2 = nn.Linear(hidden, 1024), nn.Linear(1024, hidden)
+            self.n1, self.n2, self.n3 = nn.LayerNorm(hidden), nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+
+        def forward(self, tgt, ref, memory, pos):
+            q = tgt + pos
+            tgt = self.n1(tgt + self.self_attn(q, q, tgt))
+            tgt = self.n2(tgt + self.cross(tgt + pos, ref, memory))
+            return self.n3(tgt + self.l2(F.relu(self.l1(tgt))))
+
+    class RTDETR(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(_conv_bn(3, 32, 3, 2, act=nn.ReLU), _conv_bn(32, 32, 3, act=nn.ReLU),
+                                      _conv_bn(32, 64, 3, act=nn.ReLU), nn.MaxPool2D(3, 2, 1))
+            chans = [64, 64, 128, 256, 512]
+            self.stages = nn.LayerList([nn.Sequential(Basic(chans[i], chans[i + 1], 1 if i == 0 else 2),
+                                                      Basic(chans[i + 1], chans[i + 1], 1)) for i in range(4)])
+            self.proj = nn.LayerList([_conv_bn(c, hidden, 1) for c in chans[2:]])
+            self.enc_attn = nn.MultiHeadAttention(hidden, heads)
+            self.enc_l1, self.enc_l2 = nn.Linear(hidden, 1024), nn.Linear(1024, hidden)
+            self.enc_n1, self.enc_n2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.register_buffer("pos", paddle.to_tensor(_sincos_2d(*shapes[2], hidden)))
+            self.lateral = nn.LayerList([_conv_bn(hidden, hidden, 1, act=nn.Silu) for _ in range(2)])
+            self.fpn = nn.LayerList([CSPRep(2 * hidden, hidden) for _ in range(2)])
+            self.down = nn.LayerList([_conv_bn(hidden, hidden, 3, 2, act=nn.Silu) for _ in range(2)])
+            self.pan = nn.LayerList([CSPRep(2 * hidden, hidden) for _ in range(2)])
+            self.dec_proj = nn.LayerList([_conv_bn(hidden, hidden, 1) for _ in shapes])
+            anchors, valid = _rtdetr_anchors(shapes)
+            self.register_buffer("anchors", paddle.to_tensor(anchors))
+            self.register_buffer("valid", paddle.to_tensor(valid))
+            self.enc_out, self.enc_norm = nn.Linear(hidden, hidden), nn.LayerNorm(hidden)
+            self.enc_score = nn.Linear(hidden, classes)
+            self.enc_bbox = mlp(hidden, hidden, 4, 3)
+            self.query_pos = mlp(4, 2 * hidden, hidden, 2)
+            self.layers = nn.LayerList([DecoderLayer() for _ in range(layers)])
+            self.dec_bbox = nn.LayerList([mlp(hidden, hidden, 4, 3) for _ in range(layers)])
+            self.dec_score = nn.Linear(hidden, classes)
+
+        def encoder(self, feats):
+            feats = [p(f) for p, f in zip(self.proj, feats)]
+            top = feats[2]
+            n, c, th, tw = top.shape
+            src = top.flatten(2).transpose([0, 2, 1])
+            q = src + self.pos
+            src = self.enc_n1(src + self.enc_attn(q, q, src))
+            src = self.enc_n2(src + self.enc_l2(F.gelu(self.enc_l1(src))))
+            feats[2] = src.transpose([0, 2, 1]).reshape([-1, hidden, th, tw])
+            inner = [feats[2]]
+            for i, idx in enumerate((2, 1)):
+                high = self.lateral[i](inner[0])
+                inner[0] = high
+                up = F.interpolate(high, scale_factor=2.0, mode="nearest")
+                inner.insert(0, self.fpn[i](paddle.concat([up, feats[idx - 1]], 1)))
+            outs = [inner[0]]
+            for i in range(2):
+                outs.append(self.pan[i](paddle.concat([self.down[i](outs[-1]), inner[i + 1]], 1)))
+            return outs
+
+        def forward(self, x):
+            feats = self.encoder(_stage_outputs(self.stem, self.stages, x))
+            memory = paddle.concat([p(f).flatten(2).transpose([0, 2, 1]) for p, f in zip(self.dec_proj, feats)], 1)
+            memory = self.valid * memory
+            out_mem = self.enc_norm(self.enc_out(memory))
+            scores = self.enc_score(out_mem)
+            coords = run_mlp(self.enc_bbox, out_mem) + self.anchors
+            _, top = paddle.topk(scores.max(-1), queries, axis=1)
+            idx = top.unsqueeze(-1)
+            ref = F.sigmoid(paddle.take_along_axis(coords, idx.tile([1, 1, 4]), axis=1))
+            tgt = paddle.take_along_axis(out_mem, idx.tile([1, 1, hidden]), axis=1)
+            for layer, head in zip(self.layers, self.dec_bbox):
+                tgt = layer(tgt, ref, memory, run_mlp(self.query_pos, ref))
+                ref = F.sigmoid(run_mlp(head, tgt) + inverse_sigmoid(ref))
+            return ref, self.dec_score(tgt)
+
+    return RTDETR()
+
+
+# Not in CI: its outputs hinge on which 300 anchors the top-k picks, and neighbouring
+# scores lie closer than float32 rounding (a swapped pair at rank 300 changes every query
+# through the self-attention). It converts in all three forms; at 160 px Paddle's own
+# float32 and float64 runs differ by 0.18 of the output scale, so the check passes it only
+# by the float64 rule, which says little here; at 640 px ours is 6.6e-2 from Paddle against
+# a floor of 5.3e-2 (Paddle moves 4.0e-2 on a 1e-7 nudge of its input): MISMATCH.
+_image_model("rtdetr_r18vd", _rtdetr_r18, (640, 640), (160, 160), ci=False,
+             tags=("detection", "rtdetr", "resnet_vd", "transformer", "deformable_attention",
+                   "grid_sample", "topk", "multi_output"))
 
 
 def _pp_liteseg(h, w, classes=19):
@@ -1339,8 +1542,9 @@ def _slanet(h, w, structure_tokens=30, steps=500):
     return nn.Sequential(backbone, CSPPAN(backbone.out_channels), SLAHead())
 
 
-# Not in CI: it does not convert yet (set_value inside its while loop: the loop carries
-# float64 vs float32 in legacy form, and onnxruntime rejects the slice in PIR form).
+# Not in CI: converts in all three forms, but its 501-step decoder loop behind a 73-layer
+# backbone ends 1.0e-4 of the output scale from Paddle (floor 6.7e-5; every op's own error
+# with Paddle's inputs is below 1e-6: the difference is rounding carried through the depth).
 _image_model("slanet", _slanet, (488, 488), ci=False,
              tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
 

@@ -1,7 +1,8 @@
 """Activations and other one-input elementwise functions."""
 import numpy as np
 
-from .common import (NO_FLOAT64_KERNEL, cast, clip, clip_opset, in_float32, reshape,
+from ..errors import ConversionError
+from .common import (NO_FLOAT64_KERNEL, cast, clip, clip_opset, in_float32, reshape, split,
                      var_dtype)
 from .registry import paddle_op
 
@@ -339,3 +340,52 @@ class Softmax:
         perm[axis], perm[-1] = perm[-1], perm[axis]
         y = ctx.op.Transpose(onnx_op(ctx.op.Transpose(x, perm=perm), axis=rank - 1), perm=perm)
         ctx.set_output(op, "Out", y)
+
+
+@paddle_op("swiglu")
+class SwiGlu:
+    """silu(x) * y; without y, x's last axis holds both halves: silu(x1) * x2."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "x")
+        if ctx.has_input(op, "y"):
+            gate, y = x, ctx.input(op, "y")
+        else:
+            shape = ctx.static_shape(op, "x")
+            if shape is None or shape[-1] < 0:
+                raise ConversionError("swiglu without y needs the size of x's last axis")
+            half = shape[-1] // 2
+            gate, y = split(ctx, x, [half, half], len(shape) - 1)
+        ctx.set_output(op, "out", ctx.op.Mul(ctx.op.Mul(gate, ctx.op.Sigmoid(gate)), y))
+
+
+@paddle_op("logit")
+class Logit:
+    """log(x / (1 - x)), x first clipped to [eps, 1 - eps] when eps > 0."""
+
+    @classmethod
+    def required_opset(cls, op):
+        return clip_opset(var_dtype(op, "X"))
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "X")
+        eps = float(op.attr("eps", 0.0) or 0.0)
+        if eps > 0:
+            x = clip(ctx, x, eps, 1.0 - eps, ctx.dtype(op, "X"))
+        one = _c(ctx, op, 1.0)
+        ctx.set_output(op, "Out", ctx.op.Log(ctx.op.Div(x, ctx.op.Sub(one, x))))
+
+
+@paddle_op("trunc")
+class Trunc:
+    """Rounds toward zero: ceil below 0, floor above; integers unchanged."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x = ctx.input(op, "X")
+        if not ctx.dtype(op, "X").startswith(("float", "bfloat")):
+            return ctx.set_output(op, "Out", ctx.op.Identity(x))
+        below = ctx.op.Less(x, _c(ctx, op, 0.0))
+        ctx.set_output(op, "Out", ctx.op.Where(below, ctx.op.Ceil(x), ctx.op.Floor(x)))

@@ -30,7 +30,7 @@ import onnx_ir as ir
 from ..errors import ConversionError
 from ..exporter import onnx_dtype
 from ..program import Block
-from .common import reshape
+from .common import cast, reshape
 from .registry import paddle_op
 
 
@@ -220,6 +220,18 @@ class If:
             ctx.set_output(op, "Out", value, i)
 
 
+def _as_carried(ctx, value, var):
+    """A loop value's initial value in the dtype the body carries. dy2static's stand-in for a
+    variable first set inside the loop is a float64 [1] tensor (assign_value) under the
+    var's declared dtype; ONNX Loop carries one dtype throughout, and the stand-in is never
+    read, so it becomes zeros of the declared dtype."""
+    if var.kind == "tensor_array" or value.dtype is None or value.dtype == onnx_dtype(var.dtype):
+        return value
+    if value.const_value is not None:
+        return ctx.const(np.zeros(value.const_value.shape, np.dtype(var.dtype)))
+    return cast(ctx, value, var.dtype)
+
+
 def _loop(ctx, op, block, carried, init, body_inputs, next_cond, next_values):
     """Emit an ONNX Loop running `block` while the condition holds.
 
@@ -266,6 +278,7 @@ class While:
         # Arrays of enclosing blocks the body appends to are loop values too.
         arrays = [n for n in _outer_arrays_written(block) if _lookup_or_none(ctx, n) is not None]
         vars_ = [_var_or_fail(ctx, block, name, "while loop value") for name in carried + arrays]
+        init = [_as_carried(ctx, v, var) for v, var in zip(init, vars_)]
         init = init + [ctx.lookup(n) for n in arrays]
         results = _loop(ctx, op, block, carried + arrays, init, vars_, yielded[0],
                         yielded[1:] + arrays)
@@ -283,10 +296,11 @@ class While:
         init, vars_ = [], []
         for name in carried:
             value = _lookup_or_none(ctx, name)
+            var = _var_or_fail(ctx, op.block, name, "while loop variable")
             if value is None:   # first assigned inside the loop (a list appended to, ...)
                 value = _placeholder(ctx, op.block, name)
-            init.append(value)
-            vars_.append(_var_or_fail(ctx, op.block, name, "while loop variable"))
+            init.append(_as_carried(ctx, value, var))
+            vars_.append(var)
         results = _loop(ctx, op, block, carried, init, vars_, cond_name, carried)
         _bind_by_name(ctx, op, carried, results)
 

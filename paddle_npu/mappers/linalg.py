@@ -1,4 +1,4 @@
-"""Products and norms: bmm, dot, mv, einsum, dist, norm (l2-normalise)."""
+"""Products and norms: bmm, dot, mv, addmm, einsum, dist, norm (l2-normalise)."""
 import numpy as np
 
 from .common import cast, reduce
@@ -80,3 +80,20 @@ class Norm:
         norm = ctx.op.Sqrt(ctx.op.Add(sq, ctx.const(np.asarray(op.attr("epsilon", 1e-10), dtype))))
         ctx.set_output(op, "Out", ctx.op.Div(x, norm))
         ctx.set_output(op, "Norm", norm)
+
+
+@paddle_op("addmm")
+class Addmm:
+    """Beta * Input + Alpha * (X @ Y), Input broadcast."""
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        dtype = np.dtype(ctx.dtype(op, "X"))
+        product = ctx.op.MatMul(ctx.input(op, "X"), ctx.input(op, "Y"))
+        base = ctx.input(op, "Input")
+        alpha, beta = float(op.attr("Alpha", 1.0)), float(op.attr("Beta", 1.0))
+        if alpha != 1.0:
+            product = ctx.op.Mul(product, ctx.const(np.asarray(alpha, dtype)))
+        if beta != 1.0:
+            base = ctx.op.Mul(base, ctx.const(np.asarray(beta, dtype)))
+        ctx.set_output(op, "Out", ctx.op.Add(base, product))

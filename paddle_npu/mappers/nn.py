@@ -205,6 +205,51 @@ class LayerNorm:
         ctx.set_output(op, "Y", y)
 
 
+
+@paddle_op("fused_rms_norm_quant")
+class FusedRmsNorm:
+    """PIR-only (paddle.incubate.nn.functional.fused_rms_norm, PaddleX's LLM-style blocks):
+    h = x (+ residual); out = h / sqrt(mean(h^2 over axes from begin_norm_axis) + eps)
+    * norm_weight (+ norm_bias); residual_out = h. Paddle gives the op no legacy name, so
+    its operands keep their positions: in0 x, in1 bias, in2 residual, in3 norm_weight, in4
+    norm_bias; results out0 out, out1 residual_out, out2 inv_var."""
+
+    @classmethod
+    def check(cls, op):
+        if op.attr("quant_scale", -1.0) > 0:
+            return "fused_rms_norm with int8 output quantisation (quant_scale > 0) is not supported"
+        if op.input("in1"):
+            return "fused_rms_norm with a bias before the norm is not supported"
+        if not op.input("in3"):
+            return "fused_rms_norm without norm_weight"
+        x = op.block.find_var(op.input("in0")[0])
+        if x is None or x.shape is None:
+            return "fused_rms_norm on an input of unknown rank"
+        normalized = x.shape[int(op.attr("begin_norm_axis", 1)) % max(len(x.shape), 1):]
+        if len(normalized) > 1 and any(d < 0 for d in normalized):
+            return "fused_rms_norm over several axes of unknown size"
+        return None
+
+    @classmethod
+    def version_7(cls, ctx, op):
+        x = ctx.input(op, "in0")
+        if ctx.has_input(op, "in2"):
+            x = ctx.op.Add(x, ctx.input(op, "in2"))
+        rank = ctx.rank(op, "in0")
+        begin = int(op.attr("begin_norm_axis", 1)) % rank
+        dtype = np.dtype(ctx.dtype(op, "in0"))
+        mean_sq = reduce(ctx, "ReduceMean", ctx.op.Mul(x, x), list(range(begin, rank)))
+        eps = ctx.const(np.asarray(float(op.attr("epsilon", 1e-5)), dtype))
+        norm_shape = list(ctx.static_shape(op, "in0") or [])[begin:]
+        y = ctx.op.Mul(ctx.op.Mul(x, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(mean_sq, eps)))),
+                       _as_shape(ctx, ctx.input(op, "in3"), norm_shape))
+        if ctx.has_input(op, "in4"):
+            y = ctx.op.Add(y, _as_shape(ctx, ctx.input(op, "in4"), norm_shape))
+        ctx.set_output(op, "out0", y)
+        if ctx.has_output(op, "out1") and ctx.has_input(op, "in2"):
+            ctx.set_output(op, "out1", x)
+
+
 def _as_shape(ctx, v, shape):
     """Paddle stores layer_norm's scale/bias flattened; ONNX wants the normalized shape."""
     if len(shape) == 1:

@@ -1,8 +1,9 @@
-"""Reductions, arg max/min, top-k, cumulative sums, norms."""
+"""Reductions, arg max/min, top-k, cumulative sums and products, median, norms."""
 import numpy as np
 import onnx_ir as ir
 
-from .common import cast, const_i64, dtype_attr, ints, reduce, reshape
+from ..errors import ConversionError
+from .common import cast, const_i64, dtype_attr, ints, reduce, reshape, split
 from .registry import paddle_op
 from .tensor import const_of, out_rank
 
@@ -192,3 +193,93 @@ class CumSum:
             y = reshape(ctx, y, [])
         ctx.set_output(op, "Out", y)
 
+
+
+_MAX_CUMPROD_STEPS = 1024
+
+
+@paddle_op("cumprod")
+class CumProd:
+    """Running products along `dim`, multiplied one step after another as Paddle's kernel
+    does (ONNX has no CumProd): one Mul per position, so the axis needs a known size."""
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "X")
+        shape = ctx.static_shape(op, "X")
+        if not shape:
+            raise ConversionError("cumprod needs the rank of its input")
+        axis = int(op.attr("dim", -1)) % len(shape)
+        n = shape[axis]
+        if not 0 < n <= _MAX_CUMPROD_STEPS:
+            raise ConversionError(f"cumprod needs a known axis size of at most "
+                                  f"{_MAX_CUMPROD_STEPS} (got {n}); fix it with --input-shape")
+        parts = list(split(ctx, x, [1] * n, axis)) if n > 1 else [x]
+        reverse, exclusive = op.attr("reverse", False), op.attr("exclusive", False)
+        if reverse:
+            parts = parts[::-1]
+        if exclusive:    # 1, x0, x0*x1, ...
+            one = ctx.const(np.ones((), np.dtype(ctx.dtype(op, "X"))))
+            parts = [ctx.op.Expand(one, ctx.op.Shape(parts[0]))] + parts[:-1]
+        out = [parts[0]]
+        for p in parts[1:]:
+            out.append(ctx.op.Mul(out[-1], p))
+        if reverse:
+            out = out[::-1]
+        ctx.set_output(op, "Out", out[0] if n == 1 else ctx.op.Concat(*out, axis=axis))
+
+
+@paddle_op("median")
+class Median:
+    """The middle of the sorted values along one axis (or all): mode 'avg' averages the two
+    middle ones of an even count, 'min' takes the lower."""
+
+    @classmethod
+    def check(cls, op):
+        axes = op.attr("axis", [])
+        if isinstance(axes, (list, tuple)) and len(axes) > 1:
+            return "median over several axes is not supported"
+        medians = set(op.output("medians"))
+        if op.attr("mode", "avg") == "avg" and any(
+                medians & set(n for names in other.inputs.values() for n in names)
+                for other in op.block.program.all_ops()):
+            return "median's index pairs (mode 'avg') are used, which is not supported"
+        return None
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "x")
+        shape = ctx.static_shape(op, "x")
+        axes = op.attr("axis", [])
+        axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+        keep = op.attr("keepdim", False)
+        if not axes:                                   # over every element
+            n = int(np.prod(shape)) if shape and all(d > 0 for d in shape) else -1
+            x, axis = reshape(ctx, x, [-1]), 0
+        else:
+            axis = int(axes[0]) % len(shape)
+            n = shape[axis]
+        if n <= 0:
+            raise ConversionError("median needs a known size along its axis; fix it with "
+                                  "--input-shape")
+        k = n // 2 + 1
+        low, where = ctx.op.TopK(x, const_i64(ctx, [k]), axis=axis, largest=0, sorted=1,
+                                 _outputs=2)
+
+        def at(t, i):                                  # position i of the sorted lower half
+            t = ctx.op.Slice(t, const_i64(ctx, [i]), const_i64(ctx, [i + 1]), const_i64(ctx, [axis]))
+            if not axes:
+                return reshape(ctx, t, [1] * len(shape) if keep else [])
+            if keep:
+                return t
+            return ctx.op.Squeeze(t, const_i64(ctx, [axis])) if ctx.opset >= 13 else \
+                ctx.op.Squeeze(t, axes=[axis])
+
+        pick = k - 1 if n % 2 or op.attr("mode", "avg") == "avg" else k - 2
+        y = at(low, pick)
+        if n % 2 == 0 and op.attr("mode", "avg") == "avg":
+            half = ctx.const(np.asarray(0.5, np.dtype(ctx.dtype(op, "x"))))
+            y = ctx.op.Mul(ctx.op.Add(at(low, k - 2), y), half)
+        ctx.set_output(op, "out", y)
+        if op.attr("mode", "avg") != "avg" and ctx.has_output(op, "medians"):
+            ctx.set_output(op, "medians", at(where, pick))

@@ -1,5 +1,5 @@
-"""Writes into tensors: scatter, scatter_nd_add, set_value (slice assignment), and reads
-whose size depends on the data: masked_select."""
+"""Writes into tensors: scatter, scatter_nd_add, set_value (slice assignment), masked_fill,
+put_along_axis, index_put, and reads whose size depends on the data: masked_select."""
 import numpy as np
 
 from ..errors import ConversionError
@@ -70,9 +70,10 @@ class SetValue:
         rank = ctx.rank(op, "Input")
         dtype = ctx.dtype(op, "Input")
         axes = [a % rank for a in ints(op.attr("axes", []))]
-        starts = int_list_input(ctx, op, "starts", None, "StartsTensorList")
-        ends = int_list_input(ctx, op, "ends", None, "EndsTensorList")
-        steps = int_list_input(ctx, op, "steps", None, "StepsTensorList") or [1] * len(axes)
+        # legacy programs give computed bounds as lists of scalars; PIR as one 1-D tensor
+        starts = int_list_input(ctx, op, "starts", "starts", "StartsTensorList")
+        ends = int_list_input(ctx, op, "ends", "ends", "EndsTensorList")
+        steps = int_list_input(ctx, op, "steps", "steps", "StepsTensorList") or [1] * len(axes)
         starts, ends = (b if is_value(b) else [min(max(v, FRONT), END) for v in b]
                         for b in (starts, ends))
         n = ctx.op.Size(x)
@@ -101,3 +102,90 @@ class SetValue:
             raise ConversionError("set_value without a value (no ValueTensor, no values)")
         shape = ints(op.attr("shape", [len(vals)]) or [len(vals)])
         return ctx.const(np.asarray(vals, dtype=dtype).reshape(shape))
+
+
+@paddle_op("masked_fill")
+class MaskedFill:
+    """x where mask is false, value where it is true (the three broadcast together)."""
+
+    @classmethod
+    def version_9(cls, ctx, op):
+        x, mask, value = (ctx.input(op, s) for s in ("x", "mask", "value"))
+        dtype = ctx.dtype(op, "x")
+        if ctx.dtype(op, "value") != dtype:
+            value = cast(ctx, value, dtype)
+        if ctx.dtype(op, "mask") != "bool":
+            mask = cast(ctx, mask, "bool")
+        ctx.set_output(op, "out", ctx.op.Where(mask, value, x))
+
+
+@paddle_op("put_along_axis")
+class PutAlongAxis:
+    """arr with values written at `indices` along `axis` (assign, add or mul)."""
+
+    _REDUCTIONS = {"assign": "none", "add": "add", "mul": "mul", "multiply": "mul"}
+
+    @classmethod
+    def check(cls, op):
+        reduce_ = op.attr("Reduce", "assign")
+        if reduce_ not in cls._REDUCTIONS:
+            return f"put_along_axis with reduce={reduce_!r} is not supported"
+        if not op.attr("Include_self", True):
+            return "put_along_axis with include_self=False is not supported"
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        return 11 if op.attr("Reduce", "assign") == "assign" else 16
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        arr, idx = ctx.input(op, "Input"), _int64(ctx, op, "Index")
+        value = ctx.input(op, "Value")
+        if ctx.dtype(op, "Value") != ctx.dtype(op, "Input"):
+            value = cast(ctx, value, ctx.dtype(op, "Input"))
+        value = ctx.op.Expand(value, ctx.op.Shape(idx))
+        reduction = cls._REDUCTIONS[op.attr("Reduce", "assign")]
+        attrs = {} if reduction == "none" else {"reduction": reduction}
+        ctx.set_output(op, "Result", ctx.op.ScatterElements(arr, idx, value,
+                                                            axis=int(op.attr("Axis", 0)), **attrs))
+
+
+@paddle_op("index_put")
+class IndexPut:
+    """x[i0, i1, ...] = value (or += with accumulate) for integer index tensors, which
+    broadcast together; value broadcasts to the region they select."""
+
+    @classmethod
+    def check(cls, op):
+        if any(op.block.find_var(n) is not None and op.block.find_var(n).dtype == "bool"
+               for n in op.input("indices")):
+            return "index_put with a boolean mask index is not supported"
+        return None
+
+    @classmethod
+    def required_opset(cls, op):
+        return 16 if op.attr("accumulate", False) else 11
+
+    @classmethod
+    def version_11(cls, ctx, op):
+        x = ctx.input(op, "x")
+        names = op.input("indices")
+        idx = [as_int64(ctx, ctx.input(op, "indices", i), ctx.dtype(op, "indices", i))
+               for i in range(len(names))]
+        shape = idx[0] if len(idx) == 1 else None
+        if shape is None:                        # broadcast the index tensors together
+            total = idx[0]
+            for v in idx[1:]:
+                total = ctx.op.Add(total, ctx.op.Mul(v, const_i64(ctx, 0)))
+            idx = [ctx.op.Expand(v, ctx.op.Shape(total)) for v in idx]
+        stacked = ctx.op.Concat(*[unsqueeze(ctx, v, [-1]) for v in idx], axis=-1)
+        region = ctx.op.Concat(ctx.op.Shape(idx[0]),
+                               ctx.op.Slice(ctx.op.Shape(x), const_i64(ctx, [len(idx)]),
+                                            const_i64(ctx, [2 ** 62])), axis=0)
+        value = ctx.input(op, "value")
+        if ctx.dtype(op, "value") != ctx.dtype(op, "x"):
+            value = cast(ctx, value, ctx.dtype(op, "x"))
+        value = ctx.op.Expand(value, region)
+        attrs = {"reduction": "add"} if op.attr("accumulate", False) else {}
+        ctx.set_output(op, "out", ctx.op.ScatterND(x, stacked, value, **attrs))

@@ -215,6 +215,13 @@ class Interpolate:
         if last:
             x = _to_channels_first(ctx, x, rank)
         mode, coord, nearest = _resize_modes(op)
+        taps = _align_corners_taps(ctx, op) if coord == "align_corners" and mode == "linear" \
+            and n == 2 else None
+        if taps is not None:
+            y = _bilinear_as_paddle(ctx, x, *taps)
+            if last:
+                y = _to_channels_last(ctx, y, rank)
+            return ctx.set_output(op, "Out", y)
         scales, sizes = cls._target(ctx, op, x, n)
         # roi (and scales next to sizes) may be left out from opset 13, before that empty
         empty = ctx.const(np.zeros([0], np.float32)) if ctx.opset < 13 else None
@@ -250,6 +257,52 @@ class Interpolate:
         if any(o <= 0 for o in outs):
             raise ConversionError(f"{op.type} has no output size (out sizes {outs}, no scale)")
         return None, with_nc(const_i64(ctx, outs))
+
+
+def _align_corners_taps(ctx, op):
+    """Per spatial axis (source rows, next rows, their weights) of a bilinear align_corners
+    resize, in Paddle's float32 arithmetic (ratio = float(in - 1) / (out - 1), source =
+    ratio * i), when the sizes are known at conversion time; else None. Resize computes
+    the source as i * (in - 1) / (out - 1), which differs in the last bits, and a sensitive
+    head (a threshold map, a detector's box regression) turns that into visible differences."""
+    if ctx.dtype(op, "X") != "float32" or ctx.has_input(op, _sizes_in(op)) or \
+            ctx.has_input(op, "OutSize") or ctx.has_input(op, _scale_in(op)):
+        return None
+    shape = ctx.static_shape(op, "X")
+    if shape is None or len(shape) != 4:
+        return None
+    ins = shape[2:] if _channels_first(op.attr("data_layout", "NCHW")) else shape[1:3]
+    scale = _scale_attr(op, 2)
+    outs = ([int(np.float32(s) * np.float32(i)) for s, i in zip(scale, ins)] if scale
+            else _out_attr(op, 2))
+    if any(d <= 0 for d in list(ins) + outs):
+        return None
+    taps = []
+    for size, out in zip(ins, outs):
+        ratio = np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.float32(0)
+        src = ratio * np.arange(out, dtype=np.float32)
+        lo = np.maximum(src.astype(np.int64), 0)
+        hi = np.minimum(lo + 1, size - 1)
+        w_hi = (src - lo.astype(np.float32)).astype(np.float32)
+        taps.append((lo, hi, w_hi, np.float32(1) - w_hi))
+    return taps
+
+
+def _bilinear_as_paddle(ctx, x, rows, cols):
+    """x[lo_h, lo_w] * wl_h * wl_w + x[hi_h, lo_w] * wh_h * wl_w + x[lo_h, hi_w] * wl_h * wh_w
+    + x[hi_h, hi_w] * wh_h * wh_w, summed in this order as Paddle's CPU kernel does."""
+    (lo_h, hi_h, wh_h, wl_h), (lo_w, hi_w, wh_w, wl_w) = rows, cols
+    by_row = {k: ctx.op.Gather(x, ctx.const(i), axis=2) for k, i in (("lo", lo_h), ("hi", hi_h))}
+    terms = []
+    for w_col, col in ((wl_w, lo_w), (wh_w, hi_w)):
+        for w_row, row in ((wl_h, "lo"), (wh_h, "hi")):
+            picked = ctx.op.Gather(by_row[row], ctx.const(col), axis=3)
+            terms.append(ctx.op.Mul(ctx.op.Mul(picked, ctx.const(w_row.reshape(-1, 1))),
+                                    ctx.const(w_col)))
+    y = terms[0]
+    for t in terms[1:]:
+        y = ctx.op.Add(y, t)
+    return y
 
 
 # --- padding ----------------------------------------------------------------------------------
