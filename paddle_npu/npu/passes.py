@@ -8,6 +8,8 @@ node, a check that says why not, a rewrite), run over the graph by `RulePass`.
     NameNodes             every node a unique, readable name
     FixInputShapes        the inputs' sizes set (--input-shape), every shape inferred again
     InferShapes           onnx's shape inference written into the model's values
+    FoldFixedConstants    what is constant at the model's fixed sizes (masks, position ids,
+                          anchor grids) folded, so the chip holds it rather than computes it
     FoldBatchNorm         Conv / Gemm followed by BatchNormalization -> one op (a Rule)
     BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
     RemoveUnused          nodes and functions nothing reads
@@ -155,6 +157,29 @@ class InferShapes(Pass):
     def run(self, model, result):
         from ..onnx_io import infer_shapes
         result.modified = infer_shapes(model)
+
+
+# A constant the chip holds instead of computing it at every inference may outweigh the
+# nodes that made it (an attention mask of seq x seq, an anchor grid): up to this size.
+HELD_CONSTANT_BYTES = 1 << 20
+
+
+class FoldFixedConstants(Pass):
+    """Nodes whose inputs are all constant at the model's sizes (ConstantOfShape + CumSum
+    position ids, tril masks, meshgrid anchors of a detection head) -> initializers of up to
+    HELD_CONSTANT_BYTES each, shape sub-graphs included; shapes inferred again after."""
+    name = "fold_constants"
+
+    def run(self, model, result):
+        from ..onnx_io import infer_shapes
+        from ..optimize import fold_constants
+
+        for _ in range(8):          # each round of folding may make more sizes static
+            folded = fold_constants(model, growth_allowance=HELD_CONSTANT_BYTES)
+            if not folded:
+                break
+            result.fired.append(f"{folded} node(s) folded")
+            infer_shapes(model)
 
 
 class FixInputShapes(Pass):

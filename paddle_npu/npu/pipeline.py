@@ -3,7 +3,7 @@
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
-        -> restruct rules -> shapes again
+        -> restruct rules -> shapes again -> fold what is constant at the fixed sizes
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
@@ -21,8 +21,8 @@ from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
-from .passes import (BatchNormToAffine, FixInputShapes, InferShapes, NameNodes, Pass,
-                     RemoveUnused, Sequence)
+from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, InferShapes,
+                     NameNodes, Pass, RemoveUnused, Sequence)
 from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
@@ -92,6 +92,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
         InferShapes(),
+        FoldFixedConstants(),
         BatchNormToAffine(),
         LowerNodes(ctx),
         RemoveUnused(),

@@ -25,9 +25,10 @@ FORMAT = "paddle_npu.segments"
 MANIFEST = "manifest.json"
 
 
-def check_segment_cap(segments, target):
+def check_segment_cap(segments, target, op_types=None):
     """A target that caps its NPU segments (NNIE: 8): error naming the CPU nodes that split
-    the NPU work when there are more."""
+    the NPU work when there are more, per op type with a count (op_types: {node name: op
+    type}) and the first node of each."""
     cap = getattr(target, "max_npu_segments", 0)
     npu = [s for s in segments if s.device == "npu"]
     if not cap or len(npu) <= cap:
@@ -35,7 +36,11 @@ def check_segment_cap(segments, target):
     splitters = [s for s in segments if s.device == "cpu" and 0 < s.index < len(segments) - 1]
     parts = []
     for s in splitters:
-        shown = ", ".join(s.nodes[:3]) + (f" (+{len(s.nodes) - 3})" if len(s.nodes) > 3 else "")
+        by_type = {}
+        for name in s.nodes:
+            by_type.setdefault((op_types or {}).get(name, "node"), []).append(name)
+        shown = ", ".join(f"{op} {len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"
+                          for op, names in by_type.items())
         parts.append(f"#{s.index}: {shown}")
     raise ConversionError(
         f"target {target.name!r} runs at most {cap} NPU segments, this model needs {len(npu)}: "

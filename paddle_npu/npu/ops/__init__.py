@@ -3,6 +3,7 @@ from . import add_in_tile, dim_transform, im2col, vmm  # noqa: F401  (registers 
 from . import scale, scale_lut, swap_channel  # noqa: F401  (fused preprocessing)
 from . import quant  # noqa: F401  (integer primitives)
 from . import lut, runtime_vmm  # noqa: F401  (the lookup-table unit, arrays written at run time)
+from . import moves, table_read  # noqa: F401  (Crop / Join moves, embedding tables)
 from .base import (DOMAIN, MIN_BODY_OPSET, VERSION, ArrayModel, Primitive, all_primitives,
                    get_primitive, primitive)
 

@@ -235,6 +235,7 @@ class ArrayModel:
         self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
         self.written_cells = 0       # array cells written at run time (RuntimeVMM)
+        self.table_rows = 0          # rows read from constant tables (TableRead)
         self.seconds = {}            # primitive -> wall time in its reference
         self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
 
@@ -246,7 +247,7 @@ class ArrayModel:
         return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
                 "macs": self.macs, "add_elements": self.add_elements,
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
-                "written_cells": self.written_cells,
+                "written_cells": self.written_cells, "table_rows": self.table_rows,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
