@@ -131,3 +131,38 @@ def test_l2norm_refuses_p1():
     result, _ = _apply(proto, L2Norm(NNIE))
     assert result.fired == []
     assert result.refused == {"norm": "p=1: only the L2 norm is rebuilt"}
+
+
+def _layer_norm_written_out(eps_name="eps"):
+    """stage 1's layer_norm before opset 17: mean, Sub, Pow 2, mean, Add eps, Sqrt, Div,
+    Mul scale, Add bias, over the last axis."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], name="mean"),
+             helper.make_node("Sub", ["x", "mean"], ["d"], name="sub"),
+             helper.make_node("Pow", ["d", "two"], ["sq"], name="pow"),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1], name="var"),
+             helper.make_node("Add", ["var", eps_name], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt"),
+             helper.make_node("Div", ["d", "std"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "s"], ["ns"], name="scale"),
+             helper.make_node("Add", ["ns", "b"], ["y"], name="bias")]
+    return model(nodes, [("x", [2, 3, 8])] + ([("e", [1])] if eps_name == "e" else []),
+                 [("y", [2, 3, 8])], [("two", np.float32(2)), ("eps", np.float32(1e-5)),
+                                      ("s", _weights(8)), ("b", _weights(8))], opset=11)
+
+
+def test_fuse_layer_norm():
+    from paddle_npu.npu.functions import attach_functions
+    from paddle_npu.npu.passes import FuseLayerNorm
+
+    proto = _layer_norm_written_out()
+    m = prepare(proto)
+    result = RulePass("layernorm", [FuseLayerNorm()])(m)
+    assert result.fired == ["mean+sub+pow+var+add_eps+sqrt+div+scale+bias -> div/layer_norm"]
+    attach_functions(m)
+    m.ir_version = max(m.ir_version, 10)
+    after = to_bytes(m)
+    assert _ops(after) == ["LayerNorm"]
+    _same(proto, after, {"x": _weights(2, 3, 8)})
+    # epsilon computed at run time: refused, with the reason
+    result, after = _apply(_layer_norm_written_out("e"), FuseLayerNorm())
+    assert result.fired == [] and result.refused == {"div": "epsilon is not a constant number"}

@@ -4,12 +4,13 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
 
     arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
     vector   everything else the NPU runs (vector unit, lookup table, moves): per element
+             (output elements; a primitive's `work`: a reduction counts what it reads)
     cpu      multiply-accumulates of matrix layers, plus every other output element
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
              latency plus the bytes over the link
 """
 from .graph import device as device_of, dims, segment as segment_of, source
-from .ops import DOMAIN
+from .ops import DOMAIN, get_primitive
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -63,6 +64,15 @@ def _output_elements(node):
     return sum(count(dims(v)) or 0 for v in node.outputs)
 
 
+def _vector_elements(node):
+    """Elements the vector unit handles for a node: a primitive's own count (a reduction
+    reads more than it writes), else its output elements."""
+    if node.domain != DOMAIN:
+        return _output_elements(node)
+    return get_primitive(node.op_type).work([dims(v) for v in node.inputs],
+                                            [dims(v) for v in node.outputs])
+
+
 def node_ns(node, where, target):
     """(unit, estimated ns) of a node run on `where` ("npu" or "cpu"); unit is "arrays",
     "vector" or "cpu"."""
@@ -71,7 +81,7 @@ def node_ns(node, where, target):
         return "cpu", node_macs(node) / c.cpu_macs_per_ns + \
             _output_elements(node) / c.cpu_elements_per_ns
     if not is_array_node(node):
-        return "vector", _output_elements(node) / c.vector_elements_per_ns
+        return "vector", _vector_elements(node) / c.vector_elements_per_ns
     x, w = dims(node.inputs[0]), dims(node.inputs[1])
     if x is None or w is None:
         return "arrays", 0.0

@@ -4,6 +4,7 @@
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
         -> restruct rules -> shapes again -> fold what is constant at the fixed sizes
+        -> layer normalisations written out fused (a LayerNorm primitive)
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
@@ -21,8 +22,8 @@ from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
-from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, InferShapes,
-                     NameNodes, Pass, RemoveUnused, Sequence)
+from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
+                     InferShapes, NameNodes, Pass, RemoveUnused, RulePass, Sequence)
 from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
@@ -93,6 +94,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         *restruct_passes(target, enable, disable),
         InferShapes(),
         FoldFixedConstants(),
+        RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") else None,
         BatchNormToAffine(),
         LowerNodes(ctx),
         RemoveUnused(),

@@ -58,7 +58,8 @@ VECTOR_UNIT_OPS = (
 # and segmentation models split into CPU islands otherwise. Arrays that may be written at
 # run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
 EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut",)
-EDGE_PRIMITIVES += ("TableRead", "Crop", "Join")    # embedding tables; Slice / Split / Concat
+EDGE_PRIMITIVES += ("TableRead", "Crop", "Join",    # embedding tables; Slice / Split / Concat
+                    "Reduce", "LayerNorm")          # reductions, Softmax's sum, LayerNorm
 RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",

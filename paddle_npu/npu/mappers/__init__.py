@@ -1,2 +1,2 @@
 """The built-in stage-2 lowerings (importing registers them)."""
-from . import activation, conv, layout, linear, moves  # noqa: F401
+from . import activation, conv, layout, linear, moves, reduce  # noqa: F401

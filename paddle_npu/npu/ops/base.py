@@ -77,6 +77,12 @@ class Primitive:
         return ""
 
     @classmethod
+    def work(cls, in_shapes, out_shapes):
+        """Elements its unit handles per run, for the latency estimate (cost.py): the
+        outputs' by default; a reduction or normalisation reads more than it writes."""
+        return sum(count_dims(s) for s in out_shapes)
+
+    @classmethod
     def schema(cls):
         """The schema as plain data (for documentation, `paddle-npu targets --ops`, tests)."""
         return {"domain": DOMAIN, "version": VERSION, "op_type": cls.op_type,
@@ -90,7 +96,7 @@ class Primitive:
         """The FunctionProto a node with these attributes and input shapes calls."""
         from onnx import helper
 
-        b = Body()
+        b = Body(opset)
         cls.body(b, cls.attrs_of(attrs), in_shapes)
         overload = cls.overload(attrs, in_shapes)
         generic = overload == ""
@@ -135,10 +141,13 @@ def config_tag(*parts):
 
 
 class Body:
-    """Writes the node list of a function body: `b.op("Add", x, y)` returns the output name."""
+    """Writes the node list of a function body: `b.op("Add", x, y)` returns the output name.
+    `opset`: the default domain's version the body is written for (an op whose signature
+    changed since MIN_BODY_OPSET, such as ReduceMax's axes, is spelled for it)."""
 
-    def __init__(self):
+    def __init__(self, opset=MIN_BODY_OPSET):
         self.nodes = []
+        self.opset = opset
         self._n = 0
 
     def _tmp(self, hint):
@@ -236,6 +245,8 @@ class ArrayModel:
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
         self.written_cells = 0       # array cells written at run time (RuntimeVMM)
         self.table_rows = 0          # rows read from constant tables (TableRead)
+        self.vector_elements = 0     # elements the vector unit reads reducing (Reduce,
+                                     # LayerNorm: once per pass over them)
         self.seconds = {}            # primitive -> wall time in its reference
         self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
 
@@ -248,11 +259,22 @@ class ArrayModel:
                 "macs": self.macs, "add_elements": self.add_elements,
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
                 "written_cells": self.written_cells, "table_rows": self.table_rows,
+                "vector_elements": self.vector_elements,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
 def _chunks(n, size):
     return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+def count_dims(dims):
+    """Elements of a shape, a size that is not fixed counted as 1 (0 when unknown)."""
+    if dims is None:
+        return 0
+    n = 1
+    for d in dims:
+        n *= d if isinstance(d, int) else 1
+    return n
 
 
 def static_numel(dims):
