@@ -22,6 +22,16 @@ def _moves_check(ctx, node, primitive):
     return None
 
 
+def _refusal(ctx, node, primitive, plan):
+    """Why the node cannot become `primitive`: _moves_check's reason, or the reason string
+    `plan(ctx, node)` returns instead of a plan; None when it can."""
+    reason = _moves_check(ctx, node, primitive)
+    if reason is None:
+        found = plan(ctx, node)
+        reason = found if isinstance(found, str) else None
+    return reason
+
+
 def _crop(ctx, x, windows, name):
     """x cropped to {axis: (start, end, step)} (already within the dims)."""
     axes = sorted(windows)
@@ -56,11 +66,7 @@ def _slice_plan(ctx, node):
 class Slice:
     @classmethod
     def check(cls, ctx, node):
-        reason = _moves_check(ctx, node, "Crop")
-        if reason is None:
-            plan = _slice_plan(ctx, node)
-            reason = plan if isinstance(plan, str) else None
-        return reason
+        return _refusal(ctx, node, "Crop", _slice_plan)
 
     @classmethod
     def lower(cls, ctx, node):
@@ -89,11 +95,7 @@ def _split_sizes(ctx, node):
 class Split:
     @classmethod
     def check(cls, ctx, node):
-        reason = _moves_check(ctx, node, "Crop")
-        if reason is None:
-            sizes = _split_sizes(ctx, node)
-            reason = sizes if isinstance(sizes, str) else None
-        return reason
+        return _refusal(ctx, node, "Crop", _split_sizes)
 
     @classmethod
     def lower(cls, ctx, node):
@@ -163,13 +165,9 @@ class Gather:
             return None
         if index is None:
             return "both the data and the indices are computed at run time"
-        reason = _moves_check(ctx, node, "Crop")
-        if reason is None and not ctx.target.runs_primitive("DimTransform"):
-            reason = "the target has no DimTransform"
-        if reason is None:
-            plan = _positions(ctx, node)
-            reason = plan if isinstance(plan, str) else None
-        return reason
+        if not ctx.target.runs_primitive("DimTransform"):
+            return "the target has no DimTransform"
+        return _refusal(ctx, node, "Crop", _positions)
 
     @classmethod
     def lower(cls, ctx, node):
