@@ -94,7 +94,8 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         *restruct_passes(target, enable, disable),
         InferShapes(),
         FoldFixedConstants(),
-        RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") else None,
+        RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and
+        target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
         LowerNodes(ctx),
         RemoveUnused(),

@@ -12,6 +12,8 @@ def _axis(node, rank, default=0):
 
 
 def _moves_check(ctx, node, primitive):
+    if node.op_type != "Gather" and not ctx.target.npu_runs(node.op_type):
+        return f"the target's vector unit does not run {node.op_type}"   # left to the CPU
     if not ctx.target.runs_primitive(primitive):
         return f"the target has no {primitive}"
     x = node.inputs[0]
@@ -112,6 +114,8 @@ class Split:
 class Concat:
     @classmethod
     def check(cls, ctx, node):
+        if not ctx.target.npu_runs("Concat"):
+            return "the target's vector unit does not run Concat"    # left to the CPU
         if not ctx.target.runs_primitive("Join"):
             return "the target has no Join"
         if all(ctx.constant(v) is not None for v in node.inputs):

@@ -23,6 +23,8 @@ def reduce_axes(ctx, node, rank):
 
 def _float_input(ctx, node, primitive, axes=None):
     """Why a node on x cannot run as `primitive`, or None."""
+    if not ctx.target.npu_runs(node.op_type):      # a target that leaves it to the CPU
+        return f"the target's vector unit does not run {node.op_type}"
     if not ctx.target.runs_primitive(primitive):
         return f"the target has no {primitive}"
     x = node.inputs[0]
@@ -70,11 +72,12 @@ class Softmax:
 
     @classmethod
     def check(cls, ctx, node):
-        if not ctx.target.runs_primitive("Lut"):
-            return "the target has no lookup-table unit (Lut) for exp"
         dims = ctx.dims(node.inputs[0])
-        return _float_input(ctx, node, "Reduce",
-                            [cls._axis(ctx, node)] if dims is not None else None)
+        reason = _float_input(ctx, node, "Reduce",
+                              [cls._axis(ctx, node)] if dims is not None else None)
+        if reason is None and not ctx.target.runs_primitive("Lut"):
+            reason = "the target has no lookup-table unit (Lut) for exp"
+        return reason
 
     @classmethod
     def lower(cls, ctx, node):
