@@ -166,3 +166,31 @@ def test_fuse_layer_norm():
     # epsilon computed at run time: refused, with the reason
     result, after = _apply(_layer_norm_written_out("e"), FuseLayerNorm())
     assert result.fired == [] and result.refused == {"div": "epsilon is not a constant number"}
+
+
+def test_merge_dim_transforms_moves_once():
+    """A transpose and the reshape after it (heads merged back; a channel shuffle's last two
+    steps) -> one DimTransform; a transpose also read elsewhere stays as it is."""
+    from npu_helpers import three_way
+    from paddle_npu.npu import lower
+
+    shape = helper.make_node("Constant", [], ["to"], name="to", value=onnx.numpy_helper.from_array(
+        np.array([1, 6, 2, 2], np.int64)))
+    groups = helper.make_node("Constant", [], ["g"], name="g", value=onnx.numpy_helper.from_array(
+        np.array([1, 2, 3, 2, 2], np.int64)))
+    nodes = [shape, groups, helper.make_node("Reshape", ["x", "g"], ["a"], name="split_groups"),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3, 4], name="swap"),
+             helper.make_node("Reshape", ["t", "to"], ["y"], name="merge_groups")]
+    shuffle = model(nodes, [("x", [1, 6, 2, 2])], [("y", [1, 6, 2, 2])])
+    lowered, _ = lower(shuffle)
+    kinds = [n.op_type for n in lowered.graph]
+    assert kinds == ["DimTransform", "DimTransform"]
+    x = _weights(1, 6, 2, 2)
+    want, got, ref, r = three_way(shuffle, lowered, {"x": x}, "npu256")
+    assert_close(got[0], want[0], "onnxruntime")
+    np.testing.assert_array_equal(ref[0], want[0])
+    assert r.array.moved_elements == 2 * x.size            # was three moves
+    # the transposed tensor is also an output: both moves stay
+    shuffle.graph.output.append(helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None))
+    lowered, _ = lower(shuffle)
+    assert [n.op_type for n in lowered.graph] == ["DimTransform"] * 3

@@ -13,6 +13,7 @@ node, a check that says why not, a rewrite), run over the graph by `RulePass`.
     FoldBatchNorm         Conv / Gemm followed by BatchNormalization -> one op (a Rule)
     FuseLayerNorm         the ReduceMean / Sub / Pow / ReduceMean / Add / Sqrt / Div (/ Mul /
                           Add) layer normalisation exporters write out -> one LayerNorm (a Rule)
+    MergeDimTransforms    a DimTransform followed by one that only reshapes -> one (a Rule)
     BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
     RemoveUnused          nodes and functions nothing reads
 """
@@ -494,3 +495,52 @@ class FuseLayerNorm(Rule):
         g.take_over(last, ln.outputs[0])
         g.drop_dead(graph, found["nodes"])
         return f"{'+'.join(n.name for n in found['nodes'])} -> {ln.name}"
+
+
+# --- moves -----------------------------------------------------------------------------------
+
+class MergeDimTransforms(Rule):
+    """DimTransform (perm p, any shape) read only by a DimTransform that only reshapes
+    (identity perm) -> one DimTransform (p, the second's shape): a transpose and the reshape
+    after it (attention's heads merged back, a channel shuffle's last two steps) move the
+    elements once. Anchored at the second."""
+    name = "merge_dim_transforms"
+
+    def match(self, node):
+        if node.domain != DOMAIN or node.op_type != "DimTransform":
+            return None
+        first = node.inputs[0].producer()
+        if first is None or first.domain != DOMAIN or first.op_type != "DimTransform":
+            return None
+        return {"first": first, "second": node}
+
+    def check(self, found):
+        from .mappers.layout import reshape_spec
+
+        first, second = found["first"], found["second"]
+        perm = list(second.attributes.get_ints("perm", []))
+        if perm != list(range(len(perm))):
+            return "the second DimTransform also transposes"
+        if g.single_user(first.outputs[0]) is None:
+            return f"{first.name}'s output is also read elsewhere"
+        x_dims, out = g.dims(first.inputs[0]), g.dims(second.outputs[0])
+        p1 = list(first.attributes.get_ints("perm", []))
+        shape = None if x_dims is None or out is None else \
+            reshape_spec([x_dims[p] for p in p1], out)
+        if shape is None:
+            return "the merged shape cannot be written"
+        found["perm"], found["shape"] = p1, shape
+        return None
+
+    def rewrite(self, builder, found):
+        first, second = found["first"], found["second"]
+        attrs = {"perm": found["perm"], "shape": found["shape"]}
+        merged = builder.node("DimTransform", [first.inputs[0]], attrs,
+                              name=f"{second.name}/merged", shape=g.dims(second.outputs[0]),
+                              dtype=second.outputs[0].dtype, domain=DOMAIN)
+        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(first.inputs[0])])
+        g.copy_annotations(second, merged)
+        second.graph.insert_before(second, merged)
+        g.take_over(second.outputs[0], merged.outputs[0])
+        g.drop_dead(second.graph, [second, first])
+        return f"{first.name}+{second.name} -> {merged.name}"

@@ -5,7 +5,8 @@
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
         -> restruct rules -> shapes again -> fold what is constant at the fixed sizes
         -> layer normalisations written out fused (a LayerNorm primitive)
-        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
+        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> a transpose and the
+        reshape after it merged into one DimTransform -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
 """
@@ -23,7 +24,8 @@ from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
 from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
-                     InferShapes, NameNodes, Pass, RemoveUnused, RulePass, Sequence)
+                     InferShapes, MergeDimTransforms, NameNodes, Pass, RemoveUnused, RulePass,
+                     Sequence)
 from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
@@ -98,6 +100,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
         LowerNodes(ctx),
+        RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
         RemoveUnused(),
         Partition(target, ctx.refusals),
         AttachFunctions(),
