@@ -431,19 +431,21 @@ class FuseLayerNorm(Rule):
                                                            node],
                 "eps": _scalar(_other(add_eps, var.outputs[0])), "means": (mean, var)}
 
-    def _affine(self, value, op_type, norm_shape):
-        """(node, constant of the normalised shape) when `value` feeds only a Mul / Add by
-        such a constant, else (None, None)."""
+    def _affine(self, value, op_type, dims, axis):
+        """(node, constant of the normalised axes' shape) when `value` feeds only a Mul / Add
+        by a constant varying along those axes only, else (None, None)."""
         user = g.single_user(value)
         if not g.is_op(user, op_type):
             return None, None
         c = g.constant(_other(user, value))
-        if c is None or c.dtype.kind != "f" or c.ndim > len(norm_shape) + 1 or any(
-                n != 1 for n in c.shape[:max(0, c.ndim - len(norm_shape))]):
+        norm_shape = dims[axis:]
+        lead = 0 if c is None else c.ndim - len(norm_shape)
+        if c is None or c.dtype.kind != "f" or c.ndim > len(dims) or \
+                any(n != 1 for n in c.shape[:max(lead, 0)]):
             return None, None
+        c = c.reshape(c.shape[max(lead, 0):])
         try:
-            return user, np.broadcast_to(c.reshape(c.shape[-len(norm_shape):] if c.ndim else
-                                                   ()), norm_shape)
+            return user, np.broadcast_to(c, norm_shape)
         except ValueError:
             return None, None
 
@@ -472,10 +474,9 @@ class FuseLayerNorm(Rule):
     def rewrite(self, builder, found):
         div, x, axis = found["div"], found["x"], found["axis"]
         graph = div.graph
-        norm_shape = g.dims(x)[axis:]
         last, params = div.outputs[0], []
         for op_type in ("Mul", "Add"):
-            node, c = self._affine(last, op_type, norm_shape)
+            node, c = self._affine(last, op_type, g.dims(x), axis)
             if node is None:
                 params.append(None)
                 continue
