@@ -45,6 +45,21 @@ def test_slice_split_concat_become_crop_and_join():
     assert r.array.moved_elements == 3 * 32
 
 
+def test_split_into_equal_parts():
+    """No sizes: as many parts as outputs, the last one smaller (7 = 3 + 3 + 1)."""
+    m = model([helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, name="split"),
+               helper.make_node("Concat", ["c", "a", "b"], ["y"], axis=1, name="concat")],
+              [("x", [2, 7])], [("y", [2, 7])], opset=18)
+    m.graph.node[0].attribute.append(helper.make_attribute("num_outputs", 3))
+    lowered, _ = lower(m)
+    assert npu_ops(lowered) == {"Crop", "Join"}
+    x = np.arange(14, dtype=np.float32).reshape(2, 7)
+    want, got, ref, _ = three_way(m, lowered, {"x": x}, "npu256")
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(ref[0], want[0])
+    np.testing.assert_array_equal(want[0], x[:, [6, 0, 1, 2, 3, 4, 5]])
+
+
 def test_embedding_lookup_reads_table_rows_and_a_constant_position_is_a_crop():
     """BERT's front and back: token embedding + position embedding, ..., the first token."""
     rng = np.random.default_rng(1)

@@ -12,8 +12,11 @@ def _axis(node, rank, default=0):
 
 
 def _moves_check(ctx, node, primitive):
+    """Why the node's input cannot be moved by `primitive`, or None. A target whose vector
+    unit does not list Slice / Split leaves them to the CPU; a Gather at constant positions
+    is a crop wherever the target has Crop."""
     if node.op_type != "Gather" and not ctx.target.npu_runs(node.op_type):
-        return f"the target's vector unit does not run {node.op_type}"   # left to the CPU
+        return f"the target's vector unit does not run {node.op_type}"
     if not ctx.target.runs_primitive(primitive):
         return f"the target has no {primitive}"
     x = node.inputs[0]
