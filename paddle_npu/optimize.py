@@ -59,8 +59,9 @@ def _fold_shape(node):
     return [dims[start:end]]
 
 
-def fold_constants(model):
-    """Replace every foldable node by initializers, in graph order. Returns the count."""
+def fold_constants(model, growth_allowance=_FOLD_GROWTH_ALLOWANCE):
+    """Replace every foldable node by initializers, in graph order. Returns the count.
+    A node whose result outweighs its inputs is folded only up to `growth_allowance` bytes."""
     graph = model.graph
     opset = model.opset_imports.get("", 21)
     folded = 0
@@ -79,7 +80,7 @@ def fold_constants(model):
             if results is not None:
                 in_bytes = sum(x.nbytes for x in inputs if x is not None)
                 out_bytes = sum(np.asarray(r).nbytes for r in results)
-                if out_bytes > max(in_bytes, _FOLD_GROWTH_ALLOWANCE):
+                if out_bytes > max(in_bytes, growth_allowance):
                     continue
         if results is None:
             continue

@@ -157,6 +157,24 @@ def test_random_matmul_lowers_and_matches(lead, k, n, target):
     assert ref.array.vmm_invocations == report.layers[0].cost.vmm_invocations
 
 
+@pytest.mark.parametrize("target", [TINY, BIG], ids=["12x8", "256x256"])
+def test_matmul_with_a_vector_weight_is_one_column(target):
+    """[..., K] @ [K] (PicoDet's distribution-to-distance integral): a VMM on a [K, 1]
+    weight, the column's axis dropped after."""
+    rng = np.random.default_rng(5)
+    node = helper.make_node("MatMul", ["a", "w"], ["y"], name="integral")
+    original = model([node], [("a", [4, 6, 20])], [("y", [4, 6])],
+                     [("w", rng.standard_normal([20]).astype(np.float32))])
+    feeds = {"a": rng.standard_normal([4, 6, 20]).astype(np.float32)}
+    lowered, report = lower(original, target)
+    assert npu_ops(lowered) <= {"VMM", "AddInTile", "DimTransform"} and "VMM" in npu_ops(lowered)
+    assert {d for d, _ in op_types(lowered)} == {DOMAIN}
+    want, got, ref_out, ref = three_way(original, lowered, feeds, target)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+    assert ref.array.macs == report.layers[0].cost.macs == 4 * 6 * 20
+
+
 def test_matmul_with_two_activations_is_not_a_vmm():
     node = helper.make_node("MatMul", ["a", "b"], ["y"], name="attn")
     original = model([node], [("a", [2, 3, 4]), ("b", [2, 4, 5])], [("y", [2, 3, 5])])

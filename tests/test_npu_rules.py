@@ -131,3 +131,66 @@ def test_l2norm_refuses_p1():
     result, _ = _apply(proto, L2Norm(NNIE))
     assert result.fired == []
     assert result.refused == {"norm": "p=1: only the L2 norm is rebuilt"}
+
+
+def _layer_norm_written_out(eps_name="eps"):
+    """stage 1's layer_norm before opset 17: mean, Sub, Pow 2, mean, Add eps, Sqrt, Div,
+    Mul scale, Add bias, over the last axis."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], name="mean"),
+             helper.make_node("Sub", ["x", "mean"], ["d"], name="sub"),
+             helper.make_node("Pow", ["d", "two"], ["sq"], name="pow"),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1], name="var"),
+             helper.make_node("Add", ["var", eps_name], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt"),
+             helper.make_node("Div", ["d", "std"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "s"], ["ns"], name="scale"),
+             helper.make_node("Add", ["ns", "b"], ["y"], name="bias")]
+    return model(nodes, [("x", [2, 3, 8])] + ([("e", [1])] if eps_name == "e" else []),
+                 [("y", [2, 3, 8])], [("two", np.float32(2)), ("eps", np.float32(1e-5)),
+                                      ("s", _weights(8)), ("b", _weights(8))], opset=11)
+
+
+def test_fuse_layer_norm():
+    from paddle_npu.npu.functions import attach_functions
+    from paddle_npu.npu.passes import FuseLayerNorm
+
+    proto = _layer_norm_written_out()
+    m = prepare(proto)
+    result = RulePass("layernorm", [FuseLayerNorm()])(m)
+    assert result.fired == ["mean+sub+pow+var+add_eps+sqrt+div+scale+bias -> div/layer_norm"]
+    attach_functions(m)
+    m.ir_version = max(m.ir_version, 10)
+    after = to_bytes(m)
+    assert _ops(after) == ["LayerNorm"]
+    _same(proto, after, {"x": _weights(2, 3, 8)})
+    # epsilon computed at run time: refused, with the reason
+    result, after = _apply(_layer_norm_written_out("e"), FuseLayerNorm())
+    assert result.fired == [] and result.refused == {"div": "epsilon is not a constant number"}
+
+
+def test_merge_dim_transforms_moves_once():
+    """A transpose and the reshape after it (heads merged back; a channel shuffle's last two
+    steps) -> one DimTransform; a transpose also read elsewhere stays as it is."""
+    from npu_helpers import three_way
+    from paddle_npu.npu import lower
+
+    shape = helper.make_node("Constant", [], ["to"], name="to", value=onnx.numpy_helper.from_array(
+        np.array([1, 6, 2, 2], np.int64)))
+    groups = helper.make_node("Constant", [], ["g"], name="g", value=onnx.numpy_helper.from_array(
+        np.array([1, 2, 3, 2, 2], np.int64)))
+    nodes = [shape, groups, helper.make_node("Reshape", ["x", "g"], ["a"], name="split_groups"),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3, 4], name="swap"),
+             helper.make_node("Reshape", ["t", "to"], ["y"], name="merge_groups")]
+    shuffle = model(nodes, [("x", [1, 6, 2, 2])], [("y", [1, 6, 2, 2])])
+    lowered, _ = lower(shuffle)
+    kinds = [n.op_type for n in lowered.graph]
+    assert kinds == ["DimTransform", "DimTransform"]
+    x = _weights(1, 6, 2, 2)
+    want, got, ref, r = three_way(shuffle, lowered, {"x": x}, "npu256")
+    assert_close(got[0], want[0], "onnxruntime")
+    np.testing.assert_array_equal(ref[0], want[0])
+    assert r.array.moved_elements == 2 * x.size            # was three moves
+    # the transposed tensor is also an output: both moves stay
+    shuffle.graph.output.append(helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None))
+    lowered, _ = lower(shuffle)
+    assert [n.op_type for n in lowered.graph] == ["DimTransform"] * 3

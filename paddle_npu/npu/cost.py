@@ -4,6 +4,7 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
 
     arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
     vector   everything else the NPU runs (vector unit, lookup table, moves): per element
+             (output elements; a primitive's `work`: a reduction counts what it reads)
     cpu      multiply-accumulates of matrix layers, plus every other output element
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
              latency plus the bytes over the link

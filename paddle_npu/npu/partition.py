@@ -306,7 +306,7 @@ class Partition(Pass):
 
     def run(self, model, result):
         segments, reasons = partition(model, self.target, self.refusals)
-        check_segment_cap(segments, self.target)
+        check_segment_cap(segments, self.target, {n.name: n.op_type for n in model.graph})
         result.info["segments"] = segments
         result.info["cpu_reasons"] = reasons
         result.modified = True

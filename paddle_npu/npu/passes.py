@@ -8,7 +8,12 @@ node, a check that says why not, a rewrite), run over the graph by `RulePass`.
     NameNodes             every node a unique, readable name
     FixInputShapes        the inputs' sizes set (--input-shape), every shape inferred again
     InferShapes           onnx's shape inference written into the model's values
+    FoldFixedConstants    what is constant at the model's fixed sizes (masks, position ids,
+                          anchor grids) folded, so the chip holds it rather than computes it
     FoldBatchNorm         Conv / Gemm followed by BatchNormalization -> one op (a Rule)
+    FuseLayerNorm         the ReduceMean / Sub / Pow / ReduceMean / Add / Sqrt / Div (/ Mul /
+                          Add) layer normalisation exporters write out -> one LayerNorm (a Rule)
+    MergeDimTransforms    a DimTransform followed by one that only reshapes -> one (a Rule)
     BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
     RemoveUnused          nodes and functions nothing reads
 """
@@ -22,6 +27,7 @@ from ..errors import ConversionError
 from ..onnx_io import infer_shapes, load_model, to_proto
 from ..optimize import fold_constants
 from . import graph as g
+from .ops import DOMAIN, get_primitive
 
 
 @dataclass
@@ -156,6 +162,29 @@ class InferShapes(Pass):
 
     def run(self, model, result):
         result.modified = infer_shapes(model)
+
+
+# A constant the chip holds instead of computing it at every inference may outweigh the
+# nodes that made it (an attention mask of seq x seq, an anchor grid): up to this size.
+HELD_CONSTANT_BYTES = 1 << 20
+
+
+class FoldFixedConstants(Pass):
+    """Nodes whose inputs are all constant at the model's sizes (ConstantOfShape + CumSum
+    position ids, tril masks, meshgrid anchors of a detection head) -> initializers of up to
+    HELD_CONSTANT_BYTES each, shape sub-graphs included; shapes inferred again after."""
+    name = "fold_constants"
+
+    def run(self, model, result):
+        from ..onnx_io import infer_shapes
+        from ..optimize import fold_constants
+
+        for _ in range(8):          # each round of folding may make more sizes static
+            folded = fold_constants(model, growth_allowance=HELD_CONSTANT_BYTES)
+            if not folded:
+                break
+            result.fired.append(f"{folded} node(s) folded")
+            infer_shapes(model)
 
 
 class FixInputShapes(Pass):
@@ -338,3 +367,178 @@ class BatchNormToAffine(Pass):
 def batchnorm_to_affine(model):
     """Run BatchNormToAffine; returns how many BatchNormalizations it replaced."""
     return len(BatchNormToAffine()(model).fired)
+
+
+# --- layer normalisation ---------------------------------------------------------------------
+
+def _producer(value, *op_types):
+    """The standard node of one of these types making `value`, or None."""
+    node = value.producer() if value is not None else None
+    return node if g.is_op(node, *op_types) else None
+
+
+def _mean_axes(node, rank):
+    """The sorted non-negative axes of a ReduceMean keeping its dims, or None."""
+    if not node.attributes.get_int("keepdims", 1):
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:      # opset 18: an input
+        axes = g.constant(node.inputs[1])
+        axes = None if axes is None else axes.reshape(-1).tolist()
+    else:
+        axes = list(node.attributes.get_ints("axes", []))
+    return sorted(a + rank if a < 0 else a for a in axes) if axes else None
+
+
+def _scalar(value, want=None):
+    """The float of a constant holding one number (and equal to `want`, if given), or None."""
+    c = g.constant(value)
+    if c is None or c.size != 1 or c.dtype.kind != "f":
+        return None
+    x = float(c.reshape(()))
+    return x if want is None or x == want else None
+
+
+def _other(node, value):
+    """The operand of a binary node that is not `value`."""
+    return node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+
+
+class FuseLayerNorm(Rule):
+    """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* scale] [+ bias], the means over
+    the trailing axes (Pow by 2 or the product d * d) -> one LayerNorm primitive, scale and
+    bias constants of the normalised axes' shape. Anchored at the Div."""
+    name = "layernorm"
+
+    def match(self, node):
+        if not g.is_op(node, "Div"):
+            return None
+        d, root = node.inputs
+        sub, sqrt = _producer(d, "Sub"), _producer(root, "Sqrt")
+        add_eps = _producer(sqrt.inputs[0], "Add") if sqrt else None
+        mean = _producer(sub.inputs[1], "ReduceMean") if sub else None
+        if add_eps is None or mean is None or mean.inputs[0] is not sub.inputs[0]:
+            return None
+        var = next((n for n in (_producer(v, "ReduceMean") for v in add_eps.inputs) if n), None)
+        square = _producer(var.inputs[0], "Pow", "Mul") if var else None
+        if square is None or square.inputs[0] is not d or (
+                square.op_type == "Pow" and _scalar(square.inputs[1], 2.0) is None) or (
+                square.op_type == "Mul" and square.inputs[1] is not d):
+            return None
+        return {"div": node, "x": sub.inputs[0], "nodes": [mean, sub, square, var, add_eps, sqrt,
+                                                           node],
+                "eps": _scalar(_other(add_eps, var.outputs[0])), "means": (mean, var)}
+
+    def _affine(self, value, op_type, dims, axis):
+        """(node, constant of the normalised axes' shape) when `value` feeds only a Mul / Add
+        by a constant varying along those axes only, else (None, None)."""
+        user = g.single_user(value)
+        if not g.is_op(user, op_type):
+            return None, None
+        c = g.constant(_other(user, value))
+        norm_shape = dims[axis:]
+        lead = 0 if c is None else c.ndim - len(norm_shape)
+        if c is None or c.dtype.kind != "f" or c.ndim > len(dims) or \
+                any(n != 1 for n in c.shape[:max(lead, 0)]):
+            return None, None
+        c = c.reshape(c.shape[max(lead, 0):])
+        try:
+            return user, np.broadcast_to(c, norm_shape)
+        except ValueError:
+            return None, None
+
+    def check(self, found):
+        x, (mean, var) = found["x"], found["means"]
+        dims = g.dims(x)
+        if dims is None:
+            return "the input's rank is not known"
+        axes = _mean_axes(mean, len(dims))
+        if axes is None or axes != _mean_axes(var, len(dims)) or \
+                axes != list(range(axes[0], len(dims))):
+            return "the means are not over the same trailing axes, kept"
+        if not all(isinstance(dims[a], int) for a in axes):
+            return "the normalised axes have no fixed size"
+        if found["eps"] is None:
+            return "epsilon is not a constant number"
+        nodes = found["nodes"]
+        if any(n.outputs[0].is_graph_output() or not set(g.users(n.outputs[0])) <= set(nodes)
+               for n in nodes[:-1]):
+            return "a part of it is also read elsewhere"
+        if x.dtype is None or not x.dtype.is_floating_point():
+            return f"input type {x.dtype} is not floating point"
+        found["axis"] = axes[0]
+        return None
+
+    def rewrite(self, builder, found):
+        div, x, axis = found["div"], found["x"], found["axis"]
+        graph = div.graph
+        last, params = div.outputs[0], []
+        for op_type in ("Mul", "Add"):
+            node, c = self._affine(last, op_type, g.dims(x), axis)
+            if node is None:
+                params.append(None)
+                continue
+            params.append(g.initializer(graph, np.ascontiguousarray(c, dtype=c.dtype),
+                                        f"{div.name}.{'scale' if op_type == 'Mul' else 'bias'}"))
+            found["nodes"].append(node)
+            last = node.outputs[0]
+        while params and params[-1] is None:
+            params.pop()
+        attrs = {"axis": axis, "epsilon": found["eps"]}
+        ln = builder.node("LayerNorm", [x] + params, attrs, name=f"{div.name}/layer_norm",
+                          shape=g.dims(x), domain=DOMAIN)
+        ln.overload = get_primitive("LayerNorm").overload(attrs, [g.dims(v) for v in ln.inputs])
+        g.set_source(ln, div.name, "LayerNormalization")
+        graph.insert_before(found["nodes"][-1], ln)
+        g.inherit_marks(found["nodes"], [ln])
+        g.take_over(last, ln.outputs[0])
+        g.drop_dead(graph, found["nodes"])
+        return f"{'+'.join(n.name for n in found['nodes'])} -> {ln.name}"
+
+
+# --- moves -----------------------------------------------------------------------------------
+
+class MergeDimTransforms(Rule):
+    """DimTransform (perm p, any shape) read only by a DimTransform that only reshapes
+    (identity perm) -> one DimTransform (p, the second's shape): a transpose and the reshape
+    after it (attention's heads merged back, a channel shuffle's last two steps) move the
+    elements once. Anchored at the second."""
+    name = "merge_dim_transforms"
+
+    def match(self, node):
+        if node.domain != DOMAIN or node.op_type != "DimTransform":
+            return None
+        first = node.inputs[0].producer()
+        if first is None or first.domain != DOMAIN or first.op_type != "DimTransform":
+            return None
+        return {"first": first, "second": node}
+
+    def check(self, found):
+        from .mappers.layout import reshape_spec
+
+        first, second = found["first"], found["second"]
+        perm = list(second.attributes.get_ints("perm", []))
+        if perm != list(range(len(perm))):
+            return "the second DimTransform also transposes"
+        if g.single_user(first.outputs[0]) is None:
+            return f"{first.name}'s output is also read elsewhere"
+        x_dims, out = g.dims(first.inputs[0]), g.dims(second.outputs[0])
+        p1 = list(first.attributes.get_ints("perm", []))
+        shape = None if x_dims is None or out is None else \
+            reshape_spec([x_dims[p] for p in p1], out)
+        if shape is None:
+            return "the merged shape cannot be written"
+        found["perm"], found["shape"] = p1, shape
+        return None
+
+    def rewrite(self, builder, found):
+        first, second = found["first"], found["second"]
+        attrs = {"perm": found["perm"], "shape": found["shape"]}
+        merged = builder.node("DimTransform", [first.inputs[0]], attrs,
+                              name=f"{second.name}/merged", shape=g.dims(second.outputs[0]),
+                              dtype=second.outputs[0].dtype, domain=DOMAIN)
+        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(first.inputs[0])])
+        g.copy_annotations(second, merged)
+        second.graph.insert_before(second, merged)
+        g.take_over(second.outputs[0], merged.outputs[0])
+        g.drop_dead(second.graph, [second, first])
+        return f"{first.name}+{second.name} -> {merged.name}"

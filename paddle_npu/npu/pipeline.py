@@ -3,8 +3,10 @@
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
-        -> restruct rules -> shapes again
-        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
+        -> restruct rules -> shapes again -> fold what is constant at the fixed sizes
+        -> layer normalisations written out fused (a LayerNorm primitive)
+        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> a transpose and the
+        reshape after it merged into one DimTransform -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
 """
@@ -22,8 +24,9 @@ from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
 from .preprocess_fusion import FusePreprocess
-from .passes import (BatchNormToAffine, FixInputShapes, InferShapes, NameNodes, Pass,
-                     RemoveUnused, Sequence)
+from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
+                     InferShapes, MergeDimTransforms, NameNodes, Pass, RemoveUnused, RulePass,
+                     Sequence)
 from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
@@ -77,8 +80,12 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
         InferShapes(),
+        FoldFixedConstants(),
+        RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and
+        target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
         LowerNodes(ctx),
+        RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
         RemoveUnused(),
         Partition(target, ctx.refusals),
         AttachFunctions(),

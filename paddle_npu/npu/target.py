@@ -67,12 +67,17 @@ VECTOR_UNIT_OPS = (
 # run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
 EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut", "Col2Im", "Pool", "AxisResample", "InstanceNorm",
                                    "Im2Col3D")
+EDGE_PRIMITIVES += ("TableRead", "Crop", "Join",    # embedding tables; Slice / Split / Concat
+                    "Reduce", "LayerNorm")          # reductions, Softmax's sum, LayerNorm
 RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2",
     "Split", "Slice", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Pad",
     "Resize", "Upsample",
+    # masks and selections (attention masks, box decode): compare, logic, select, cast, broadcast
+    "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Where",
+    "Cast", "Expand",
 )
 
 

@@ -5,6 +5,7 @@ from ..registry import onnx_op
 from . import runtime_matmul
 from ..report import LayerReport
 from ..tiling import Geometry, plan_cost
+from .layout import reshape_spec
 from .matrix import emit_matrix, plan_matrix
 
 
@@ -37,8 +38,8 @@ def _common_check(ctx, node, a, w):
         return "the target has no VMM"
     if w is None:
         return "the weight (second operand) is not a constant"
-    if w.ndim != 2:
-        return f"the constant weight has rank {w.ndim}, not 2"
+    if w.ndim not in (1, 2):
+        return f"the constant weight has rank {w.ndim}, not 1 or 2"
     if w.dtype.kind != "f":
         return f"weight dtype {w.dtype} is not floating point"
     dims = ctx.dims(a)
@@ -82,8 +83,13 @@ class MatMul:
             xt = _swap_last_two(ctx, node.inputs[1], "transpose_b")
             weight = np.ascontiguousarray(ctx.constant(node.inputs[0]).T)
             return [_swap_last_two(ctx, _matrix(ctx, node, xt, weight, None), "transpose_y")]
-        x = node.inputs[0]
-        return [_matrix(ctx, node, x, ctx.constant(node.inputs[1]), None)]
+        x, w = node.inputs[0], ctx.constant(node.inputs[1])
+        if w.ndim == 2:
+            return [_matrix(ctx, node, x, w, None)]
+        y = _matrix(ctx, node, x, w[:, None], None)     # [..., K] @ [K]: one column
+        dims = ctx.dims(y)
+        return [ctx.npu.DimTransform(y, perm=list(range(len(dims))),
+                                     shape=reshape_spec(dims, dims[:-1]), _name="drop_column")]
 
 
 def _gemm_bias(c, beta, n):

@@ -95,7 +95,7 @@ class Primitive:
     @classmethod
     def function_proto(cls, opset, attrs, in_shapes):
         """The FunctionProto a node with these attributes and input shapes calls."""
-        b = Body()
+        b = Body(opset)
         cls.body(b, cls.attrs_of(attrs), in_shapes)
         overload = cls.overload(attrs, in_shapes)
         generic = overload == ""
@@ -140,10 +140,13 @@ def config_tag(*parts):
 
 
 class Body:
-    """Writes the node list of a function body: `b.op("Add", x, y)` returns the output name."""
+    """Writes the node list of a function body: `b.op("Add", x, y)` returns the output name.
+    `opset`: the default domain's version the body is written for (an op whose signature
+    changed since MIN_BODY_OPSET, such as ReduceMax's axes, is spelled for it)."""
 
-    def __init__(self):
+    def __init__(self, opset=MIN_BODY_OPSET):
         self.nodes = []
+        self.opset = opset
         self._n = 0
 
     def _tmp(self, hint):
@@ -235,7 +238,9 @@ class ArrayModel:
         self.moved_elements = 0      # elements rearranged by Im2Col / DimTransform
         self.lut_elements = 0        # elements through the lookup-table unit (Lut)
         self.written_cells = 0       # array cells written at run time (RuntimeVMM)
-        self.vector_elements = 0     # element operations of the vector unit (Pool, ...)
+        self.table_rows = 0          # rows read from constant tables (TableRead)
+        self.vector_elements = 0     # element operations of the vector unit (Pool windows,
+                                     # Col2Im sums; Reduce, LayerNorm: once per pass)
         self.seconds = {}            # primitive -> wall time in its reference
         self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
 
@@ -247,12 +252,23 @@ class ArrayModel:
         return {"arrays": self.arrays, "vmm_invocations": self.vmm_invocations,
                 "macs": self.macs, "add_elements": self.add_elements,
                 "moved_elements": self.moved_elements, "lut_elements": self.lut_elements,
-                "written_cells": self.written_cells, "vector_elements": self.vector_elements,
+                "written_cells": self.written_cells, "table_rows": self.table_rows,
+                "vector_elements": self.vector_elements,
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
 def _chunks(n, size):
     return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+def count_dims(dims):
+    """Elements of a shape, a size that is not fixed counted as 1 (0 when unknown)."""
+    if dims is None:
+        return 0
+    n = 1
+    for d in dims:
+        n *= d if isinstance(d, int) else 1
+    return n
 
 
 def static_numel(dims):

@@ -1,0 +1,141 @@
+"""Reduce and LayerNorm: the vector unit's reductions, and layer normalisation built on them."""
+import numpy as np
+
+from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
+
+FUNCTIONS = ("sum", "mean", "max", "min")
+
+
+def _reduce(b, function, x, axes, keepdims):
+    """ONNX ops reducing x over `axes` (sum / max / min; the axes an input from opset 18,
+    ReduceSum's already from 13)."""
+    op = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}[function]
+    if op == "ReduceSum" or b.opset >= 18:
+        return b.op(op, x, b.const(axes), keepdims=keepdims)
+    return b.op(op, x, axes=list(axes), keepdims=keepdims)
+
+
+def _reduced_dims(shape, axes, keepdims):
+    return [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+        [d for i, d in enumerate(shape) if i not in axes]
+
+
+def _size(shape, axes):
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+@primitive
+class Reduce(Primitive):
+    """Y = f over `axes` of X, f being sum, mean, max or min, on the vector unit: every
+    element of X is read once. Sums are kept in float64 and rounded once to X's type."""
+
+    inputs = (Arg("X", "any float tensor (the reduced axes of fixed size)"),)
+    outputs = (Arg("Y", "X reduced over `axes`"),)
+    attributes = (Attr("function", "string", "sum, mean, max or min"),
+                  Attr("axes", "ints", "the axes reduced (non-negative, sorted)"),
+                  Attr("keepdims", "int", "1: the reduced axes stay with size 1", 1))
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        a = cls.attrs_of(attrs)
+        if a["function"] not in FUNCTIONS:
+            raise ValueError(f"Reduce: unknown function {a['function']!r} (known: {FUNCTIONS})")
+        return [_reduced_dims(in_shapes[0], a["axes"], a["keepdims"])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        size = _size(in_shapes[0], a["axes"]) if a["function"] == "mean" else 0
+        axes = [int(i) for i in a["axes"]]     # a list when emitted, a tuple when read back
+        return f"{a['function']}_{config_tag(axes, int(a['keepdims']), size)}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        f, axes, keep = attrs["function"], list(attrs["axes"]), attrs["keepdims"]
+        if f in ("sum", "mean"):
+            y = _reduce(b, "sum", b.op("Cast", "X", to=DOUBLE), axes, keep)
+            if f == "mean":
+                n = b.op("Constant", value_float=float(_size(in_shapes[0], axes)))
+                y = b.op("Div", y, b.op("Cast", n, to=DOUBLE))
+            b.op("CastLike", y, "X", out="Y")
+        else:
+            b.op("Identity", _reduce(b, f, "X", axes, keep), out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        x = inputs[0]
+        axes, keep = tuple(a["axes"]), bool(a["keepdims"])
+        if a["function"] in ("sum", "mean"):
+            y = getattr(np, a["function"])(x.astype(np.float64), axis=axes, keepdims=keep)
+        else:
+            y = getattr(np, a["function"][:3])(x, axis=axes, keepdims=keep)
+        array.vector_elements += x.size
+        return [np.asarray(y).astype(x.dtype)]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return count_dims(in_shapes[0])
+
+
+@primitive
+class LayerNorm(Primitive):
+    """Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias, mean and (biased) variance over
+    the axes from `axis` to the last (LayerNormalization), on the vector unit: three passes
+    over X (the mean, the variance, the normalisation), in float64, rounded once to X's
+    type."""
+
+    inputs = (Arg("X", "any float tensor (the normalised axes of fixed size)"),
+              Arg("Scale", "the normalised axes' shape (may be left out)", optional=True),
+              Arg("Bias", "the normalised axes' shape (may be left out)", optional=True))
+    outputs = (Arg("Y", "X's shape and type"),)
+    attributes = (Attr("axis", "int", "the first normalised axis (non-negative)"),
+                  Attr("epsilon", "float", "added to the variance", 1e-5))
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        axes = list(range(a["axis"], len(in_shapes[0])))
+        present = [len(in_shapes) > i and in_shapes[i] is not None for i in (1, 2)]
+        eps = float(np.float32(a["epsilon"]))    # as the node's attribute holds it
+        return f"ln_{config_tag(axes, _size(in_shapes[0], axes), eps, present)}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        axes = list(range(attrs["axis"], len(in_shapes[0])))
+        n = b.op("Cast", b.op("Constant", value_float=float(_size(in_shapes[0], axes))),
+                 to=DOUBLE)
+        x = b.op("Cast", "X", to=DOUBLE)
+        d = b.op("Sub", x, b.op("Div", _reduce(b, "sum", x, axes, 1), n))
+        var = b.op("Div", _reduce(b, "sum", b.op("Mul", d, d), axes, 1), n)
+        eps = b.op("Cast", b.op("Constant", value_float=attrs["epsilon"]), to=DOUBLE)
+        y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
+        if len(in_shapes) > 1 and in_shapes[1] is not None:
+            y = b.op("Mul", y, b.op("Cast", "Scale", to=DOUBLE))
+        if len(in_shapes) > 2 and in_shapes[2] is not None:
+            y = b.op("Add", y, b.op("Cast", "Bias", to=DOUBLE))
+        b.op("CastLike", y, "X", out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        x = inputs[0]
+        axes = tuple(range(a["axis"], x.ndim))
+        x64 = x.astype(np.float64)
+        d = x64 - x64.mean(axis=axes, keepdims=True)
+        y = d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + a["epsilon"])
+        scale, bias = (inputs + [None, None])[1:3]
+        if scale is not None:
+            y = y * scale
+        if bias is not None:
+            y = y + bias
+        array.vector_elements += 3 * x.size
+        return [y.astype(x.dtype)]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return 3 * count_dims(in_shapes[0])
