@@ -27,6 +27,7 @@ from ..errors import ConversionError
 from ..onnx_io import infer_shapes, load_model, to_proto
 from ..optimize import fold_constants
 from . import graph as g
+from .mappers.layout import reshape_spec
 from .ops import DOMAIN, get_primitive
 
 
@@ -176,9 +177,6 @@ class FoldFixedConstants(Pass):
     name = "fold_constants"
 
     def run(self, model, result):
-        from ..onnx_io import infer_shapes
-        from ..optimize import fold_constants
-
         for _ in range(8):          # each round of folding may make more sizes static
             folded = fold_constants(model, growth_allowance=HELD_CONSTANT_BYTES)
             if not folded:
@@ -513,8 +511,6 @@ class MergeDimTransforms(Rule):
         return {"first": first, "second": node}
 
     def check(self, found):
-        from .mappers.layout import reshape_spec
-
         first, second = found["first"], found["second"]
         perm = list(second.attributes.get_ints("perm", []))
         if perm != list(range(len(perm))):
