@@ -44,12 +44,7 @@ from ..naming import read_settings
 
 ALL_PRIMITIVES = ("Im2Col", "VMM", "AddInTile", "DimTransform", "Scale", "ScaleLut",
                   "SwapChannel")
-# Every primitive of the operator set (ops/: one module each; a test keeps the two the same),
-# what a target file may list, and the restructuring passes it may ask for (restruct.py), in
-# the order they run: the vocabulary of a target, spelled here so that loading one needs
-# nothing but this file.
-OPERATOR_SET = ALL_PRIMITIVES + ("Lut", "RuntimeVMM", "Quantize", "Dequantize", "QVMM",
-                                 "Requantize")
+# The restructuring passes a target may ask for (restruct.py), in the order they run.
 RESTRUCT_PASSES = ("bn_collapse", "merge_linear", "l2norm", "fc_to_conv")
 
 # Elementwise, activation, pooling and joining ops a vector unit beside the arrays runs.
@@ -70,6 +65,12 @@ EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut", "Col2Im", "Pool", "AxisResample", "In
 EDGE_PRIMITIVES += ("TableRead", "Crop", "Join",    # embedding tables; Slice / Split / Concat
                     "Reduce", "LayerNorm")          # reductions, Softmax's sum, LayerNorm
 RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
+
+# Every primitive of the operator set (ops/: one module each; a test keeps the two the same):
+# what a target file may list, the vocabulary of a target spelled here so that loading one
+# needs nothing but this file.
+OPERATOR_SET = EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS + ("Quantize", "Dequantize", "QVMM",
+                                                           "Requantize")
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2",
