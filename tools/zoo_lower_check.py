@@ -112,7 +112,8 @@ def compare(before_path, after_path):
     before, mb = _load(before_path)
     after, ma = _load(after_path)
     print(f"before: {mb['paddle_npu']}\nafter:  {ma['paddle_npu']}")
-    head = f"{'model':<24} {'outputs':>7} {'elements':>10} {'max abs diff':>12}  same lowered model  verdict"
+    head = (f"{'model':<24} {'outputs':>7} {'elements':>10} {'max abs diff':>12}  "
+            "same lowered model  verdict")
     print(head + "\n" + "-" * len(head))
     names = list(mb["models"]) + [n for n in ma["models"] if n not in mb["models"]]
     bad = same = both_fail = 0
@@ -121,8 +122,8 @@ def compare(before_path, after_path):
         if b is None or a is None:
             verdict, cols = "only in " + ("after" if b is None else "before"), ("", "", "")
         elif "error" in b or "error" in a:
-            same = b.get("error") == a.get("error")
-            verdict = ("fails in both: " if same else "error: ") + (a.get("error") or b["error"])
+            same_error = b.get("error") == a.get("error")
+            verdict = ("fails in both: " if same_error else "error: ") + (a.get("error") or b["error"])
             cols = ("", "", "")
         elif b["export"] != a["export"]:
             verdict, cols = "read different exports", ("", "", "")
