@@ -16,7 +16,7 @@ from .outputs import check_output, write_with
 from .progress import progress_bar
 from .shapes import set_input_shapes
 
-log = logging.getLogger("paddle_npu")   # verbose=True's messages (the CLI's -v shows them)
+log = logging.getLogger("paddle_npu")   # verbose=True's messages (the CLI prints its own)
 
 # Protobuf cannot hold a model of 2 GiB or more: above this, weights go to a side file.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2

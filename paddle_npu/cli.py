@@ -309,9 +309,6 @@ def main(argv=None):
     logging.getLogger("onnx_ir").setLevel(logging.CRITICAL)
     try:
         args = build_parser().parse_args(argv)
-        if getattr(args, "verbose", False):      # the library logs what -v shows
-            logging.getLogger("paddle_npu").addHandler(logging.StreamHandler(sys.stderr))
-            logging.getLogger("paddle_npu").setLevel(logging.INFO)
         check_files(args)
         return args.func(args)
     except KeyboardInterrupt:

@@ -112,17 +112,18 @@ def compare(before_path, after_path):
     before, mb = _load(before_path)
     after, ma = _load(after_path)
     print(f"before: {mb['paddle_npu']}\nafter:  {ma['paddle_npu']}")
-    head = f"{'model':<24} {'outputs':>7} {'elements':>10} {'max abs diff':>12}  same lowered model  verdict"
+    head = (f"{'model':<24} {'outputs':>7} {'elements':>10} {'max abs diff':>12}  "
+            "same lowered model  verdict")
     print(head + "\n" + "-" * len(head))
     names = list(mb["models"]) + [n for n in ma["models"] if n not in mb["models"]]
-    bad = 0
+    bad = same = both_fail = 0
     for name in names:
         b, a = mb["models"].get(name), ma["models"].get(name)
         if b is None or a is None:
             verdict, cols = "only in " + ("after" if b is None else "before"), ("", "", "")
         elif "error" in b or "error" in a:
-            same = b.get("error") == a.get("error")
-            verdict = ("fails in both: " if same else "error: ") + (a.get("error") or b["error"])
+            same_error = b.get("error") == a.get("error")
+            verdict = ("fails in both: " if same_error else "error: ") + (a.get("error") or b["error"])
             cols = ("", "", "")
         elif b["export"] != a["export"]:
             verdict, cols = "read different exports", ("", "", "")
@@ -142,12 +143,14 @@ def compare(before_path, after_path):
             verdict = "identical" if identical else "DIFFERENT"
             same_model = "yes" if b["lowered_sha"] == a["lowered_sha"] else "no"
             cols = (str(n), str(elements), f"{worst:.3g}", same_model)
-        ok = verdict == "identical" or verdict.startswith("fails in both")
-        bad += not ok
+        same += verdict == "identical"
+        both_fail += verdict.startswith("fails in both")
+        bad += verdict != "identical" and not verdict.startswith("fails in both")
         cols = cols + ("",) * (4 - len(cols))
         print(f"{name:<24} {cols[0]:>7} {cols[1]:>10} {cols[2]:>12}  {cols[3]:<18}  {verdict}")
-    print(f"\n{len(names) - bad} of {len(names)} models give the same outputs before and after"
-          + ("" if not bad else f"; {bad} do not"))
+    print(f"\n{same} of {len(names)} models give bit-identical outputs before and after"
+          + (f"; {both_fail} fail the same way in both" if both_fail else "")
+          + (f"; {bad} differ or fail in one only" if bad else ""))
     return 1 if bad else 0
 
 
