@@ -3,7 +3,7 @@
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
-        -> restruct rules -> shapes again
+        -> restruct rules -> shapes again -> LSTM / GRU unrolled (rnn.py) -> shapes again
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
@@ -27,6 +27,7 @@ from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
 from .restruct import restruct_passes
+from .rnn import UnrollRnn
 from .target import load_target
 from .tiling import PLANS
 
@@ -91,6 +92,8 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         FusePreprocess(preprocess) if preprocess is not None else None,
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
+        InferShapes(),
+        UnrollRnn(target),
         InferShapes(),
         BatchNormToAffine(),
         LowerNodes(ctx),
