@@ -93,7 +93,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
         InferShapes(),
-        UnrollRnn(target),
+        UnrollRnn(target, ctx.refusals),
         InferShapes(),
         BatchNormToAffine(),
         LowerNodes(ctx),

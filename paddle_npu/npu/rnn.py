@@ -219,16 +219,14 @@ def _lstm_step(a, name, xg, h, c, rt, hidden):
 def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
     x_zr = _split(a, xg, f"{name}/x_zr", 0, 2 * hidden)
     x_h = _split(a, xg, f"{name}/x_h", 2 * hidden, 3 * hidden)
-    rb_h = rb[2 * hidden:]
+    rb_h = rb[2 * hidden:]            # only used with linear_before_reset=1
     if h is None:                     # H_prev = 0: R's products vanish, its h bias stays
         zr = a.op("Sigmoid", [x_zr], f"{name}/zr")
-        inner = x_h
-        if np.any(rb_h):
-            rb_hv = a.const(rb_h, f"{name}/rb_h")
-            if lbr:
-                rb_hv = a.op("Mul", [_split(a, zr, f"{name}/r", hidden, 2 * hidden), rb_hv],
-                             f"{name}/r_hh")
-            inner = a.op("Add", [x_h, rb_hv], f"{name}/h_in")
+        inner = x_h                   # linear_before_reset=0: Rb_h is in the projection's bias
+        if lbr and np.any(rb_h):
+            r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
+            inner = a.op("Add", [x_h, a.op("Mul", [r_gate, a.const(rb_h, f"{name}/rb_h")],
+                                           f"{name}/r_hh")], f"{name}/h_in")
         cand = a.op("Tanh", [inner], f"{name}/candidate")
         z = _split(a, zr, f"{name}/z", 0, hidden)
         return a.op("Sub", [cand, a.op("Mul", [z, cand], f"{name}/z_cand")], f"{name}/h")
@@ -249,9 +247,7 @@ def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
         r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
         rh = a.op("MatMul", [a.op("Mul", [r_gate, h], f"{name}/r_h_prev"), rt_h],
                   f"{name}/h_h")
-        inner = a.op("Add", [x_h, rh], f"{name}/h_in")
-        if np.any(rb_h):
-            inner = a.op("Add", [inner, a.const(rb_h, f"{name}/rb_h")], f"{name}/h_inb")
+        inner = a.op("Add", [x_h, rh], f"{name}/h_in")      # Rb_h: in the projection's bias
     cand = a.op("Tanh", [inner], f"{name}/candidate")
     z = _split(a, zr, f"{name}/z", 0, hidden)
     diff = a.op("Sub", [h, cand], f"{name}/h_prev_cand")
@@ -260,12 +256,14 @@ def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
 
 class UnrollRnn(Pass):
     """Every LSTM / GRU node at a fixed sequence length -> its unrolled form (see the module
-    docstring); the others stay, with the reason."""
+    docstring); the others stay, with the reason (also written into `refusals`, the
+    lowering's, so that the report gives it)."""
     name = "unroll_rnn"
 
-    def __init__(self, target=None):
+    def __init__(self, target=None, refusals=None):
         super().__init__()
         self.target = target
+        self.refusals = {} if refusals is None else refusals
 
     def run(self, model, result):
         graph = model.graph
@@ -274,7 +272,8 @@ class UnrollRnn(Pass):
                 continue
             reason = check(node, self.target)
             if reason is not None:
-                result.refused[node.name] = f"{node.op_type}: {reason}"
+                result.refused[node.name] = self.refusals[node.name] = \
+                    f"{node.op_type}: {reason}"
                 continue
             marks = g.marks_of(node)
             before = set(graph)
