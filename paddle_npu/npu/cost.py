@@ -2,7 +2,7 @@
 the target's `Cost` numbers and the shapes the graph records (a size that is not fixed
 counts as 1). Placement (partition.py) weighs these; the report adds them up per segment.
 
-    arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
+    arrays   VMM / QVMM: one array read per row vector; (Q)RuntimeVMM also writes the matrix
     vector   everything else the NPU runs (vector unit, lookup table, moves): per element
     cpu      multiply-accumulates of matrix layers, plus every other output element
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
@@ -11,7 +11,8 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
 from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN
 
-ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
+ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
+WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
@@ -76,7 +77,7 @@ def node_ns(node, where, target):
     if x is None or w is None:
         return "arrays", 0.0
     vectors = count(x[:-1])
-    if node.op_type != "RuntimeVMM":        # one weight-stationary tile per node
+    if node.op_type not in WRITTEN_AT_RUN_TIME:      # one weight-stationary tile per node
         return "arrays", vectors * c.array_vmm_ns
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
     tiles = -(-r // target.rows) * -(-m // target.cols)

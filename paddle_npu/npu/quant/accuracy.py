@@ -63,7 +63,10 @@ def layer_report(float_model, quant_model, feeds, records=None):
     from ...onnx_io import load_proto
     from .qlower import records_of
 
-    fproto, qproto = load_proto(float_model), load_proto(quant_model)
+    from ..rnn import unrolled_proto
+
+    # the float model as stage 2 computes it: an unrolled LSTM / GRU's steps are layers too
+    fproto, qproto = unrolled_proto(load_proto(float_model)), load_proto(quant_model)
     records = records if records is not None else records_of(qproto)
     if records is None:
         raise ValueError("the model carries no quantisation records (not quantised?)")

@@ -157,10 +157,12 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
     (an .npz path, a folder of images with `preprocess` a PreprocessSpec, or a
     {input: array} dict)."""
     from ...onnx_io import load_proto
+    from ..rnn import unrolled_proto
 
     if method not in METHODS:
         raise ConversionError(f"unknown calibration method {method!r} (known: {METHODS})")
-    proto = load_proto(model)
+    # LSTM / GRU as stage 2 unrolls them: their steps' tensors are layers' inputs too
+    proto = unrolled_proto(load_proto(model))
     feeds = data if isinstance(data, dict) else load_feeds(proto, data, limit, preprocess)
     names = list(float_tensors(proto))
     inputs = [name for name, arr in feeds.items() if np.asarray(arr).dtype.kind == "f"]
