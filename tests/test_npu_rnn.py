@@ -120,3 +120,35 @@ def test_a_target_without_a_lookup_table_keeps_the_node():
     lowered, report = lower(m, "npu256-vmm-only")
     assert ("", "GRU") in op_types(lowered)
     assert "no lookup table" in report.refusals["cell"]
+
+
+def test_zero_state_of_an_open_batch_needs_no_cpu():
+    """Paddle's zero initial state for a batch left open: ConstantOfShape([D, N, H]) from the
+    input's shape, sliced. The unrolled cell treats it as zeros, so the shape ops die."""
+    rng = np.random.default_rng(8)
+    w = rng.uniform(-0.5, 0.5, (1, 4 * H, I)).astype(np.float32)
+    r = rng.uniform(-0.5, 0.5, (1, 4 * H, H)).astype(np.float32)
+    c = lambda name, v: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(v, np.int64)))
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), c("one", [1]), c("two", [2]),
+             c("lead", [2]), c("hid", [H]), c("zero", [0]),
+             helper.make_node("Slice", ["shape", "one", "two"], ["batch"]),
+             helper.make_node("Concat", ["lead", "batch", "hid"], ["state_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"],
+                              value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             helper.make_node("Slice", ["zeros", "zero", "one", "zero"], ["h0"]),
+             helper.make_node("LSTM", ["x", "w", "r", "", "", "h0", "h0"], ["y"],
+                              hidden_size=H, name="cell")]
+    graph = helper.make_graph(
+        nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, "n", I])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, 1, "n", H])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lowered, report = lower(m, "npu256")
+    assert not {("", "LSTM"), ("", "ConstantOfShape"), ("", "Shape")} & op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    feeds = {"x": rng.standard_normal((T, 3, I)).astype(np.float32)}
+    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")

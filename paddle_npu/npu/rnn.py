@@ -12,7 +12,9 @@ GRU (gates z, r, h):      h' = tanh(x_h + r * (H_prev @ R_h^T + Rb_h))   linear_
                           h' = tanh(x_h + (r * H_prev) @ R_h^T + Rb_h)   linear_before_reset=0
                           H = h' + z * (H_prev - h')                      (= (1-z) h' + z H_prev)
 
-A missing (or all-zero constant) initial state skips the first step's recurrent product.
+A missing or all-zero initial state (a constant, or ConstantOfShape of 0 seen through
+slices and reshapes, as Paddle builds one for a batch left open) skips the first step's
+recurrent product.
 Everything the unrolled cell computes is a plain ONNX op, so the existing lowerings take it
 to VMM / Lut / vector-unit ops, float or integer alike; intermediate values are named
 `<Y>/<dir>/t<step>/<role>` (Y: the node's first output), the same every time a model is
@@ -178,11 +180,25 @@ def unroll(graph, node):
 
 
 def _initial(a, value, what):
-    """An initial state, or None when absent or a constant of zeros."""
-    found = g.constant(value)
-    if value is None or (found is not None and not np.any(found)):
-        return None
-    return value
+    """An initial state, or None when absent or zeros."""
+    return None if value is None or _zeros(value) else value
+
+
+def _zeros(value):
+    """Whether a value is all zeros: a constant, or ConstantOfShape of 0 (as Paddle's
+    zero initial states of a batch left open are) seen through slicing and reshaping."""
+    while True:
+        found = g.constant(value)
+        if found is not None:
+            return not np.any(found)
+        node = value.producer()
+        if g.is_op(node, "ConstantOfShape"):
+            fill = node.attributes.get("value")
+            return fill is None or not np.any(fill.value.numpy())
+        if not g.is_op(node, "Slice", "Squeeze", "Unsqueeze", "Reshape", "Expand", "Identity",
+                       "Cast"):
+            return False
+        value = node.inputs[0]
 
 
 def _direction_state(a, value, d, tag, what):
