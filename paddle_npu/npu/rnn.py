@@ -306,10 +306,10 @@ def unrolled_proto(proto):
     if not any(n.op_type in ("LSTM", "GRU") and n.domain in g.STANDARD
                for n in proto.graph.node):
         return proto
-    from ..onnx_io import infer_shapes, to_proto
+    from ..onnx_io import load_model, to_proto
+    from .ops import MIN_BODY_OPSET
 
-    model = ir.serde.deserialize_model(proto)
-    infer_shapes(model)
+    model = load_model(proto, MIN_BODY_OPSET)     # the unrolled ops are written at this opset
     if not UnrollRnn()(model).modified:
         return proto
     return to_proto(model)
