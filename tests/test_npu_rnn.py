@@ -120,6 +120,9 @@ def test_a_target_without_a_lookup_table_keeps_the_node():
     lowered, report = lower(m, "npu256-vmm-only")
     assert ("", "GRU") in op_types(lowered)
     assert "no lookup table" in report.refusals["cell"]
+    # its gate products count as the CPU's MACs: T steps x N rows x 3H x (I + H)
+    assert report.npu_mac_share() == 0.0
+    assert report.as_dict()["plain_macs"] == {"GRU": T * N * 3 * H * (I + H)}
 
 
 def test_zero_state_of_an_open_batch_needs_no_cpu():

@@ -46,6 +46,8 @@ def check(node, target=None):
     if target is not None and not (target.runs_primitive("VMM") and
                                    target.runs_primitive("Lut")):
         return "the target has no VMM or no lookup table (Lut) for the gate activations"
+    if g.mark(node) == "cpu":
+        return "marked for the CPU"
     op = node.op_type
     dirs = 2 if _attr(node, "string", "direction", "forward") == "bidirectional" else 1
     acts = _attr(node, "strings", "activations", None)
