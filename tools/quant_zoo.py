@@ -8,9 +8,9 @@ Per model: the calibration set is the zoo's own input generator on another seed 
 inputs), the test batch is the zoo's reference input. Printed: every output's worst cosine
 and SQNR to the float model, whether onnxruntime (function bodies) and the NumPy reference
 agree bit for bit and else their relative difference (float ops between the integer ones,
-Softmax or LayerNorm, round differently in the two), the NPU segments, the integer units used (matrix layers, lookup tables,
-arrays written at run time) and the float ones left (Lut / RuntimeVMM / VMM), and the plain
-ops left on the CPU. Below --min-cosine, the layers costing the most (the quant-report's
+Softmax or LayerNorm, round differently in the two), the NPU segments, the integer units
+used (matrix layers, lookup tables, arrays written at run time) and the float ones left
+(Lut / RuntimeVMM / VMM), and the plain ops left on the CPU. Below --min-cosine, the layers costing the most (the quant-report's
 per-layer SQNR drop) are named.
 """
 import argparse

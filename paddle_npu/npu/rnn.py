@@ -28,7 +28,6 @@ from . import graph as g
 from .passes import Pass
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
-_GATES = {"LSTM": 4, "GRU": 3}
 
 
 def _attr(node, kind, name, default):
@@ -114,7 +113,6 @@ def unroll(graph, node):
     w = g.constant(node.inputs[1]).astype(np.float32)        # [D, G*H, I]
     r = g.constant(node.inputs[2]).astype(np.float32)        # [D, G*H, H]
     dirs, gh, features = w.shape
-    gates = _GATES[op]
     b = g.constant(_input(node, 3))
     b = np.zeros((dirs, 2 * gh), np.float32) if b is None else b.astype(np.float32)
     wb, rb = b[:, :gh], b[:, gh:]
@@ -133,9 +131,9 @@ def unroll(graph, node):
     shape = [-1, steps, dirs * gh] if layout else [steps, -1, dirs * gh]
     proj = a.op("Reshape", [proj, a.ints(shape, "projection_shape")], "projection")
 
-    states = [_initial(a, _input(node, 5), "h")]
+    states = [_initial(_input(node, 5))]
     if op == "LSTM":
-        states.append(_initial(a, _input(node, 6), "c"))
+        states.append(_initial(_input(node, 6)))
     ys, finals = [], []
     for d in range(dirs):
         tag = f"d{d}"
@@ -181,7 +179,7 @@ def unroll(graph, node):
     graph.remove(node, safe=True)
 
 
-def _initial(a, value, what):
+def _initial(value):
     """An initial state, or None when absent or zeros."""
     return None if value is None or _zeros(value) else value
 
@@ -208,8 +206,8 @@ def _direction_state(a, value, d, tag, what):
     layout = _attr(a.node, "int", "layout", 0)
     axis = 1 if layout else 0
     part = a.op("Slice", [value, a.ints([d], f"{tag}/{what}_start"),
-                          a.ints([d + 1], f"{tag}/{what}_end"), a.ints([axis], f"{tag}/{what}_axes")],
-                f"{tag}/{what}_slice")
+                          a.ints([d + 1], f"{tag}/{what}_end"),
+                          a.ints([axis], f"{tag}/{what}_axes")], f"{tag}/{what}_slice")
     return a.op("Squeeze", [part, a.ints([axis], f"{tag}/{what}_axis")], f"{tag}/{what}")
 
 
