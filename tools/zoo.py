@@ -1389,6 +1389,35 @@ _image_model("svtr_tiny", _svtr_tiny, (32, 100),
              tags=("ocr", "svtr", "attention", "local_attention", "dropout", "ctc"))
 
 
+def _crnn(h, w, classes=37, hidden=48):
+    """A CRNN as PP-OCRv3's rec models with SequenceEncoder(encoder_type="rnn") are built:
+    a conv backbone pooling the height to 1 (MobileNetV3-style strides: 2 x 2, then 2 x 1),
+    Im2Seq ([N, C, 1, W] -> [N, W, C]), a two-layer bidirectional LSTM (EncoderWithRNN) and
+    the CTC head (Linear, softmax at inference)."""
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class CRNN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            chans, strides = [3, 16, 32, 64, 96, 96], [2, 2, (2, 1), (2, 1), (2, 1)]
+            self.backbone = nn.Sequential(*[
+                _conv_bn(chans[i], chans[i + 1], 3, strides[i], act=nn.Hardswish)
+                for i in range(len(strides))])
+            self.lstm = nn.LSTM(chans[-1], hidden, direction="bidirectional", num_layers=2)
+            self.fc = nn.Linear(2 * hidden, classes)
+
+        def forward(self, x):
+            z = self.backbone(x).squeeze(axis=2).transpose([0, 2, 1])   # [N, W, C]
+            z, _ = self.lstm(z)
+            return F.softmax(self.fc(z), axis=2)
+
+    return CRNN()
+
+
+_image_model("crnn", _crnn, (32, 100), tags=("ocr", "crnn", "rnn", "lstm", "bidirectional", "ctc"))
+
+
 def _tps_constants(n_ctrl, out_h, out_w, margin=0.05):
     """The thin-plate spline's fixed matrices (PaddleOCR tps_spatial_transformer.py): the
     inverse of the [N+3, N+3] kernel over the target control points (two rows along the top

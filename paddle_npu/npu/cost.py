@@ -2,7 +2,7 @@
 the target's `Cost` numbers and the shapes the graph records (a size that is not fixed
 counts as 1). Placement (partition.py) weighs these; the report adds them up per segment.
 
-    arrays   VMM / QVMM: one array read per row vector; RuntimeVMM also writes the matrix
+    arrays   VMM / QVMM: one array read per row vector; (Q)RuntimeVMM also writes the matrix
     vector   everything else the NPU runs (vector unit, lookup table, moves): per element
              (output elements; a primitive's `work`: a reduction counts what it reads)
     cpu      multiply-accumulates of matrix layers, plus every other output element
@@ -12,8 +12,10 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
 from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN, get_primitive
 
-ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM")
+ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
+WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+RNN_OPS = {"LSTM": 4, "GRU": 3, "RNN": 1}       # gates: weight blocks of W and R
 
 
 def count(shape):
@@ -40,13 +42,16 @@ def is_array_node(node):
 
 def node_macs(node):
     """Multiply-accumulates of a matrix layer (plain Conv / ConvTranspose / MatMul / Gemm,
-    or an array primitive), 0 for anything else or when shapes are not known."""
+    LSTM / GRU / RNN, or an array primitive), 0 for anything else or when shapes are not
+    known."""
     ins = [v for v in node.inputs]
     if node.domain == DOMAIN and node.op_type in ARRAY_PRIMITIVES:
         x, w, y = dims(ins[0]), dims(ins[1]), dims(node.outputs[0])
         if x is None or w is None or y is None:
             return 0
         return count(y) * (w[-2] if isinstance(w[-2], int) else 1)
+    if node.domain in ("", "ai.onnx") and node.op_type in RNN_OPS:
+        return _rnn_macs(node)
     if node.domain not in ("", "ai.onnx") or node.op_type not in MATRIX_OPS:
         return 0
     x, w, y = (dims(ins[0]), dims(ins[1]) if len(ins) > 1 else None, dims(node.outputs[0]))
@@ -58,6 +63,17 @@ def node_macs(node):
     if node.op_type == "Gemm" and node.attributes.get_int("transA", 0) and x:
         k = x[0] if isinstance(x[0], int) else None
     return count(y) * k if k is not None and y is not None else 0
+
+
+def _rnn_macs(node):
+    """An LSTM / GRU / RNN node's gate products: per step, batch row and direction,
+    gates * hidden * (input + hidden)."""
+    x, w = dims(node.inputs[0]), dims(node.inputs[1])
+    if x is None or w is None or len(x) != 3 or len(w) != 3:
+        return 0
+    hidden = node.attributes.get_int("hidden_size", 0) or (
+        w[1] // RNN_OPS[node.op_type] if isinstance(w[1], int) else 0)
+    return count(x[:2]) * count(w[:2]) * (count(x[2:]) + hidden)
 
 
 def _output_elements(node):
@@ -93,7 +109,7 @@ def node_ns(node, where, target):
     if x is None or w is None:
         return "arrays", 0.0
     vectors = count(x[:-1])
-    if node.op_type != "RuntimeVMM":        # one weight-stationary tile per node
+    if node.op_type not in WRITTEN_AT_RUN_TIME:      # one weight-stationary tile per node
         return "arrays", vectors * c.array_vmm_ns
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
     tiles = -(-r // target.rows) * -(-m // target.cols)

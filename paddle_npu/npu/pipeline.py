@@ -3,7 +3,8 @@
     onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
-        -> restruct rules -> shapes again -> fold what is constant at the fixed sizes
+        -> restruct rules -> shapes again -> LSTM / GRU unrolled (rnn.py) -> shapes again
+        -> fold what is constant at the fixed sizes
         -> layer normalisations written out fused (a LayerNorm primitive)
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> a transpose and the
         reshape after it merged into one DimTransform -> drop what is unused
@@ -31,6 +32,7 @@ from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
 from .restruct import restruct_passes
+from .rnn import UnrollRnn
 from .target import load_target
 from .tiling import PLANS
 
@@ -79,6 +81,8 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         FusePreprocess(preprocess) if preprocess is not None else None,
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
+        InferShapes(),
+        UnrollRnn(target, ctx.refusals),
         InferShapes(),
         FoldFixedConstants(),
         RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and

@@ -164,6 +164,27 @@ def _threshold(entry, bits):
     return float(entry["absmax"] if bits > 8 else entry["threshold"])
 
 
+def unit_bits(node, quantization):
+    """The bits of a lookup-table or written-array node (QLut, QRuntimeVMM) in an integer
+    lowering, as a matrix layer's are chosen; None in a float one or for a node marked for
+    the CPU."""
+    if quantization is None or g.mark(node) == "cpu":
+        return None
+    bits = quantization.bits_of(node, [v.name for v in node.outputs])
+    if bits not in (8, 16):
+        raise ConversionError(f"{node.name}: {bits}-bit integers are not supported")
+    return bits
+
+
+def tensor_scale(quantization, name, bits):
+    """The per-tensor scale of a calibrated tensor on the `bits`-bit grid (float32), or None
+    when the calibration table lacks it."""
+    entry = quantization.table["tensors"].get(name)
+    if entry is None:
+        return None
+    return np.float32(max(_threshold(entry, bits), 1e-12) / qrange(bits)[1])
+
+
 def _folded_relu(value):
     nxt = g.single_user(value)
     return nxt if g.is_op(nxt, "Relu") else None

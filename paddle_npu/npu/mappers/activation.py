@@ -1,4 +1,10 @@
-"""Unary activations -> Lut, the lookup-table unit (ops/lut.py)."""
+"""Unary activations -> Lut, the lookup-table unit (ops/lut.py); in an integer lowering
+Quantize -> QLut (a 2^bits-entry table from the input's grid to the output's) -> Dequantize,
+when the calibration table has both tensors (else the float Lut)."""
+import onnx_ir as ir
+
+from ..ops.lut import lut_table
+from ..plan import tensor_scale, unit_bits
 from ..registry import onnx_op
 
 # ONNX op -> the Lut function computing it
@@ -30,4 +36,17 @@ class Activation:
         if function == "hardsigmoid":
             extra = {"alpha": node.attributes.get_float("alpha", 0.2),
                      "beta": node.attributes.get_float("beta", 0.5)}
-        return [ctx.npu.Lut(node.inputs[0], function=function, **extra, _name="lut")]
+        x, y = node.inputs[0], node.outputs[0]
+        bits = unit_bits(node, ctx.quantization)
+        if bits is not None:
+            s_x = tensor_scale(ctx.quantization, x.name, bits)
+            s_y = tensor_scale(ctx.quantization, y.name, bits)
+            if s_x is not None and s_y is not None:
+                int_type = ir.DataType.INT8 if bits == 8 else ir.DataType.INT16
+                table = lut_table(function, s_x, s_y, bits, **extra)
+                q = ctx.npu.Quantize(x, ctx.initializer(s_x, "s_x"), bits=bits,
+                                     _name="quantize", _dtype=int_type)
+                yq = ctx.npu.QLut(q, ctx.initializer(table, "table"), bits=bits, _name="qlut")
+                return [ctx.npu.Dequantize(yq, ctx.initializer(s_y, "s_y"), _name="dequantize",
+                                           _dtype=ir.DataType.FLOAT)]
+        return [ctx.npu.Lut(x, function=function, **extra, _name="lut")]

@@ -1,6 +1,13 @@
 """MatMul of two activations (attention's Q K^T and P V) -> RuntimeVMM: the second operand
 is written into the arrays at run time. Called by linear.py's MatMul lowering, which owns
-MatMul and hands it the nodes whose second operand is not a constant."""
+MatMul and hands it the nodes whose second operand is not a constant. In an integer
+lowering both operands are quantised on their calibrated per-tensor scales, QRuntimeVMM sums
+them exactly and the accumulator is read out as floats (scale s_x * s_w); a tensor the
+calibration table lacks keeps the float RuntimeVMM."""
+import numpy as np
+import onnx_ir as ir
+
+from ..plan import tensor_scale, unit_bits
 from ..report import LayerReport
 from ..tiling import PlanCost
 
@@ -20,7 +27,7 @@ def check(ctx, node):
 
 def lower(ctx, node):
     x, w = node.inputs[:2]
-    y = ctx.npu.RuntimeVMM(x, w, _name="runtime_vmm")
+    y = _integer(ctx, node, x, w) or ctx.npu.RuntimeVMM(x, w, _name="runtime_vmm")
     target = ctx.target
     r, m = ctx.dims(w)[-2:]
     out = ctx.dims(y)
@@ -36,3 +43,23 @@ def lower(ctx, node):
                            f"K={r} N={m} on {tiles} array tile(s) written at run time: "
                            f"{matrices * r * m} cells per inference", cost))
     return [y]
+
+
+def _integer(ctx, node, x, w):
+    """The integer form's output (floats), or None for the float form."""
+    bits = unit_bits(node, ctx.quantization)
+    if bits is None:
+        return None
+    s_x = tensor_scale(ctx.quantization, x.name, bits)
+    s_w = tensor_scale(ctx.quantization, w.name, bits)
+    if s_x is None or s_w is None:
+        return None
+    int_type = ir.DataType.INT8 if bits == 8 else ir.DataType.INT16
+    xq, wq = (ctx.npu.Quantize(v, ctx.initializer(s, f"s_{part}"), bits=bits,
+                               _name=f"quantize_{part}", _dtype=int_type)
+              for v, s, part in ((x, s_x, "x"), (w, s_w, "w")))
+    acc = ctx.npu.QRuntimeVMM(xq, wq, acc_bits=32 if bits == 8 else 64, _name="qruntime_vmm",
+                              _dtype=ir.DataType.INT32 if bits == 8 else ir.DataType.INT64)
+    scale = np.float32(np.float64(s_x) * np.float64(s_w))
+    return ctx.npu.Dequantize(acc, ctx.initializer(scale, "s_acc"), _name="dequantize",
+                              _dtype=ir.DataType.FLOAT)

@@ -1,4 +1,5 @@
-"""Lut: a unary activation on the lookup-table unit beside the arrays."""
+"""Lut: a unary activation on the lookup-table unit beside the arrays, and QLut, its integer
+form (a table of 2^bits entries)."""
 import math
 
 import numpy as np
@@ -98,3 +99,53 @@ class Lut(Primitive):
             y = f(x.astype(np.float64), a["alpha"], a["beta"])
         array.lut_elements += x.size
         return [y.astype(x.dtype)]
+
+
+def lut_table(function, s_x, s_y, bits, alpha=0.2, beta=0.5):
+    """QLut's table: entry q - qmin holds saturate(round_half_even(f(q * s_x) / s_y)) for
+    every integer q of `bits` bits (256 entries at 8 bits, 65536 at 16), f in float64."""
+    from .quant import qrange
+
+    lo, hi = qrange(bits)
+    x = np.arange(lo, hi + 1, dtype=np.float64) * np.float64(np.float32(s_x))
+    _, f = FUNCTIONS[function]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        y = f(x, alpha, beta) / np.float64(np.float32(s_y))
+    y = np.nan_to_num(y, nan=0.0, posinf=hi, neginf=lo)     # log / sqrt outside their domain
+    return np.clip(np.rint(y), lo, hi).astype(np.int8 if bits == 8 else np.int16)
+
+
+@primitive
+class QLut(Primitive):
+    """Y = Table[X - qmin]: an integer activation on the lookup-table unit, a table of
+    2^bits entries (256 for int8 in and out) computed at compile time (`lut_table`: f on the
+    input's grid, rounded to the output's). Exact: an index, no arithmetic."""
+    placed_as = "Lut"
+
+    inputs = (Arg("X", "int8 / int16 tensor"),
+              Arg("Table", "constant int8 / int16 [2^bits]: f of every input value"))
+    outputs = (Arg("Y", "X's shape, the table's type"),)
+    attributes = (Attr("bits", "int", "the input's bits: 8 or 16", 8),)
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        return [list(in_shapes[0])]
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        return f"b{cls.attrs_of(attrs)['bits']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        from .quant import INT64, qrange
+
+        index = b.op("Sub", b.op("Cast", "X", to=INT64), b.const(qrange(attrs["bits"])[0]))
+        b.op("Gather", "Table", index, axis=0, out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        from .quant import qrange
+
+        x, table = inputs
+        array.lut_elements += x.size
+        return [table[x.astype(np.int64) - qrange(cls.attrs_of(attrs)["bits"])[0]]]

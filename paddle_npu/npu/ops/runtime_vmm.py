@@ -1,7 +1,8 @@
-"""RuntimeVMM: rows times a matrix written into the arrays at run time (attention)."""
+"""RuntimeVMM: rows times a matrix written into the arrays at run time (attention), and
+QRuntimeVMM, its integer form."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Primitive, primitive
+from .base import DOUBLE, Arg, Attr, Primitive, primitive
 
 
 @primitive
@@ -34,12 +35,55 @@ class RuntimeVMM(Primitive):
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         y = np.matmul(x.astype(np.float64), w.astype(np.float64))
-        lead = y.shape[:-2]
-        matrices = int(np.prod(lead, dtype=np.int64))
-        r, m = w.shape[-2:]
-        k = x.shape[-2]
-        tiles = -(-r // array.rows) * -(-m // array.cols)
-        array.written_cells += matrices * r * m
-        array.vmm_invocations += matrices * k * tiles
-        array.macs += matrices * k * r * m
+        _count(array, x, w, y)
         return [y.astype(x.dtype)]
+
+
+def _count(array, x, w, y):
+    """The arrays' work for Y = X @ W written at run time: W's cells, one VMM per row and
+    tile, the MACs."""
+    matrices = int(np.prod(y.shape[:-2], dtype=np.int64))
+    r, m = w.shape[-2:]
+    k = x.shape[-2]
+    tiles = -(-r // array.rows) * -(-m // array.cols)
+    array.written_cells += matrices * r * m
+    array.vmm_invocations += matrices * k * tiles
+    array.macs += matrices * k * r * m
+
+
+@primitive
+class QRuntimeVMM(Primitive):
+    """Y = X @ W on integers, W written into the arrays at run time as RuntimeVMM does: int8
+    (int16) rows times int8 (int16) matrices, summed exactly into an `acc_bits`-bit
+    accumulator (32 for int8, 64 for int16). The body multiplies in float64, exact for such
+    sums (|sum| < 2^53)."""
+    placed_as = "RuntimeVMM"
+
+    inputs = (Arg("X", "integer rows [..., K, R]"),
+              Arg("W", "integer matrices written at run time [..., R, M]"))
+    outputs = (Arg("Y", "[..., K, M], int32 / int64"),)
+    attributes = (Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),)
+
+    infer = RuntimeVMM.infer
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        return f"acc{cls.attrs_of(attrs)['acc_bits']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        from .quant import INT32, INT64
+
+        y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        b.op("Cast", y, to=INT32 if attrs["acc_bits"] == 32 else INT64, out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        x, w = inputs
+        acc = np.int32 if cls.attrs_of(attrs)["acc_bits"] == 32 else np.int64
+        y = np.matmul(x.astype(np.int64), w.astype(np.int64))
+        info = np.iinfo(acc)
+        if y.size and (y.min() < info.min or y.max() > info.max):
+            raise OverflowError(f"QRuntimeVMM {attrs.get('_node')}: the accumulator overflows")
+        _count(array, x, w, y)
+        return [y.astype(acc)]

@@ -27,6 +27,7 @@ import onnx
 from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
 from ..ops.quant import qrange
+from ..rnn import unrolled_proto
 from .calibrate import load_table, run_batches, session_with_all
 from .qlower import records_of
 
@@ -62,7 +63,8 @@ def run_tensors(model_bytes, feeds, names, batch=128):
 def layer_report(float_model, quant_model, feeds, records=None):
     """{"layers": [...graph order...], "outputs": [...]}: per-layer metrics of the quantised
     model (path / proto / ir.Model, run by onnxruntime through its function bodies)."""
-    fproto, qproto = load_proto(float_model), load_proto(quant_model)
+    # the float model as stage 2 computes it: an unrolled LSTM / GRU's steps are layers too
+    fproto, qproto = unrolled_proto(load_proto(float_model)), load_proto(quant_model)
     records = records if records is not None else records_of(qproto)
     if records is None:
         raise ValueError("the model carries no quantisation records (not quantised?)")

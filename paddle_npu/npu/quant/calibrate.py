@@ -24,6 +24,7 @@ from ...filekind import describe
 from ...onnx_io import load_proto
 from ...outputs import write_text
 from ...preprocess import image_files, read_images
+from ..rnn import unrolled_proto
 
 FORMAT = "paddle_npu.calibration/1"
 METHODS = ("absmax", "percentile", "mse")
@@ -157,7 +158,8 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
     {input: array} dict)."""
     if method not in METHODS:
         raise ConversionError(f"unknown calibration method {method!r} (known: {METHODS})")
-    proto = load_proto(model)
+    # LSTM / GRU as stage 2 unrolls them: their steps' tensors are layers' inputs too
+    proto = unrolled_proto(load_proto(model))
     feeds = data if isinstance(data, dict) else load_feeds(proto, data, limit, preprocess)
     names = list(float_tensors(proto))
     inputs = [name for name, arr in feeds.items() if np.asarray(arr).dtype.kind == "f"]

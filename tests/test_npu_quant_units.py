@@ -1,0 +1,92 @@
+"""Integer forms of the lookup table and of arrays written at run time: QLut (a 2^bits-entry
+table) and QRuntimeVMM (both operands quantised), their bodies against their references, and
+a quantised lowering keeping activations and attention on the NPU, bit-exact between
+onnxruntime and the NumPy reference."""
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import helper
+
+from npu_helpers import model
+from paddle_npu.compare import run_onnx
+from paddle_npu.npu.ops import ArrayModel, get_primitive
+from paddle_npu.npu.ops.lut import FUNCTIONS, lut_table
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.reference import Reference
+from test_npu_quant import run_primitive
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("function", ["sigmoid", "tanh", "gelu", "log", "hardsigmoid"])
+def test_qlut_body_equals_reference_and_table(function, bits):
+    lo, hi = -(1 << bits - 1), (1 << bits - 1) - 1
+    s_x, s_y = np.float32(6 / hi), np.float32(1.5 / hi)
+    table = lut_table(function, s_x, s_y, bits)
+    assert table.shape == (1 << bits,) and table.dtype == (np.int8 if bits == 8 else np.int16)
+    x = np.arange(lo, hi + 1).astype(table.dtype).reshape(-1, 4)      # every input value
+    got = run_primitive("QLut", [x, table], {"bits": bits},
+                        onnx.TensorProto.INT8 if bits == 8 else onnx.TensorProto.INT16)
+    ref = get_primitive("QLut").reference(ArrayModel(4, 4), [x, table], {"bits": bits})[0]
+    assert got.dtype == ref.dtype and np.array_equal(got, ref)
+    # each entry is f on the input's grid rounded to the output's, where f is defined
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = FUNCTIONS[function][1](x.astype(np.float64) * s_x, 0.2, 0.5) / s_y
+    ok = np.isfinite(f)
+    assert np.array_equal(ref[ok], np.clip(np.rint(f[ok]), lo, hi))
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_qruntime_vmm_body_equals_reference_exactly(bits):
+    rng = np.random.default_rng(3)
+    hi = (1 << bits - 1) - 1
+    dtype = np.int8 if bits == 8 else np.int16
+    x = rng.integers(-hi - 1, hi + 1, size=(2, 3, 5, 300)).astype(dtype)
+    w = rng.integers(-hi - 1, hi + 1, size=(2, 3, 300, 7)).astype(dtype)
+    acc_bits = 32 if bits == 8 else 64
+    got = run_primitive("QRuntimeVMM", [x, w], {"acc_bits": acc_bits},
+                        onnx.TensorProto.INT32 if bits == 8 else onnx.TensorProto.INT64)
+    array = ArrayModel(256, 256)
+    ref = get_primitive("QRuntimeVMM").reference(array, [x, w], {"acc_bits": acc_bits})[0]
+    want = x.astype(np.int64) @ w.astype(np.int64)
+    assert np.array_equal(got, want) and np.array_equal(ref, want)
+    assert ref.dtype == (np.int32 if bits == 8 else np.int64)
+    assert array.written_cells == 2 * 3 * 300 * 7 and array.vmm_invocations == 2 * 3 * 5 * 2
+
+
+def _block():
+    """A projection with a constant weight, a GELU, and attention softmax(Q K^T) V on it."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((8, 8)).astype(np.float32) / 3
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+             helper.make_node("Sigmoid", ["h"], ["g"], name="gate"),
+             helper.make_node("Mul", ["h", "g"], ["a"], name="swish"),
+             helper.make_node("Transpose", ["a"], ["at"], perm=[0, 2, 1], name="at"),
+             helper.make_node("MatMul", ["a", "at"], ["s"], name="scores"),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "a"], ["y"], name="context"),
+             helper.make_node("Tanh", ["y"], ["out"], name="squash")]
+    return model(nodes, [("x", ["n", 6, 8])], [("out", ["n", 6, 8])], [("w", w)])
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_quantised_activations_and_attention_stay_on_the_npu_bit_exact(bits):
+    m = _block()
+    rng = np.random.default_rng(5)
+    calib = {"x": rng.standard_normal((128, 6, 8)).astype(np.float32)}
+    table = calibrate(m, calib)
+    lowered, report, _ = quantized_lower(m, table, bits)
+    proto = ir.serde.serialize_model(lowered)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"QLut", "QRuntimeVMM", "QVMM"} <= ops
+    assert not ops & {"Lut", "RuntimeVMM", "VMM", "Sigmoid", "Tanh", "MatMul"}
+    assert [s.device for s in report.segments] == ["npu"]
+    x = rng.standard_normal((2, 6, 8)).astype(np.float32)
+    (want,) = run_onnx(m.SerializeToString(), {"x": x})[1]
+    (got,) = run_onnx(proto.SerializeToString(), {"x": x})[1]
+    (ref,) = Reference(proto, None).run({"x": x})
+    assert np.array_equal(got, ref)                # onnxruntime == the NumPy reference
+    cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    # measured: 0.99939 (int8), 1.0 as printed (int16)
+    assert cos >= (0.999 if bits == 8 else 0.999999)

@@ -1,0 +1,193 @@
+"""LSTM and GRU unrolled over a fixed sequence length (npu/rnn.py): every form stage 1 emits
+for Paddle's rnn op and the ONNX attributes around it, run three ways (onnxruntime on the
+ONNX node, onnxruntime and the NumPy reference on the lowered model)."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npu_helpers import assert_close, checked, op_types, serialized, three_way
+from paddle_npu.compare import run_onnx
+from paddle_npu.npu import DOMAIN, Reference, lower
+
+T, N, I, H = 5, 2, 6, 4
+
+
+def _rnn_model(op, direction="forward", layout=0, states=False, lbr=None, extra=None):
+    """One LSTM / GRU node with random constant weights; Y, Y_h (and Y_c) are outputs."""
+    rng = np.random.default_rng(7)
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = 4 if op == "LSTM" else 3
+    w = rng.uniform(-0.5, 0.5, (dirs, gates * H, I)).astype(np.float32)
+    r = rng.uniform(-0.5, 0.5, (dirs, gates * H, H)).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, (dirs, 2 * gates * H)).astype(np.float32)
+    x_shape = [N, T, I] if layout else [T, N, I]
+    s_shape = [N, dirs, H] if layout else [dirs, N, H]
+    y_shape = [N, T, dirs, H] if layout else [T, dirs, N, H]
+    inputs = [("x", x_shape)] + ([("h0", s_shape)] + ([("c0", s_shape)] if op == "LSTM" else [])
+                                 if states else [])
+    n_states = 2 if op == "LSTM" else 1
+    outs = ["y", "y_h", "y_c"][:1 + n_states]
+    node_inputs = ["x", "w", "r", "b", ""] + (["h0"] + (["c0"] if op == "LSTM" else [])
+                                              if states else [])
+    attrs = {"hidden_size": H, "direction": direction, **(extra or {})}
+    if layout:
+        attrs["layout"] = 1
+    if lbr is not None:
+        attrs["linear_before_reset"] = lbr
+    node = helper.make_node(op, node_inputs, outs, name="cell", **attrs)
+    graph = helper.make_graph(
+        [node], "rnn",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)] +
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, s_shape) for o in outs[1:]],
+        initializer=[numpy_helper.from_array(a, n) for n, a in (("w", w), ("r", r), ("b", b))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in inputs}
+    return m, feeds
+
+
+CASES = [
+    ("LSTM", "forward", 0, False, None),
+    ("LSTM", "reverse", 0, True, None),
+    ("LSTM", "bidirectional", 0, True, None),
+    ("LSTM", "bidirectional", 1, True, None),
+    ("GRU", "forward", 0, False, 1),
+    ("GRU", "bidirectional", 0, True, 1),
+    ("GRU", "forward", 0, True, 0),
+    ("GRU", "reverse", 1, False, 0),
+    ("GRU", "bidirectional", 1, True, 0),
+]
+
+
+@pytest.mark.parametrize("op,direction,layout,states,lbr", CASES)
+def test_rnn_unrolls_onto_the_npu(op, direction, layout, states, lbr):
+    m, feeds = _rnn_model(op, direction, layout, states, lbr)
+    lowered, report = lower(m, "npu256")
+    checked(lowered)
+    assert ("", op) not in op_types(lowered)
+    assert {(DOMAIN, "VMM"), (DOMAIN, "Lut")} <= op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    if layout:      # onnxruntime runs layout=0 only: the same node time-major is the oracle
+        want = _batch_major_oracle(m, feeds)
+        _, got = run_onnx(serialized(lowered), feeds)
+        ref = Reference(serialized(lowered), "npu256").run(feeds)
+    else:
+        want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    for k, name in enumerate(["Y", "Y_h", "Y_c"][:len(want)]):
+        assert_close(got[k], want[k], f"onnxruntime {name}")
+        assert_close(ref[k], want[k], f"reference {name}")
+
+
+def _batch_major_oracle(m, feeds):
+    """Outputs of a layout=1 model's node run time-major by onnxruntime (inputs and outputs
+    transposed as the ONNX spec defines layout=1)."""
+    tm = type(m)()
+    tm.CopyFrom(m)
+    node = tm.graph.node[0]
+    del node.attribute[[a.name for a in node.attribute].index("layout")]
+    for vi in list(tm.graph.input) + list(tm.graph.output):
+        vi.type.tensor_type.ClearField("shape")
+    feeds = {k: np.swapaxes(v, 0, 1) for k, v in feeds.items()}
+    _, outs = run_onnx(tm.SerializeToString(), feeds)
+    y = np.transpose(outs[0], (2, 0, 1, 3))              # [T, D, N, H] -> [N, T, D, H]
+    return [y] + [np.swapaxes(o, 0, 1) for o in outs[1:]]
+
+
+def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
+    m, _ = _rnn_model("LSTM", "forward", states=True)
+    _, report = lower(m, "npu256")
+    kinds = [l.op_type for l in report.layers]
+    assert kinds.count("Gemm") == 1                   # all steps' input projections
+    assert kinds.count("MatMul") == T                 # H_prev @ R^T per step
+    gemm = next(l for l in report.layers if l.op_type == "Gemm")
+    assert gemm.cost.macs == T * N * I * 4 * H
+
+
+@pytest.mark.parametrize("extra,reason", [
+    ({"clip": 3.0}, "clip is set"),
+    ({"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations"),
+])
+def test_unsupported_attributes_keep_the_node(extra, reason):
+    m, _ = _rnn_model("LSTM", extra=extra)
+    lowered, report = lower(m, "npu256")
+    assert ("", "LSTM") in op_types(lowered)
+    assert reason in report.refusals["cell"]
+
+
+def test_a_target_without_a_lookup_table_keeps_the_node():
+    m, _ = _rnn_model("GRU", lbr=1)
+    lowered, report = lower(m, "npu256-vmm-only")
+    assert ("", "GRU") in op_types(lowered)
+    assert "no lookup table" in report.refusals["cell"]
+    # its gate products count as the CPU's MACs: T steps x N rows x 3H x (I + H)
+    assert report.npu_mac_share() == 0.0
+    assert report.as_dict()["plain_macs"] == {"GRU": T * N * 3 * H * (I + H)}
+
+
+def test_zero_state_of_an_open_batch_needs_no_cpu():
+    """Paddle's zero initial state for a batch left open: ConstantOfShape([D, N, H]) from the
+    input's shape, sliced. The unrolled cell treats it as zeros, so the shape ops die."""
+    rng = np.random.default_rng(8)
+    w = rng.uniform(-0.5, 0.5, (1, 4 * H, I)).astype(np.float32)
+    r = rng.uniform(-0.5, 0.5, (1, 4 * H, H)).astype(np.float32)
+    c = lambda name, v: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(v, np.int64)))
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), c("one", [1]), c("two", [2]),
+             c("lead", [2]), c("hid", [H]), c("zero", [0]),
+             helper.make_node("Slice", ["shape", "one", "two"], ["batch"]),
+             helper.make_node("Concat", ["lead", "batch", "hid"], ["state_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"],
+                              value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             helper.make_node("Slice", ["zeros", "zero", "one", "zero"], ["h0"]),
+             helper.make_node("LSTM", ["x", "w", "r", "", "", "h0", "h0"], ["y"],
+                              hidden_size=H, name="cell")]
+    graph = helper.make_graph(
+        nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, "n", I])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, 1, "n", H])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lowered, report = lower(m, "npu256")
+    assert not {("", "LSTM"), ("", "ConstantOfShape"), ("", "Shape")} & op_types(lowered)
+    assert [s.device for s in report.segments] == ["npu"]
+    feeds = {"x": rng.standard_normal((T, 3, I)).astype(np.float32)}
+    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", None), ("GRU", 1)])
+def test_quantised_rnn_is_integer_and_bit_exact(op, lbr):
+    """Calibration sees the unrolled steps, so every gate product is an integer matrix layer
+    and every gate activation a 256-entry table; onnxruntime equals the NumPy reference."""
+    from paddle_npu.npu.quant.calibrate import calibrate
+    from paddle_npu.npu.quant.qlower import quantized_lower
+
+    m, _ = _rnn_model(op, "bidirectional", lbr=lbr)
+    # batch-major input, as Paddle's layers feed the time-major op: calibration and the
+    # feeds put samples on the leading axis
+    m.graph.node[0].input[0] = "x_time_major"
+    m.graph.node.insert(0, helper.make_node("Transpose", ["x"], ["x_time_major"],
+                                            perm=[1, 0, 2]))
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 0
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = T
+    for v in m.graph.output:
+        v.type.tensor_type.ClearField("shape")
+    rng = np.random.default_rng(9)
+    table = calibrate(m, {"x": rng.standard_normal((128, T, I)).astype(np.float32)})
+    assert "y/d1/t0/h" in table["tensors"] and "y/d0/t4/candidate" in table["tensors"]
+    lowered, report, records = quantized_lower(m, table, 8)
+    ops = op_types(lowered)
+    assert {(DOMAIN, "QVMM"), (DOMAIN, "QLut")} <= ops
+    assert not {(DOMAIN, "VMM"), (DOMAIN, "Lut"), ("", op)} & ops
+    assert [s.device for s in report.segments] == ["npu"]
+    # the projection, then R per step after the first (H_0 = 0) and direction
+    assert len(records) == 1 + 2 * (T - 1)
+    feeds = {"x": rng.standard_normal((N, T, I)).astype(np.float32)}
+    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    for w, o, r in zip(want, got, ref):
+        assert np.array_equal(o, r)
+        cos = float((o * w).sum() / np.linalg.norm(o) / np.linalg.norm(w))
+        assert cos >= 0.999, cos        # measured: 0.99981 .. 0.99991 over Y, Y_h (, Y_c)
