@@ -24,7 +24,9 @@ covers them.
 import numpy as np
 import onnx_ir as ir
 
+from ..onnx_io import load_model, to_proto
 from . import graph as g
+from .ops import MIN_BODY_OPSET
 from .passes import Pass
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
@@ -306,9 +308,6 @@ def unrolled_proto(proto):
     if not any(n.op_type in ("LSTM", "GRU") and n.domain in g.STANDARD
                for n in proto.graph.node):
         return proto
-    from ..onnx_io import load_model, to_proto
-    from .ops import MIN_BODY_OPSET
-
     model = load_model(proto, MIN_BODY_OPSET)     # the unrolled ops are written at this opset
     if not UnrollRnn()(model).modified:
         return proto

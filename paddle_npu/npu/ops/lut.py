@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from .base import Arg, Attr, Primitive, config_tag, primitive
+from .quant import INT64, qrange
 
 
 def _hardsigmoid(b, x, alpha, beta):
@@ -104,8 +105,6 @@ class Lut(Primitive):
 def lut_table(function, s_x, s_y, bits, alpha=0.2, beta=0.5):
     """QLut's table: entry q - qmin holds saturate(round_half_even(f(q * s_x) / s_y)) for
     every integer q of `bits` bits (256 entries at 8 bits, 65536 at 16), f in float64."""
-    from .quant import qrange
-
     lo, hi = qrange(bits)
     x = np.arange(lo, hi + 1, dtype=np.float64) * np.float64(np.float32(s_x))
     _, f = FUNCTIONS[function]
@@ -137,15 +136,11 @@ class QLut(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        from .quant import INT64, qrange
-
         index = b.op("Sub", b.op("Cast", "X", to=INT64), b.const(qrange(attrs["bits"])[0]))
         b.op("Gather", "Table", index, axis=0, out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
-        from .quant import qrange
-
         x, table = inputs
         array.lut_elements += x.size
         return [table[x.astype(np.int64) - qrange(cls.attrs_of(attrs)["bits"])[0]]]

@@ -3,6 +3,7 @@ QRuntimeVMM, its integer form."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
+from .quant import INT32, INT64
 
 
 @primitive
@@ -72,8 +73,6 @@ class QRuntimeVMM(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        from .quant import INT32, INT64
-
         y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
         b.op("Cast", y, to=INT32 if attrs["acc_bits"] == 32 else INT64, out="Y")
 
