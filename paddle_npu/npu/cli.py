@@ -76,6 +76,10 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
+    p.add_argument("--float32-bodies", action="store_true",
+                   help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
+                        "model's own Conv / MatMul (the default sums exactly, in float64, as "
+                        "the NumPy reference does)")
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
@@ -121,6 +125,9 @@ def _lower_and_save(source, output, args, quiet=False):
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape))
+    if getattr(args, "float32_bodies", False):
+        from .functions import attach_functions
+        attach_functions(model, float32=True)
     save_model(model, output)
     if args.segments:
         from .segments import emit_segments

@@ -31,6 +31,13 @@ class VMM(Primitive):
         b.op("CastLike", y, "X", out="Y")
 
     @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        start = b.op("Reshape", b.attr("row_offset", "int"), b.const([1]))
+        r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
+        x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
+        b.op("MatMul", x, "W", out="Y")
+
+    @classmethod
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         off = cls.attrs_of(attrs)["row_offset"]
