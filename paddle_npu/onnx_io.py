@@ -11,6 +11,7 @@
 
 Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
 """
+import math
 import os
 
 from .errors import ConversionError
@@ -84,7 +85,7 @@ def load_model(model, min_opset=None, infer=True):
 
 
 _ASIDE = "paddle_npu:set-aside"     # the external-data location of a weight set aside
-_ASIDE_BYTES = 4096                 # smaller tensors (shapes, axes, scales) stay in place
+_ASIDE_ELEMENTS = 1024              # smaller tensors (shapes, axes, scales) stay in place
 
 
 def _set_weights_aside(proto):
@@ -94,7 +95,9 @@ def _set_weights_aside(proto):
 
     aside = {}
     for t in proto.graph.initializer:
-        if t.data_location != TensorProto.EXTERNAL and len(t.raw_data) >= _ASIDE_BYTES:
+        # counted from the dims: reading raw_data (or ByteSize) would copy the bytes
+        if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data") and \
+                math.prod(t.dims) >= _ASIDE_ELEMENTS:
             aside[t.name] = t.raw_data
             t.ClearField("raw_data")
             t.data_location = TensorProto.EXTERNAL

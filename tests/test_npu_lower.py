@@ -11,7 +11,7 @@ from onnx import helper
 
 from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
 from paddle_npu.npu import DOMAIN, Target, lower
-from paddle_npu.npu.tiling import Geometry, plan_tiles
+from paddle_npu.npu.tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -202,6 +202,18 @@ def test_plans_cover_every_weight_exactly_once(plan):
                           g * geo.outputs:(g + 1) * geo.outputs]
             assert (block == 1).all()
         assert sum(t.useful for t in tiles) == geo.groups * geo.group_rows * geo.outputs
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 40), st.sampled_from([1, 4, 9, 25, 300]),
+       st.integers(1, 40), st.sampled_from(PLANS), st.sampled_from([(12, 8), (256, 256)]),
+       st.booleans())
+def test_plan_cost_counted_without_tiles_is_the_tiles_cost(groups, cg, taps, mg, plan, grid,
+                                                           bias):
+    geo = Geometry(groups, cg, taps, mg)
+    rows, cols = grid
+    assert plan_cost_of(geo, plan, rows, cols, 7, bias, 8) == \
+        plan_cost(plan_tiles(geo, plan, rows, cols), plan, rows, cols, 7, bias, 8)
 
 
 def test_packing_beats_per_channel_as_the_seed_describes():
