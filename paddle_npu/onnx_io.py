@@ -11,6 +11,7 @@
 
 Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
 """
+import math
 import os
 
 import onnx
@@ -63,6 +64,9 @@ def load_model(model, min_opset=None, infer=True):
     shapes inferred with `infer` (as far as onnx can), initializers no longer listed as graph inputs
     (IR < 4 listed them; the models we write are IR >= 10, where they are constants only)."""
     proto = load_proto(model)
+    # The converter and shape inference copy the whole model (twice each): the weights are
+    # set aside while they run (a proto we made ourselves only: the caller's stays as it is)
+    aside = _set_weights_aside(proto) if not isinstance(model, onnx.ModelProto) else {}
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
     if infer:
@@ -72,11 +76,51 @@ def load_model(model, min_opset=None, infer=True):
         except Exception:   # (a model over 2 GB, an op onnx chokes on): shapes as given
             pass
     m = ir.serde.deserialize_model(proto)
+    _put_weights_back(m, aside)
     inputs = [v for v in m.graph.inputs if v.name not in m.graph.initializers]
     if len(inputs) != len(m.graph.inputs):
         m.graph.inputs.clear()
         m.graph.inputs.extend(inputs)
     return m
+
+
+_ASIDE = "paddle_npu:set-aside"     # the external-data location of a weight set aside
+_ASIDE_ELEMENTS = 1024              # smaller tensors (shapes, axes, scales) stay in place
+
+
+def _set_weights_aside(proto):
+    """Take the bytes of the big initializers out of the proto, leaving each one marked as
+    external data (dtype and dims kept): {name: bytes}."""
+    from onnx import TensorProto
+
+    aside = {}
+    for t in proto.graph.initializer:
+        # counted from the dims: reading raw_data (or ByteSize) would copy the bytes
+        if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data") and \
+                math.prod(t.dims) >= _ASIDE_ELEMENTS:
+            aside[t.name] = t.raw_data
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            entry = t.external_data.add()
+            entry.key, entry.value = "location", _ASIDE
+    return aside
+
+
+def _put_weights_back(model, aside):
+    """The weights set aside, as arrays over their bytes (no copy), in the ir.Model."""
+    import numpy as np
+    import onnx_ir as ir
+
+    for name, value in model.graph.initializers.items():
+        if name not in aside:
+            continue
+        held = value.const_value
+        array = np.frombuffer(aside[name], dtype=held.dtype.numpy()).reshape(held.shape.numpy())
+        value.const_value = ir.Tensor(array, name=name)
+    left = [v.name for v in model.graph.initializers.values()
+            if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.location == _ASIDE]
+    if left:
+        raise ConversionError(f"internal error: weights {left[:3]} were not put back")
 
 
 def infer_shapes(model):

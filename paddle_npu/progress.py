@@ -22,3 +22,11 @@ def progress_bar(items, label, enabled=None, width=30):
                              f"{now - start:5.1f}s")
             sys.stderr.flush()
     sys.stderr.write("\n")
+
+
+def stage_printer(label):
+    """A callback printing one line per finished stage on stderr: `label: stage 0.12 s`."""
+    def show(stage, seconds):
+        sys.stderr.write(f"{label}: {stage} {seconds:.2f} s\n")
+        sys.stderr.flush()
+    return show

@@ -99,6 +99,28 @@ def test_cli_convert_lower_verify_targets(tmp_path):
         {"Im2Col", "VMM", "AddInTile", "DimTransform"}
 
 
+def test_cli_lower_progress_and_float32_bodies(tmp_path):
+    plain, lowered = tmp_path / "digits.onnx", tmp_path / "digits.npu.onnx"
+    assert cli("convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o",
+               plain).returncode == 0
+    quiet = cli("lower", plain, "-o", lowered)          # not a terminal: no progress
+    assert quiet.returncode == 0 and "lower:" not in quiet.stderr
+    res = cli("lower", plain, "-o", lowered, "--progress", "--float32-bodies", "--verify")
+    assert res.returncode == 0, res.stderr
+    stages = [line.split()[1] for line in res.stderr.splitlines() if line.startswith("lower: ")]
+    assert stages[0] == "load" and stages[-1] == "save"
+    assert {"lower", "partition", "functions"} <= set(stages)
+    assert "agrees" in res.stdout
+    import onnx
+    calls = {(n.op_type, n.overload) for n in onnx.load(str(lowered)).graph.node
+             if n.domain == DOMAIN}
+    assert ("VMM", "f32") in calls
+    both = tmp_path / "both.onnx"
+    res = cli("convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o", both,
+              "--npu", "npu256", "--progress", "-q")
+    assert res.returncode == 0 and "lower:" not in res.stderr
+
+
 def test_cli_errors_are_one_line(tmp_path):
     res = cli("lower", tmp_path / "missing.onnx", "-o", tmp_path / "x.onnx")
     assert res.returncode == 2 and "does not exist" in res.stderr

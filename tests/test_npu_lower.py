@@ -3,6 +3,7 @@ smaller and larger than the layer, the lowered model (onnxruntime, function bodi
 NumPy reference match onnxruntime on the original within 1e-5 relative; the graph holds
 only NPU primitives; the reference's counts match the cost report."""
 import numpy as np
+import onnx_ir as ir
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from onnx import helper
 
 from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
 from paddle_npu.npu import DOMAIN, Target, lower
-from paddle_npu.npu.tiling import Geometry, plan_tiles
+from paddle_npu.npu.tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -98,6 +99,27 @@ def test_random_conv_lowers_and_matches(case, plan, target):
         assert r <= target.rows and m <= target.cols
     assert 0 < cost.utilisation <= 1
     assert cost.weights == case["mg"] * case["group"] * case["cg"] * case["k"][0] * case["k"][1]
+
+
+@pytest.mark.parametrize("target", [TINY, BIG], ids=["12x8", "256x256"])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=conv_cases())
+def test_float32_bodies_sum_in_float32_and_match(case, target):
+    from paddle_npu.npu.functions import attach_functions
+
+    original, feeds = conv_model(case)
+    lowered, _ = lower(original, target)
+    exact = ir.serde.serialize_model(lowered)
+    attach_functions(lowered, float32=True)
+    proto = checked(lowered)
+    calls = {(n.op_type, n.overload) for n in proto.graph.node}
+    assert {o for t, o in calls if t in ("VMM", "AddInTile")} <= {"f32"} | {
+        o for t, o in calls if o.endswith("_f32")}
+    assert {(f.name, f.overload) for f in proto.functions} == calls
+    want, got, ref_out, _ = three_way(original, lowered, feeds, target)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model, float32 bodies")
+    # the NumPy reference does not use the bodies: the same as for the exact ones
+    np.testing.assert_array_equal(ref_out[0], three_way(original, exact, feeds, target)[2][0])
 
 
 @st.composite
@@ -198,6 +220,18 @@ def test_plans_cover_every_weight_exactly_once(plan):
                           g * geo.outputs:(g + 1) * geo.outputs]
             assert (block == 1).all()
         assert sum(t.useful for t in tiles) == geo.groups * geo.group_rows * geo.outputs
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 40), st.sampled_from([1, 4, 9, 25, 300]),
+       st.integers(1, 40), st.sampled_from(PLANS), st.sampled_from([(12, 8), (256, 256)]),
+       st.booleans())
+def test_plan_cost_counted_without_tiles_is_the_tiles_cost(groups, cg, taps, mg, plan, grid,
+                                                           bias):
+    geo = Geometry(groups, cg, taps, mg)
+    rows, cols = grid
+    assert plan_cost_of(geo, plan, rows, cols, 7, bias, 8) == \
+        plan_cost(plan_tiles(geo, plan, rows, cols), plan, rows, cols, 7, bias, 8)
 
 
 def test_packing_beats_per_channel_as_the_seed_describes():

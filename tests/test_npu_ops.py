@@ -15,14 +15,15 @@ SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=()):
-    """onnxruntime on a one-node model calling the primitive's function body."""
+def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False):
+    """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
+    float32 body)."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     shapes = [None if x is None else list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, shapes)
-    fn = prim.function_proto(opset, attrs, shapes)
+    fn = prim.function_proto(opset, attrs, shapes, float32=float32)
+    node.overload = fn.overload
     feeds = {n: x for n, x, k in zip(names, inputs, range(len(inputs)))
              if x is not None and k not in consts}
     inits = [numpy_helper.from_array(x, n) for n, x, k in zip(names, inputs, range(len(inputs)))
@@ -102,6 +103,33 @@ def test_im2col_body_reference_and_formula_agree(case):
     assert array.moved_elements == ref.size
 
 
+def _im2col_model(attrs, shape):
+    prim = get_primitive("Im2Col")
+    node = helper.make_node("Im2Col", ["x"], ["y"], domain=DOMAIN, **attrs)
+    node.overload = prim.overload(attrs, [shape])
+    graph = helper.make_graph(
+        [node], "p", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET),
+                                                helper.make_opsetid(DOMAIN, VERSION)],
+                          functions=[prim.function_proto(MIN_BODY_OPSET, attrs, [shape])])
+    m.ir_version = 10
+    return m
+
+
+@SETTINGS
+@given(im2col_cases())
+def test_im2col_body_for_an_image_of_unknown_size(case):
+    """Height and width left open: the body computes the receptive fields at run time."""
+    n, c, h, w, k, s, p, d = case
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    m = _im2col_model(attrs, ["N", c, "H", "W"])
+    got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
+    want = get_primitive("Im2Col").reference(ArrayModel(8, 8), [x], attrs)[0]
+    np.testing.assert_array_equal(got, want)
+
+
 @SETTINGS
 @given(st.integers(1, 3), st.integers(1, 40), st.integers(1, 30), st.integers(1, 30),
        st.integers(0, 10), st.sampled_from([(4, 4), (16, 8), (256, 256)]))
@@ -115,6 +143,12 @@ def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):
     body = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,))
     assert agreement(ref, want)["rel_diff"] <= 1e-7
     assert agreement(body, want)["rel_diff"] <= 1e-7
+    # the float32 body: float32 summation of r products errs by at most (r + 1) units of
+    # roundoff times the sum of the products' magnitudes
+    fast = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,), float32=True)
+    x_abs = np.abs(x[..., off:off + r]).astype(np.float64)
+    bound = (r + 1) * 2.0 ** -24 * (x_abs @ np.abs(w).astype(np.float64))
+    assert (np.abs(fast - want) <= bound).all()
     tiles = -(-r // grid[0]) * -(-m // grid[1])
     assert array.arrays == tiles
     assert array.vmm_invocations == tiles * 2 * k
@@ -152,6 +186,8 @@ def test_add_in_tile_places_and_sums(layout, bias):
     body = run_primitive("AddInTile", [b] + parts, attrs)
     np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(body, want, rtol=1e-6, atol=1e-6)
+    fast = run_primitive("AddInTile", [b] + parts, attrs, float32=True)
+    np.testing.assert_allclose(fast, want, rtol=1e-6, atol=1e-6)
 
 
 @SETTINGS

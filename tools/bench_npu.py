@@ -4,7 +4,8 @@ For each model (zoo exports, converted by stage 1): arrays used, utilisation and
 invocations under both plans and their ratio, the lowering time of each plan, and the
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
-the ONNX model's, with their ratios (target: <= 1.5x).
+the ONNX model's, with their ratios (target: <= 1.5x), with the exact function bodies and with
+the float32 ones (`lower --float32-bodies`), and how far each is from the ONNX model's outputs.
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
@@ -96,12 +97,20 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
         if plan in ort_plans:
             import onnx_ir as ir
 
-            created, latency = ort_timing(ir.serde.serialize_model(lowered).SerializeToString(),
-                                          feeds, iters)
-            entry.update({"session_seconds": round(created, 3),
-                          "latency_ms": round(latency * 1e3, 3),
-                          "session_ratio": round(created / row["onnx"]["session_seconds"], 2),
-                          "latency_ratio": round(latency * 1e3 / row["onnx"]["latency_ms"], 2)})
+            from paddle_npu.compare import agreement, run_onnx
+            from paddle_npu.npu.functions import attach_functions
+
+            want = run_onnx(onnx_bytes, feeds)[1]
+            for bodies in ("exact", "float32"):
+                attach_functions(lowered, float32=bodies == "float32")
+                serialized = ir.serde.serialize_model(lowered).SerializeToString()
+                got = run_onnx(serialized, feeds)[1]
+                created, latency = ort_timing(serialized, feeds, iters)
+                entry.setdefault("ort", {})[bodies] = {
+                    "session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3),
+                    "session_ratio": round(created / row["onnx"]["session_seconds"], 2),
+                    "latency_ratio": round(latency * 1e3 / row["onnx"]["latency_ms"], 2),
+                    "worst_rel_diff": max(agreement(a, b)["rel_diff"] for a, b in zip(got, want))}
         row["plans"][plan] = entry
     pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
     row["ratio"] = {"arrays": round(pc["arrays"] / pk["arrays"], 2),
@@ -220,17 +229,18 @@ def render(rows):
                          f"{ref}")
         lines.append(f"{'':<20} {'ratio pc/pk':<12} {r['ratio']['arrays']:>7.1f}x {'':>7} "
                      f"{r['ratio']['vmm_invocations']:>15.1f}x")
-    timed = [(r, plan, e) for r in rows for plan, e in r["plans"].items() if "latency_ms" in e]
+    timed = [(r, plan, bodies, t) for r in rows for plan, e in r["plans"].items()
+             for bodies, t in e.get("ort", {}).items()]
     if timed:
-        head = (f"{'onnxruntime':<20} {'plan':<12} {'session s':>9} {'ONNX s':>7} {'ratio':>6} "
-                f"{'latency ms':>10} {'ONNX ms':>8} {'ratio':>6}")
+        head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<8} {'session s':>9} {'ONNX s':>7} "
+                f"{'ratio':>6} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} {'rel diff':>9}")
         lines += ["", head, "-" * len(head)]
-        for r, plan, e in timed:
+        for r, plan, bodies, e in timed:
             o = r["onnx"]
-            lines.append(f"{r['model']:<20} {plan:<12} {e['session_seconds']:>9.3f} "
+            lines.append(f"{r['model']:<20} {plan:<12} {bodies:<8} {e['session_seconds']:>9.3f} "
                          f"{o['session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {o['latency_ms']:>8.2f} "
-                         f"{e['latency_ratio']:>5.2f}x")
+                         f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e}")
     return "\n".join(lines)
 
 

@@ -4,6 +4,8 @@ Arguments become keywords of the library (pipeline.lower, verifier.verify, ...),
 imported inside the commands that run it: `paddle-npu --help` builds its parser from here.
 """
 import json
+import sys
+import time
 
 from ..preprocess_args import add_arguments as add_preprocess_arguments
 from ..preprocess_args import spec_from_args
@@ -82,6 +84,13 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
+    p.add_argument("--progress", action="store_true",
+                   help="one line per lowering stage on stderr (the default on a terminal; "
+                        "never with -q)")
+    p.add_argument("--float32-bodies", action="store_true",
+                   help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
+                        "model's own Conv / MatMul (the default sums exactly, in float64, as "
+                        "the NumPy reference does)")
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
@@ -118,11 +127,21 @@ def _lower_and_save(source, output, args, quiet=False):
     split = lambda text: [t.strip() for t in (text or "").split(",") if t.strip()]  # noqa: E731
     if args.quantize:                            # the integer lowering
         lower = lower_for(args)                  # noqa: F811
+    show = None
+    if not quiet and not getattr(args, "quiet", False) and (args.progress or sys.stderr.isatty()):
+        from ..progress import stage_printer
+        show = stage_printer("lower")
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
-                          input_shape=parse_input_shapes(args.input_shape))
+                          input_shape=parse_input_shapes(args.input_shape), progress=show)
+    if getattr(args, "float32_bodies", False):
+        from .functions import attach_functions
+        attach_functions(model, float32=True)
+    start = time.perf_counter()
     save_model(model, output)
+    if show is not None:
+        show("save", time.perf_counter() - start)
     if args.segments:
         from .segments import emit_segments     # (start-up time, as above)
         manifest = emit_segments(model, report, args.segments)

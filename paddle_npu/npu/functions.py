@@ -3,22 +3,33 @@ import onnx_ir as ir
 
 from . import graph as g
 from .ops import DOMAIN, VERSION, get_primitive
+from .ops.base import float32_overload
 from .passes import Pass
 
 
-def attach_functions(model):
+def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
-    in the main graph, at the model's default opset; import the NPU domain."""
+    in the main graph, at the model's default opset; import the NPU domain. Functions
+    attached before are replaced. float32: nodes whose primitive has a float32 body and whose
+    inputs are all float32 call it (`Primitive.float32_body`)."""
     opset = model.opset_imports.get("", None)
+    for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
+        del model.functions[key]
     done = set()
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        if node.domain != DOMAIN or (node.op_type, node.overload) in done:
+        if node.domain != DOMAIN:
             continue
-        done.add((node.op_type, node.overload))
         prim = get_primitive(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
         shapes = [g.dims(v) for v in node.inputs]
-        proto = prim.function_proto(opset, attrs, shapes)
+        fast = float32 and prim.float32_body is not None and all(
+            v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
+        overload = prim.overload(attrs, shapes)
+        node.overload = float32_overload(overload) if fast else overload
+        if (node.op_type, node.overload) in done:
+            continue
+        done.add((node.op_type, node.overload))
+        proto = prim.function_proto(opset, attrs, shapes, float32=fast)
         function = ir.serde.deserialize_function(proto)
         model.functions[function.identifier()] = function
     if done:

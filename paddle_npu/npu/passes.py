@@ -58,22 +58,29 @@ class Pass(ir.passes.InPlacePass):
 
 
 class Sequence(Pass):
-    """Passes run in order on one model; `results` holds each one's PassResult."""
+    """Passes run in order on one model; `results` holds each one's PassResult.
+    progress: None, or called with (pass name, seconds) after each pass."""
     name = "sequence"
 
     def __init__(self, *passes):
         super().__init__()
         self.passes = [p for p in passes if p is not None]
         self.results = []
+        self.progress = None
 
     def run(self, model, result):
+        import time
+
         self.results = []
         for p in self.passes:
+            start = time.perf_counter()
             r = p(model)
             if not isinstance(r, PassResult):     # an onnx_ir pass: wrap its result
                 r = PassResult(r.model, r.modified, type(p).__name__)
             self.results.append(r)
             result.modified = result.modified or r.modified
+            if self.progress is not None:
+                self.progress(r.name, time.perf_counter() - start)
 
     def result(self, name):
         return next((r for r in self.results if r.name == name), None)

@@ -97,7 +97,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None, quantization=None):
+          disable=(), input_shape=None, quantization=None, progress=None):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -107,14 +107,18 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     input_shape: {input name: [sizes]} fixing the inputs' sizes first (-1 leaves one
     dynamic; input_shapes.py), so that layers on inputs of open size can lower.
     quantization: a plan.Quantization to lower matrix layers to integer primitives (their
-    records are kept in the model's metadata, `quantization_records`)."""
+    records are kept in the model's metadata, `quantization_records`).
+    progress: None, or called with (stage name, seconds) after each stage."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
+    if progress is not None:
+        progress("load", time.perf_counter() - start)
     ctx = LowerContext(m, target, plan, quantization)
     steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
+    steps.progress = progress
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     if quantization is not None:

@@ -13,13 +13,12 @@ Plans:
                  groups (depthwise) go block-diagonally, as many groups per tile as fit
 """
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 PLANS = ("packed", "per-channel")
 
 
-@dataclass(frozen=True)
-class Tile:
+class Tile(NamedTuple):        # a tuple: a per-channel plan makes tens of thousands
     row_start: int
     rows: int
     col_start: int
@@ -58,16 +57,14 @@ def plan_tiles(geo, plan, rows, cols):
                               n * gr * geo.outputs, (g0, g0 + n)))
         return tiles
     if kk > rows:            # one channel's taps need several arrays
-        row_ranges = [(c * kk + i, n) for c in range(geo.channels) for i, n in _chunks(kk, rows)]
+        taps = _chunks(kk, rows)
+        row_ranges = [(c * kk + i, n) for c in range(geo.channels) for i, n in taps]
     else:
         per = 1 if plan == "per-channel" else rows // kk
         row_ranges = [(c * kk, n * kk) for c, n in _chunks(geo.channels, per)]
-    tiles = []
-    for g in range(geo.groups):
-        for r0, rn in row_ranges:
-            for c0, cn in _chunks(geo.outputs, cols):
-                tiles.append(Tile(g * gr + r0, rn, g * geo.outputs + c0, cn, rn * cn))
-    return tiles
+    col_ranges = _chunks(geo.outputs, cols)
+    return [Tile(g * gr + r0, rn, g * geo.outputs + c0, cn, rn * cn)
+            for g in range(geo.groups) for r0, rn in row_ranges for c0, cn in col_ranges]
 
 
 def group_matrix(weight, g, geo):
@@ -129,3 +126,24 @@ def plan_cost(tiles, plan, rows, cols, vectors, has_bias, weight_bits):
     return PlanCost(plan, len(tiles), len(tiles) * rows * cols, weights, vectors,
                     len(tiles) * vectors, weights * vectors, adds,
                     (weights * weight_bits + 7) // 8)
+
+
+def plan_cost_of(geo, plan, rows, cols, vectors, has_bias, weight_bits):
+    """plan_cost(plan_tiles(geo, plan, rows, cols), ...) counted without making the tiles (a
+    per-channel plan of a big layer has thousands): every row range meets every column
+    range of every group once."""
+    if plan == "packed" and geo.groups > 1 and geo.group_rows <= rows and geo.outputs <= cols:
+        return plan_cost(plan_tiles(geo, plan, rows, cols), plan, rows, cols, vectors,
+                         has_bias, weight_bits)          # block-diagonal: few tiles
+    kk = geo.taps
+    if kk > rows:
+        row_ranges = geo.channels * len(_chunks(kk, rows))
+    else:
+        per = 1 if plan == "per-channel" else rows // kk
+        row_ranges = len(_chunks(geo.channels, per))
+    width = geo.groups * geo.outputs
+    tiles = geo.groups * row_ranges * len(_chunks(geo.outputs, cols))
+    weights = geo.groups * geo.group_rows * geo.outputs
+    adds = ((row_ranges - 1) * width + (width if has_bias else 0)) * vectors
+    return PlanCost(plan, tiles, tiles * rows * cols, weights, vectors, tiles * vectors,
+                    weights * vectors, adds, (weights * weight_bits + 7) // 8)

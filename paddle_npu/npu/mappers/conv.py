@@ -3,7 +3,7 @@
 from ..ops.im2col import out_size, resolve_pads
 from ..registry import onnx_op
 from ..report import LayerReport
-from ..tiling import PLANS, Geometry, plan_cost, plan_tiles
+from ..tiling import PLANS, Geometry, plan_cost, plan_cost_of
 from . import conv3d
 from .matrix import emit_matrix, plan_matrix
 
@@ -76,9 +76,10 @@ class Conv:
         batch = n_ if isinstance(n_, int) else 1
         vectors = batch * oh * ow
         target = ctx.target
-        costs = {p: plan_cost(plan_tiles(geo, p, target.rows, target.cols) if p != ctx.plan
-                              else plan.tiles, p, target.rows, target.cols, vectors, b is not None,
-                              target.weight_bits) for p in PLANS}
+        costs = {p: (plan_cost_of(geo, p, target.rows, target.cols, vectors, b is not None,
+                                  target.weight_bits) if p != ctx.plan else
+                     plan_cost(plan.tiles, p, target.rows, target.cols, vectors, b is not None,
+                               target.weight_bits)) for p in PLANS}
         other = next(p for p in PLANS if p != ctx.plan)
         k = "x".join(map(str, kernel[-1:] if one_d else kernel))
         detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"

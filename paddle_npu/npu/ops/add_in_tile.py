@@ -20,7 +20,8 @@ class AddInTile(Primitive):
     zero row of `width` columns: partial products of the row tiles of one output are added,
     those of different column tiles land side by side (Add In Tile in the original op list,
     which adds the per-channel results and then the bias). The sum is kept in a wide (float64)
-    accumulator and rounded to the partials' type once."""
+    accumulator and rounded to the partials' type once (the float32 body,
+    Primitive.float32_body, adds float32 partials in float32)."""
 
     inputs = (Arg("B", "bias row [width] (may be left out: empty name)", optional=True),
               Arg("P", "partial results [..., K, w_i]", variadic=True))
@@ -43,11 +44,12 @@ class AddInTile(Primitive):
         return f"{'b' if bias else ''}n{len(layout)}_{config_tag(layout, width, bias)}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
+    def body(cls, b, attrs, in_shapes, float32=False):
         layout, width = _layout(attrs, in_shapes)
         groups = {}                     # partials at the same place are summed first
         for i, place in enumerate(layout):
-            groups.setdefault(place, []).append(b.op("Cast", f"P{i}", to=DOUBLE))
+            groups.setdefault(place, []).append(f"P{i}" if float32 else
+                                                b.op("Cast", f"P{i}", to=DOUBLE))
         spans = sorted(groups)
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
                 for place, names in groups.items()}
@@ -64,8 +66,12 @@ class AddInTile(Primitive):
                 padded.append(b.op("Pad", sums[(o, w)], b.const(pads)))
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
-            total = b.op("Add", total, b.op("Cast", "B", to=DOUBLE))
+            total = b.op("Add", total, "B" if float32 else b.op("Cast", "B", to=DOUBLE))
         b.op("CastLike", total, "P0", out="Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        cls.body(b, attrs, in_shapes, float32=True)
 
     @classmethod
     def reference(cls, array, inputs, attrs):

@@ -39,19 +39,48 @@ class Im2Col(Primitive):
         return [[n, rows, cols]]
 
     @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]):
+            sh, sw = a["strides"]
+            return f"pointwise_s{sh}x{sw}"
+        return ""
+
+    @classmethod
     def body(cls, b, attrs, in_shapes):
+        if cls.overload(attrs, in_shapes):
+            cls._pointwise_body(b, attrs)
+        else:
+            cls._generic_body(b)
+
+    @classmethod
+    def _pointwise_body(cls, b, attrs):
+        """A 1x1 kernel without padding: the (strided) image moved channels-last."""
+        sh, sw = attrs["strides"]
+        x = "X"
+        if (sh, sw) != (1, 1):
+            big = np.iinfo(np.int64).max
+            x = b.op("Slice", x, b.const([0, 0]), b.const([big, big]), b.const([2, 3]),
+                     b.const([sh, sw]))
+        t = b.op("Transpose", x, perm=[0, 2, 3, 1])                   # [N, OH, OW, C]
+        shape = b.op("Concat", b.const([0, -1]), b.op("Shape", x, start=1, end=2), axis=0)
+        b.op("Reshape", t, shape, out="Y")
+
+    @classmethod
+    def _generic_body(cls, b):
+        """The receptive fields as one index table into the padded image (a few small ops on
+        the attributes and the image's height and width), gathered channels-last: whole
+        pixels (C values) per index."""
         k, s = b.attr("kernel_shape", "ints"), b.attr("strides", "ints")
         d, p = b.attr("dilations", "ints"), b.attr("pads", "ints")
         i0, i1, i2, i4 = b.const([0]), b.const([1]), b.const([2]), b.const([4])
         zero, one, pair0 = b.const(0), b.const(1), b.const([0, 0])
-        pads = b.op("Concat", pair0, b.op("Slice", p, i0, i2), pair0, b.op("Slice", p, i2, i4),
-                    axis=0)
-        xp = b.op("Pad", "X", pads)
-        hw = b.op("Slice", b.op("Shape", xp), i2, i4)
+        before, after = b.op("Slice", p, i0, i2), b.op("Slice", p, i2, i4)
+        hwp = b.op("Add", b.op("Add", b.op("Shape", "X", start=2), before), after)  # [Hp, Wp]
         span = b.op("Add", b.op("Mul", b.op("Sub", k, one), d), one)
-        o = b.op("Add", b.op("Div", b.op("Sub", hw, span), s), one)      # [OH, OW]
+        o = b.op("Add", b.op("Div", b.op("Sub", hwp, span), s), one)          # [OH, OW]
 
-        def index(axis):   # [O, K]: the padded-image coordinate of output o, kernel tap k
+        def coords(axis):   # [O, K]: the padded-image coordinate of output o, kernel tap k
             pick = zero if axis == 0 else one
             start = b.op("Mul", b.op("Range", zero, b.op("Gather", o, pick), one),
                          b.op("Gather", s, pick))
@@ -59,11 +88,19 @@ class Im2Col(Primitive):
                        b.op("Gather", d, pick))
             return b.op("Add", b.op("Unsqueeze", start, i1), b.op("Unsqueeze", tap, i0))
 
-        g = b.op("Gather", xp, index(0), axis=2)                # [N, C, OH, KH, Wp]
-        g = b.op("Gather", g, index(1), axis=4)                 # [N, C, OH, KH, OW, KW]
-        t = b.op("Transpose", g, perm=[0, 2, 4, 1, 3, 5])       # [N, OH, OW, C, KH, KW]
-        rows = b.op("Unsqueeze", b.op("ReduceProd", o, keepdims=0), i0)
-        b.op("Reshape", t, b.op("Concat", i0, rows, b.const([-1]), axis=0), out="Y")
+        rows = b.op("Unsqueeze", coords(0), b.const([1, 3]))       # [OH, 1, KH, 1]
+        cols = b.op("Unsqueeze", coords(1), b.const([0, 2]))       # [1, OW, 1, KW]
+        index = b.op("Add", b.op("Mul", rows, b.op("Gather", hwp, one)), cols)
+        index = b.op("Reshape", index, b.const([-1]))              # [OH*OW*KH*KW]
+
+        pads = b.op("Concat", pair0, before, pair0, after, axis=0)
+        xp = b.op("Reshape", b.op("Pad", "X", pads), b.const([0, 0, -1]))   # [N, C, Hp*Wp]
+        g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), index, axis=1)
+        out_rows = b.op("ReduceProd", o, keepdims=1)                            # [OH*OW]
+        taps = b.op("ReduceProd", k, keepdims=1)                                # [KH*KW]
+        g = b.op("Reshape", g, b.op("Concat", i0, out_rows, taps, b.const([-1]), axis=0))
+        t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
+        b.op("Reshape", t, b.op("Concat", i0, out_rows, b.const([-1]), axis=0), out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

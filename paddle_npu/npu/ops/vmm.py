@@ -24,11 +24,21 @@ class VMM(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        start = b.op("Reshape", b.attr("row_offset", "int"), b.const([1]))
-        r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
-        x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
-        y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        y = b.op("MatMul", b.op("Cast", cls._rows(b), to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
         b.op("CastLike", y, "X", out="Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        b.op("MatMul", cls._rows(b), "W", out="Y")
+
+    @staticmethod
+    def _rows(b):
+        """X[..., row_offset : row_offset + R], in as few nodes as it takes (every VMM node
+        inlines them: a per-channel plan has thousands)."""
+        offset = b.attr("row_offset", "int")                   # a scalar
+        start = b.op("Add", offset, b.const([0]))               # [row_offset]
+        end = b.op("Add", offset, b.op("Shape", "W", end=1))    # [row_offset + R]
+        return b.op("Slice", "X", start, end, b.const([-1]))
 
     @classmethod
     def reference(cls, array, inputs, attrs):
