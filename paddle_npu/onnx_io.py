@@ -14,9 +14,10 @@ Everything after `load_model` works on that one ir.Model; a ModelProto is made o
 import math
 import os
 
+import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import ModelProto, helper, version_converter
+from onnx import ModelProto, TensorProto, helper, version_converter
 from onnx_ir.passes.common import ShapeInferencePass
 
 from .errors import ConversionError
@@ -91,8 +92,6 @@ _ASIDE_ELEMENTS = 1024              # smaller tensors (shapes, axes, scales) sta
 def _set_weights_aside(proto):
     """Take the bytes of the big initializers out of the proto, leaving each one marked as
     external data (dtype and dims kept): {name: bytes}."""
-    from onnx import TensorProto
-
     aside = {}
     for t in proto.graph.initializer:
         # counted from the dims: reading raw_data (or ByteSize) would copy the bytes
@@ -108,9 +107,6 @@ def _set_weights_aside(proto):
 
 def _put_weights_back(model, aside):
     """The weights set aside, as arrays over their bytes (no copy), in the ir.Model."""
-    import numpy as np
-    import onnx_ir as ir
-
     for name, value in model.graph.initializers.items():
         if name not in aside:
             continue

@@ -4,6 +4,7 @@ what the arrays do), every other node by the ONNX reference implementation.
 Function bodies are not used here, so the reference is independent of onnxruntime's run
 of the same model.
 """
+import contextlib
 import time
 
 import numpy as np
@@ -178,9 +179,7 @@ def _one_blas_thread():
     product is one array tile, too small for BLAS's threads to gain what their hand-offs
     cost, and on a busy machine those cost far more (ResNet-50 at 64x64 on 2 shared cores:
     3.9 s with two threads, 0.13 s with one)."""
-    import contextlib
-
-    try:
+    try:     # optional, not a dependency: without it BLAS keeps its threads
         from threadpoolctl import threadpool_limits
     except ImportError:
         return contextlib.nullcontext()
