@@ -10,6 +10,8 @@ from .passes import with_input_shapes
 from .reference import Reference
 
 TOLERANCE = 1e-5
+# About one float32 ulp, relative: the input nudge that measures a model's float-noise floor.
+NUDGE = 1e-7
 # Integer plans round on purpose: they are judged by the cosine of their outputs to the float
 # model's (the way vendor toolchains compare), and onnxruntime must match the bit-true NumPy
 # reference exactly.
@@ -62,12 +64,41 @@ def _sqnr_db(got, want):
     return 10 * np.log10(signal / noise) if signal > 0 else -float("inf")
 
 
+def float_noise_floor(model, feeds, nudge=NUDGE):
+    """Per output, how far float rounding alone moves the model in onnxruntime (relative to its
+    scale): the largest move under graph optimisations off and four input nudges of about one
+    float32 ulp (all up, all down, two seeded random signs per element). Some heads (detection
+    decode, TPS rectification, large gains) amplify rounding far past 1e-5; a lowered model
+    within this floor differs from the original by rounding, not by a lowering error."""
+    model = _serialized(model)
+    rng = np.random.default_rng(0)
+
+    def nudged(sign):
+        return {k: v if v.dtype.kind != "f" else
+                (v.astype(np.float64) * (1 + sign(v) * nudge)).astype(v.dtype)
+                for k, v in feeds.items()}
+
+    _, plain = run_onnx(model, feeds)
+    runs = [run_onnx(model, feeds, graph_optimizations=False)[1]]
+    for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
+                 lambda v: rng.choice([-1, 1], v.shape)):
+        runs.append(run_onnx(model, nudged(sign))[1])
+    return [max(_rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
+
+
+def _rel_diff(got, want):
+    if not np.issubdtype(np.asarray(want).dtype, np.floating):
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    return agreement(got, want)["rel_diff"]
+
+
 def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERANCE,
            input_shape=None, min_cosine=MIN_COSINE):
     """Compare the three runs; returns a dict with per-output agreement and `ok`.
 
-    A float plan is ok when both runs are within `tolerance` (relative) of the original; an
-    integer plan when every output's cosine to the original reaches `min_cosine` and
+    A float plan is ok when both runs are within `tolerance` (relative) of the original, or
+    else each output within the original's own float-noise floor on the same feeds
+    (float_noise_floor; `within` says which: "tolerance" or "floor"); an integer plan when every output's cosine to the original reaches `min_cosine` and
     onnxruntime's run equals the NumPy reference's bit for bit.
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
     input and the run before lowering."""
@@ -110,8 +141,16 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         result["worst_cosine"] = min((e["onnxruntime"]["cosine"] for e in outputs), default=1.0)
         result["ok"] = result["worst_cosine"] >= min_cosine and \
             all(e["bit_exact"] for e in outputs)
+    elif worst <= tolerance:
+        result["ok"], result["within"] = True, "tolerance"
     else:
-        result["ok"] = worst <= tolerance
+        floor = float_noise_floor(original, feeds)
+        result["floor"] = floor
+        for entry, f in zip(outputs, floor):
+            entry["floor"] = f
+        result["ok"] = all(max(e[k]["rel_diff"] for k in ("onnxruntime", "reference"))
+                           <= max(tolerance, f) for e, f in zip(outputs, floor))
+        result["within"] = "floor" if result["ok"] else None
     return result
 
 
@@ -133,7 +172,17 @@ def render(result):
                      f"{result['worst_cosine']:.6f} (at least {result['min_cosine']:g}), SQNR "
                      f"{sqnr:.2f} dB; onnxruntime vs NumPy reference "
                      f"{'bit-exact' if exact else 'NOT bit-exact'}")
+    elif result.get("within") == "floor":
+        lines.append(f"agrees within the model's float-noise floor ({max(result['floor']):.1e}: "
+                     "its own output moves that much for a one-ulp input change): worst "
+                     f"relative diff {result['worst_rel_diff']:.2e}, above the tolerance "
+                     f"{result['tolerance']:g}")
+    elif result["ok"]:
+        lines.append(f"agrees within {result['tolerance']:g}: worst relative diff "
+                     f"{result['worst_rel_diff']:.2e}")
     else:
-        lines.append(f"{verdict}: worst relative diff {result['worst_rel_diff']:.2e} "
-                     f"(tolerance {result['tolerance']:g})")
+        floor = (f", beyond the model's own float-noise floor {max(result['floor']):.1e}"
+                 if result.get("floor") else "")
+        lines.append(f"DISAGREES: worst relative diff {result['worst_rel_diff']:.2e} "
+                     f"(tolerance {result['tolerance']:g}{floor})")
     return "\n".join(lines)
