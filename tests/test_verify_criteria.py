@@ -76,3 +76,65 @@ def test_lower_quantize_verify_on_the_calibration_data_agrees(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "agrees (integer plan)" in out and "bit-exact" in out
+
+
+def _cancelling_matmul():
+    """MatMul by zero-sum weight columns, fed inputs near 1000: the output is a small difference
+    of large partial sums, so float32 rounding moves it far past 1e-5 of its scale (a model
+    that amplifies rounding, as detection heads do), in onnxruntime's own MatMul too."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    k, n = 512, 16
+    w = rng.standard_normal((k, n))
+    w = (w - w.mean(0)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "cancel",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, n])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = (1000 + rng.standard_normal((4, k))).astype(np.float32)
+    return model.SerializeToString(), {"x": x}
+
+
+def test_a_model_that_amplifies_rounding_agrees_within_its_float_noise_floor():
+    from paddle_npu.npu import lower
+
+    model, feeds = _cancelling_matmul()
+    lowered, _ = lower(model, "npu256")
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["worst_rel_diff"] > 1e-5          # 1e-5 alone would call it DISAGREES
+    assert result["ok"] and result["within"] == "floor", render(result)
+    assert result["worst_rel_diff"] <= result["floor"][0]
+    assert "within the model's float-noise floor" in render(result)
+
+
+def test_a_broken_lowering_disagrees_beyond_the_floor():
+    from onnx import numpy_helper
+
+    from paddle_npu.npu import lower
+    from paddle_npu.onnx_io import load_proto
+
+    model, feeds = _cancelling_matmul()
+    lowered, _ = lower(model, "npu256")
+    broken = load_proto(lowered)
+    weight = max(broken.graph.initializer, key=lambda t: np.prod(t.dims))
+    w = numpy_helper.to_array(weight).copy()
+    w.flat[0] *= 1.01                                   # one kernel cell off by 1 %
+    weight.CopyFrom(numpy_helper.from_array(w, weight.name))
+    result = verify(model, broken, "npu256", feeds=feeds)
+    assert not result["ok"] and result["within"] is None
+    assert result["worst_rel_diff"] > result["floor"][0] > 1e-5
+    assert "DISAGREES" in render(result) and "float-noise floor" in render(result)
+
+
+def test_a_model_within_tolerance_needs_no_floor():
+    from paddle_npu.npu import lower
+
+    model, feeds = _cancelling_matmul()
+    feeds = {"x": feeds["x"] - 1000}                    # no cancellation: plain rounding
+    lowered, _ = lower(model, "npu256")
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"] and result["within"] == "tolerance" and "floor" not in result
+    assert "agrees within 1e-05" in render(result)
