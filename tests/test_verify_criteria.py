@@ -138,3 +138,45 @@ def test_a_model_within_tolerance_needs_no_floor():
     result = verify(model, lowered, "npu256", feeds=feeds)
     assert result["ok"] and result["within"] == "tolerance" and "floor" not in result
     assert "agrees within 1e-05" in render(result)
+
+
+def _float64_matmul(model, feeds):
+    from onnx import numpy_helper
+
+    from paddle_npu.onnx_io import load_proto
+
+    w = numpy_helper.to_array(load_proto(model).graph.initializer[0]).astype(np.float64)
+    return [feeds["x"].astype(np.float64) @ w]
+
+
+def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering():
+    from onnx import numpy_helper
+
+    from paddle_npu.npu import lower
+    from paddle_npu.onnx_io import load_proto
+
+    model, feeds = _cancelling_matmul()
+    lowered, _ = lower(model, "npu256")
+    broken = load_proto(lowered)
+    weight = max(broken.graph.initializer, key=lambda t: np.prod(t.dims))
+    w = numpy_helper.to_array(weight).copy()
+    w.flat[0] *= 1.01
+    weight.CopyFrom(numpy_helper.from_array(w, weight.name))
+    result = verify(model, broken, "npu256", feeds=feeds, recorded=_float64_matmul(model, feeds))
+    assert not result["ok"] and "DISAGREES" in render(result)
+    d = result["outputs"][0]["from_recorded"]
+    assert d["onnxruntime"] > 1e-3 > d["original"]
+
+
+def test_a_lowered_model_as_close_to_the_float64_result_as_the_model_agrees():
+    from paddle_npu.npu.verifier import _as_close_to_recorded
+
+    exact = np.linspace(-1, 1, 64)
+    model = exact + 3e-5 * np.cos(np.arange(64))        # the model's own float32 error
+    lowered = exact - 2e-5 * np.sin(np.arange(64))      # 5e-5 from the model, 2e-5 from exact
+    entries = [{}]
+    assert _as_close_to_recorded(entries, [exact], [model], [lowered], [lowered], 1e-5)
+    assert entries[0]["from_recorded"]["original"] > entries[0]["from_recorded"]["onnxruntime"]
+    farther = exact + 4e-5 * np.sin(np.arange(64))
+    assert not _as_close_to_recorded([{}], [exact], [model], [farther], [lowered], 1e-5)
+    assert not _as_close_to_recorded([{}], [None], [model], [lowered], [lowered], 1e-5)
