@@ -180,3 +180,19 @@ def test_a_lowered_model_as_close_to_the_float64_result_as_the_model_agrees():
     farther = exact + 4e-5 * np.sin(np.arange(64))
     assert not _as_close_to_recorded([{}], [exact], [model], [farther], [lowered], 1e-5)
     assert not _as_close_to_recorded([{}], [None], [model], [lowered], [lowered], 1e-5)
+
+
+def test_verify_command_says_which_bound_it_agrees_within(tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    model, feeds = _cancelling_matmul()
+    m, low, data = tmp_path / "m.onnx", tmp_path / "l.onnx", tmp_path / "io.npz"
+    m.write_bytes(model)
+    assert main(["lower", str(m), "-o", str(low)]) == 0
+    np.savez(data, in_x=feeds["x"])
+    capsys.readouterr()
+    assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
+    assert "agrees within the model's float-noise floor" in capsys.readouterr().out
+    np.savez(data, in_x=feeds["x"] - 1000)
+    assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
+    assert "agrees within 1e-05" in capsys.readouterr().out
