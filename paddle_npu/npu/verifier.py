@@ -100,8 +100,9 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     else each output within the original's own float-noise floor on the same feeds
     (float_noise_floor), or else, given `recorded` outputs (a more exact run, e.g. Paddle in
     float64, None where an output has none), each lowered run no farther from them than the
-    original is (`within` says which: "tolerance", "floor" or "recorded"); an integer plan when every output's cosine to the original reaches `min_cosine` and
-    onnxruntime's run equals the NumPy reference's bit for bit.
+    original is (`within` says which: "tolerance", "floor" or "recorded"); an integer plan
+    when every output's cosine to the original reaches `min_cosine` and onnxruntime's run
+    equals the NumPy reference's bit for bit.
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
     input and the run before lowering."""
     lowered_proto = load_proto(lowered)
