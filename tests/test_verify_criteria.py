@@ -1,4 +1,5 @@
-"""What `verify` judges by: float plans by tolerance, integer plans by cosine to float and
+"""What `verify` judges by: float plans by tolerance, then by the model's float-noise floor,
+then by recorded (float64) outputs; integer plans by cosine to float and
 bit-exactness against the NumPy reference; a model that was never lowered is refused; the
 NumPy reference runs BatchNormalization as inference."""
 import os
@@ -76,3 +77,118 @@ def test_lower_quantize_verify_on_the_calibration_data_agrees(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "agrees (integer plan)" in out and "bit-exact" in out
+
+
+def _cancelling_matmul():
+    """MatMul by zero-sum weight columns, fed inputs near 1000: the output is a small difference
+    of large partial sums, so float32 rounding moves it far past 1e-5 of its scale (a model
+    that amplifies rounding, as detection heads do), in onnxruntime's own MatMul too."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    k, n = 512, 16
+    w = rng.standard_normal((k, n))
+    w = (w - w.mean(0)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "cancel",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, n])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = (1000 + rng.standard_normal((4, k))).astype(np.float32)
+    return model.SerializeToString(), {"x": x}
+
+
+def _broken_lowering(model):
+    """The model lowered, with one kernel cell of its largest weight off by 1 %."""
+    from onnx import numpy_helper
+
+    from paddle_npu.npu import lower
+    from paddle_npu.onnx_io import load_proto
+
+    broken = load_proto(lower(model, "npu256")[0])
+    weight = max(broken.graph.initializer, key=lambda t: np.prod(t.dims))
+    w = numpy_helper.to_array(weight).copy()
+    w.flat[0] *= 1.01
+    weight.CopyFrom(numpy_helper.from_array(w, weight.name))
+    return broken
+
+
+def test_a_model_that_amplifies_rounding_agrees_within_its_float_noise_floor():
+    from paddle_npu.npu import lower
+
+    model, feeds = _cancelling_matmul()
+    lowered, _ = lower(model, "npu256")
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["worst_rel_diff"] > 1e-5          # 1e-5 alone would call it DISAGREES
+    assert result["ok"] and result["within"] == "floor", render(result)
+    assert result["worst_rel_diff"] <= result["floor"][0]
+    assert "within the model's float-noise floor" in render(result)
+
+
+def test_a_broken_lowering_disagrees_beyond_the_floor():
+    model, feeds = _cancelling_matmul()
+    broken = _broken_lowering(model)
+    result = verify(model, broken, "npu256", feeds=feeds)
+    assert not result["ok"] and result["within"] is None
+    assert result["worst_rel_diff"] > result["floor"][0] > 1e-5
+    assert "DISAGREES" in render(result) and "float-noise floor" in render(result)
+
+
+def test_a_model_within_tolerance_needs_no_floor():
+    from paddle_npu.npu import lower
+
+    model, feeds = _cancelling_matmul()
+    feeds = {"x": feeds["x"] - 1000}                    # no cancellation: plain rounding
+    lowered, _ = lower(model, "npu256")
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"] and result["within"] == "tolerance" and "floor" not in result
+    assert "agrees within 1e-05" in render(result)
+
+
+def _float64_matmul(model, feeds):
+    from onnx import numpy_helper
+
+    from paddle_npu.onnx_io import load_proto
+
+    w = numpy_helper.to_array(load_proto(model).graph.initializer[0]).astype(np.float64)
+    return [feeds["x"].astype(np.float64) @ w]
+
+
+def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering():
+    model, feeds = _cancelling_matmul()
+    broken = _broken_lowering(model)
+    result = verify(model, broken, "npu256", feeds=feeds, recorded=_float64_matmul(model, feeds))
+    assert not result["ok"] and "DISAGREES" in render(result)
+    d = result["outputs"][0]["from_recorded"]
+    assert d["onnxruntime"] > 1e-3 > d["original"]
+
+
+def test_a_lowered_model_as_close_to_the_float64_result_as_the_model_agrees():
+    from paddle_npu.npu.verifier import _as_close_to_recorded
+
+    exact = np.linspace(-1, 1, 64)
+    model = exact + 3e-5 * np.cos(np.arange(64))        # the model's own float32 error
+    lowered = exact - 2e-5 * np.sin(np.arange(64))      # 3.6e-5 from the model, 2e-5 from exact
+    entries = [{}]
+    assert _as_close_to_recorded(entries, [exact], [model], [lowered], [lowered], 1e-5)
+    assert entries[0]["from_recorded"]["original"] > entries[0]["from_recorded"]["onnxruntime"]
+    farther = exact + 4e-5 * np.sin(np.arange(64))
+    assert not _as_close_to_recorded([{}], [exact], [model], [farther], [lowered], 1e-5)
+    assert not _as_close_to_recorded([{}], [None], [model], [lowered], [lowered], 1e-5)
+
+
+def test_verify_command_says_which_bound_it_agrees_within(tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    model, feeds = _cancelling_matmul()
+    m, low, data = tmp_path / "m.onnx", tmp_path / "l.onnx", tmp_path / "io.npz"
+    m.write_bytes(model)
+    assert main(["lower", str(m), "-o", str(low)]) == 0
+    np.savez(data, in_x=feeds["x"])
+    capsys.readouterr()
+    assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
+    assert "agrees within the model's float-noise floor" in capsys.readouterr().out
+    np.savez(data, in_x=feeds["x"] - 1000)
+    assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
+    assert "agrees within 1e-05" in capsys.readouterr().out

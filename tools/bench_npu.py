@@ -120,6 +120,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
 
 def whole_model(name, target, cache):
     from paddle_npu.npu import verify
+    from paddle_npu.npu.verifier import float_noise_floor
 
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
@@ -136,63 +137,21 @@ def whole_model(name, target, cache):
                     "arrays": report.totals()["arrays"], "lower_seconds": round(seconds, 2),
                     "estimate": report.estimate(),
                     "cpu_ops": {op: n["cpu"] for op, n in report.plain.items() if "cpu" in n}}
-    result = verify(onnx_bytes, lowered, target, feeds=feeds)
+    path = os.path.join(info["dir"], "truth.npz")     # Paddle in float64
+    truth = None
+    if os.path.exists(path):
+        with np.load(path) as t:
+            truth = [t[f"out_{i}"] for i in range(len(t.files))]
+    result = verify(onnx_bytes, lowered, target, feeds=feeds, recorded=truth)
     row["fixed"]["worst_rel_diff"] = result["worst_rel_diff"]
     diffs = [max(o[k]["rel_diff"] for k in ("onnxruntime", "reference"))
              for o in result["outputs"]]
-    floor = float_noise_floor(onnx_bytes, feeds)
-    within, k = zoo.judge(diffs, floor, result["tolerance"])
+    floor = result.get("floor") or float_noise_floor(onnx_bytes, feeds)
+    _, k = zoo.judge(diffs, floor, result["tolerance"])
     row["fixed"]["floor"] = floor[k]
-    row["fixed"]["agrees"] = ("yes" if diffs[k] <= result["tolerance"] else
-                              "floor" if within else
-                              "f64" if as_exact_as_onnx(info, onnx_bytes, lowered, target, feeds,
-                                                        result["tolerance"]) else "NO")
+    row["fixed"]["agrees"] = {"tolerance": "yes", "floor": "floor",
+                              "recorded": "f64"}.get(result["within"], "NO")
     return row
-
-
-def as_exact_as_onnx(info, onnx_bytes, lowered, target, feeds, tolerance):
-    """Every output of the lowered model (onnxruntime and the NumPy reference) is as close to
-    the float64 result (Paddle in float64, the zoo's truth.npz) as the ONNX model's own
-    float32 output is, or within tolerance of it: their difference is then float32 rounding
-    in both, amplified by the model, not a lowering error."""
-    import onnx_ir as ir
-
-    from paddle_npu.compare import run_onnx
-
-    path = os.path.join(info["dir"], "truth.npz")
-    if not os.path.exists(path):
-        return False
-    truth = np.load(path)
-    exact = [truth[f"out_{i}"] for i in range(len(truth.files))]
-    low = ir.serde.serialize_model(lowered).SerializeToString()
-    runs = [run_onnx(low, feeds)[1], Reference(low, target).run(feeds)]
-    onnx_err = [zoo._rel_diff(t, o) for t, o in zip(exact, run_onnx(onnx_bytes, feeds)[1])]
-    return len(exact) == len(onnx_err) and all(
-        zoo._rel_diff(t, out[i]) <= max(tolerance, onnx_err[i])
-        for out in runs for i, t in enumerate(exact))
-
-
-def float_noise_floor(onnx_bytes, feeds):
-    """Per output, how far float rounding alone moves the ONNX model in onnxruntime (relative
-    to its scale), the largest of: graph optimisations off, and four input nudges of about one
-    float32 ulp (all up, all down, two seeded random signs per element). Some heads (TPS
-    rectification, detection decode) amplify rounding far past 1e-5; a lowered model within
-    this floor differs from the original by rounding, not by a lowering error."""
-    from paddle_npu.compare import run_onnx
-
-    rng = np.random.default_rng(0)
-
-    def nudged(sign):
-        return {k: (v if v.dtype.kind != "f" else
-                    (v.astype(np.float64) * (1 + sign(v) * zoo.NUDGE)).astype(v.dtype))
-                for k, v in feeds.items()}
-
-    _, plain = run_onnx(onnx_bytes, feeds)
-    runs = [run_onnx(onnx_bytes, feeds, graph_optimizations=False)[1]]
-    for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
-                 lambda v: rng.choice([-1, 1], v.shape)):
-        runs.append(run_onnx(onnx_bytes, nudged(sign))[1])
-    return [max(zoo._rel_diff(p, r[i]) for r in runs) for i, p in enumerate(plain)]
 
 
 def render_whole(rows):

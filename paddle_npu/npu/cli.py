@@ -40,7 +40,10 @@ def add_commands(sub):
     p.add_argument("lowered", help="the lowered model")
     p.add_argument("--target", default=DEFAULT, help="the target it was lowered for "
                                                      "(array size of the NumPy reference)")
-    p.add_argument("--inputs", metavar="NPZ", help="inputs to use (in_<name> or <name> keys)")
+    p.add_argument("--inputs", metavar="NPZ",
+                   help="inputs to use (in_<name> or <name> keys); outputs recorded in it "
+                        "(out_<i> or <name>), e.g. Paddle's in float64, judge a float plan "
+                        "beyond the model's float-noise floor")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
     p.add_argument("--tolerance", type=float, default=1e-5,
                    help="largest relative diff accepted for a float plan (default 1e-5)")
@@ -185,13 +188,16 @@ def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json
     from ..onnx_io import load_proto
     from .verifier import render, verify
 
-    feeds = None
+    feeds = recorded = None
     if inputs:
         graph = load_proto(model).graph
         inits = {i.name for i in graph.initializer}
-        feeds, _ = load_reference(inputs, [i.name for i in graph.input if i.name not in inits], [])
+        feeds, recorded = load_reference(inputs, [i.name for i in graph.input
+                                                  if i.name not in inits],
+                                         [o.name for o in graph.output])
     result = verify(model, lowered, target, feeds=feeds, seed=seed, tolerance=tolerance,
-                    input_shape=input_shape, min_cosine=min_cosine)
+                    input_shape=input_shape, min_cosine=min_cosine,
+                    recorded=recorded)
     print(json.dumps(result, indent=1) if as_json else render(result))
     if result["integer"] and not result["ok"] and not inputs and not as_json:
         print("(on seeded random inputs, which an integer plan's calibrated ranges may not "
