@@ -12,6 +12,7 @@ node, a check that says why not, a rewrite), run over the graph by `RulePass`.
     BatchNormToAffine     any other inference BatchNormalization -> Mul + Add
     RemoveUnused          nodes and functions nothing reads
 """
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,8 +61,6 @@ class Sequence(Pass):
         self.progress = None
 
     def run(self, model, result):
-        import time
-
         self.results = []
         for p in self.passes:
             start = time.perf_counter()
