@@ -177,8 +177,8 @@ class Reference:
 def _one_blas_thread():
     """BLAS on one thread while the reference runs (with threadpoolctl, when installed): each
     product is one array tile, too small for BLAS's threads to gain what their hand-offs
-    cost, and on a busy machine those cost far more (ResNet-50 at 64x64 on 2 shared cores:
-    3.9 s with two threads, 0.13 s with one)."""
+    cost, and on a busy machine those cost far more (ResNet-50 at 64x64 on 2 shared cores,
+    runs in turn: 0.85 s with two threads, 0.20 s with one)."""
     try:     # optional, not a dependency: without it BLAS keeps its threads
         from threadpoolctl import threadpool_limits
     except ImportError:
