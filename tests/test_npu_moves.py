@@ -95,9 +95,8 @@ def test_moves_and_tables_refusals():
     lowered, report = lower(m)
     assert report.refusals == {
         "runtime_gather": "Gather: both the data and the indices are computed at run time",
-        "scattered": "Gather: the constant positions are not evenly spaced and increasing "
-                     "(not a crop)",
         "reversed": "Slice: a reversed slice (step below 1) is not a crop"}
+    assert any(n.op_type == "AxisResample" for n in lowered.graph)    # "scattered": a pick
     feeds = {"x": rng.standard_normal((4, 6)).astype(np.float32),
              "i": np.array([3, 0, 1], np.int64)}
     want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
@@ -153,3 +152,28 @@ def test_position_ids_and_causal_mask_fold_at_a_fixed_size():
     want, got, ref, _ = three_way(m, lowered, {"ids": ids}, "npu256")
     assert_close(got[0], want[0], "onnxruntime")
     assert_close(ref[0], want[0], "reference")
+
+
+def test_gather_at_positions_in_any_order_is_a_pick():
+    """Constant positions that are no crop (repeated, out of order: the taps of a bilinear
+    resize written out) -> AxisResample picking them; integer data stays a refusal."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Gather", ["x", "rows"], ["r"], axis=2, name="rows"),
+             helper.make_node("Gather", ["r", "cols"], ["y"], axis=-1, name="cols"),
+             helper.make_node("Gather", ["n", "rows"], ["k"], axis=0, name="ints"),
+             helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT, name="as_float")]
+    m = _int_model(nodes, [("x", [1, 2, 5, 4], TensorProto.FLOAT),
+                           ("n", [6], TensorProto.INT64)],
+                   [("y", None), ("kf", None)],
+                   [("rows", np.array([4, 0, 0, 2, -1], np.int64)),
+                    ("cols", np.array([3, 1], np.int64))])
+    lowered, report = lower(m)
+    picks = [n for n in lowered.graph if n.op_type == "AxisResample"]
+    assert len(picks) == 2 and "rows" not in report.refusals and "cols" not in report.refusals
+    assert report.refusals["ints"].startswith("Gather: the constant positions are not evenly")
+    feeds = {"x": rng.standard_normal((1, 2, 5, 4)).astype(np.float32),
+             "n": np.arange(6, dtype=np.int64) * 7}
+    want, got, ref, r = three_way(m, lowered, feeds, "npu256")
+    for i in range(2):
+        assert np.array_equal(got[i], want[i]) and np.array_equal(ref[i], want[i])
+    assert r.array.moved_elements >= want[0].size

@@ -79,6 +79,9 @@ EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     # masks and selections (attention masks, box decode): compare, logic, select, cast, broadcast
     "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Where",
     "Cast", "Expand",
+    # sampling at computed places (TPS rectification, deformable attention): gathers of 4
+    # neighbours weighted, which 2025-era edge NPUs run beside the arrays
+    "GridSample",
 )
 
 

@@ -154,10 +154,30 @@ def _positions(ctx, node):
     return axis, (int(flat[0]), int(flat[-1]) + 1, step), index.ndim == 0
 
 
+def _picks(ctx, node):
+    """Gather of a float activation at a list of constant positions in any order (the taps
+    of a bilinear resize written out, as stage 1 does for Paddle's align_corners arithmetic)
+    as (axis, positions) for AxisResample's pick, or None."""
+    x, index = node.inputs[0], ctx.constant(node.inputs[1])
+    dims = ctx.dims(x)
+    if not ctx.target.runs_primitive("AxisResample") or x.dtype is None or \
+            not x.dtype.is_floating_point() or dims is None or index is None or \
+            index.ndim != 1 or index.size == 0:
+        return None
+    axis = _axis(node, len(dims))
+    if not isinstance(dims[axis], int):
+        return None
+    index = np.where(index < 0, index + dims[axis], index).astype(np.int64)
+    if index.min() < 0 or index.max() >= dims[axis]:
+        return None
+    return axis, [int(i) for i in index]
+
+
 @onnx_op("Gather")
 class Gather:
     """A constant table read at run-time indices (an embedding) -> TableRead; an
-    activation read at constant positions -> Crop (+ DimTransform dropping a scalar's axis)."""
+    activation read at constant positions -> Crop (+ DimTransform dropping a scalar's axis),
+    or, at positions in any order, AxisResample picking them."""
 
     @classmethod
     def check(cls, ctx, node):
@@ -174,14 +194,21 @@ class Gather:
             return "both the data and the indices are computed at run time"
         if not ctx.target.runs_primitive("DimTransform"):
             return "the target has no DimTransform"
-        return _refusal(ctx, node, "Crop", _positions)
+        reason = _refusal(ctx, node, "Crop", _positions)
+        if reason and _moves_check(ctx, node, "Crop") is None and _picks(ctx, node):
+            return None
+        return reason
 
     @classmethod
     def lower(cls, ctx, node):
         data, index = node.inputs[:2]
         if ctx.constant(data) is not None:
             return [ctx.npu.TableRead(data, index, _name="table_read")]
-        axis, window, scalar = _positions(ctx, node)
+        found = _positions(ctx, node)
+        if isinstance(found, str):
+            axis, positions = _picks(ctx, node)
+            return [ctx.npu.AxisResample(data, axis=axis, indices=positions, _name="pick")]
+        axis, window, scalar = found
         y = _crop(ctx, data, {axis: window}, "crop")
         if scalar:               # one position: its axis goes
             out = ctx.dims(node.outputs[0])
