@@ -41,6 +41,21 @@ class LowerContext:
     dims = staticmethod(g.dims)
     static_dims = staticmethod(g.static_dims)
 
+    def unit_refusal(self, node, primitive, listed=True):
+        """Why the vector unit cannot run `node` as `primitive` on its first input, or None:
+        the target's vector unit does not list the op (when `listed` asks), has no such
+        primitive, or the input is a constant (folded, not run) of unknown rank."""
+        if listed and not self.target.npu_runs(node.op_type):  # a target leaving it to the CPU
+            return f"the target's vector unit does not run {node.op_type}"
+        if not self.target.runs_primitive(primitive):
+            return f"the target has no {primitive}"
+        x = node.inputs[0]
+        if self.constant(x) is not None:
+            return "constant input (folded, not run)"
+        if self.dims(x) is None:
+            return "the input's rank is not known"
+        return None
+
     # --- building -------------------------------------------------------------------------
     def unique_name(self, base):
         return self._names(base)

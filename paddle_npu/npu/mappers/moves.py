@@ -15,16 +15,7 @@ def _moves_check(ctx, node, primitive):
     """Why the node's input cannot be moved by `primitive`, or None. A target whose vector
     unit does not list Slice / Split leaves them to the CPU; a Gather at constant positions
     is a crop wherever the target has Crop."""
-    if node.op_type != "Gather" and not ctx.target.npu_runs(node.op_type):
-        return f"the target's vector unit does not run {node.op_type}"
-    if not ctx.target.runs_primitive(primitive):
-        return f"the target has no {primitive}"
-    x = node.inputs[0]
-    if ctx.constant(x) is not None:
-        return "constant input (folded, not run)"
-    if ctx.dims(x) is None:
-        return "the input's rank is not known"
-    return None
+    return ctx.unit_refusal(node, primitive, listed=node.op_type != "Gather")
 
 
 def _refusal(ctx, node, primitive, plan):

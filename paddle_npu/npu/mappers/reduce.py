@@ -23,18 +23,13 @@ def reduce_axes(ctx, node, rank):
 
 def _float_input(ctx, node, primitive, axes=None):
     """Why a node on x cannot run as `primitive`, or None."""
-    if not ctx.target.npu_runs(node.op_type):      # a target that leaves it to the CPU
-        return f"the target's vector unit does not run {node.op_type}"
-    if not ctx.target.runs_primitive(primitive):
-        return f"the target has no {primitive}"
+    reason = ctx.unit_refusal(node, primitive)
+    if reason:
+        return reason
     x = node.inputs[0]
-    if ctx.constant(x) is not None:
-        return "constant input (folded, not run)"
     if x.dtype is None or not x.dtype.is_floating_point():
         return f"input type {x.dtype} is not floating point"
     dims = ctx.dims(x)
-    if dims is None:
-        return "the input's rank is not known"
     if axes is not None and not all(isinstance(dims[a], int) for a in axes):
         return "the reduced axes have no fixed size"
     return None
