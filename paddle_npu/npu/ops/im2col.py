@@ -94,7 +94,9 @@ class Im2Col(Primitive):
         index = (rows * wp + cols).reshape(-1)                 # [OH*OW*KH*KW] into Hp*Wp
         x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
-        table = b.op("Constant", value=numpy_helper.from_array(index.astype(np.int32)))
+        small = index.max(initial=0) <= np.iinfo(np.int32).max     # half the bytes
+        table = b.op("Constant", value=numpy_helper.from_array(
+            index.astype(np.int32 if small else np.int64)))
         g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), table, axis=1)
         g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
         t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
