@@ -131,6 +131,22 @@ def test_im2col_body_for_an_image_of_unknown_size(case):
 
 
 @SETTINGS
+@given(im2col_cases())
+def test_im2col_body_for_a_fixed_image_and_an_open_batch(case):
+    """Height and width fixed, the batch open: the body gathers with a constant index table
+    and computes no shape at run time."""
+    n, c, h, w, k, s, p, d = case
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    m = _im2col_model(attrs, ["N", c, h, w])
+    assert {node.op_type for node in m.functions[0].node} <= {
+        "Constant", "Pad", "Slice", "Reshape", "Transpose", "Gather"}
+    got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
+    want = get_primitive("Im2Col").reference(ArrayModel(8, 8), [x], attrs)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
 @given(st.integers(1, 3), st.integers(1, 40), st.integers(1, 30), st.integers(1, 30),
        st.integers(0, 10), st.sampled_from([(4, 4), (16, 8), (256, 256)]))
 def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):

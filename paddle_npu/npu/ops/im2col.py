@@ -1,7 +1,14 @@
 """Im2Col: an image to the rows a crossbar array multiplies (reshape_2 in the original op list)."""
 import numpy as np
+from onnx import numpy_helper
 
-from .base import Arg, Attr, Primitive, primitive
+from .base import Arg, Attr, Primitive, config_tag, primitive
+
+
+def _height_width(in_shapes):
+    """The image's height and width as the lowering knows them (a str or None: left open)."""
+    shape = in_shapes[0] if in_shapes else None
+    return (shape[2], shape[3]) if shape is not None and len(shape) == 4 else (None, None)
 
 
 def out_size(size, k, s, d, p0, p1):
@@ -44,12 +51,19 @@ class Im2Col(Primitive):
         if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]):
             sh, sw = a["strides"]
             return f"pointwise_s{sh}x{sw}"
+        h, w = _height_width(in_shapes)
+        if isinstance(h, int) and isinstance(w, int):
+            return f"fixed_{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"], a["pads"],
+                                                   a["dilations"])
         return ""
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        if cls.overload(attrs, in_shapes):
+        overload = cls.overload(attrs, in_shapes)
+        if overload.startswith("pointwise"):
             cls._pointwise_body(b, attrs)
+        elif overload:
+            cls._fixed_size_body(b, attrs, *_height_width(in_shapes))
         else:
             cls._generic_body(b)
 
@@ -62,9 +76,31 @@ class Im2Col(Primitive):
             big = np.iinfo(np.int64).max
             x = b.op("Slice", x, b.const([0, 0]), b.const([big, big]), b.const([2, 3]),
                      b.const([sh, sw]))
-        t = b.op("Transpose", x, perm=[0, 2, 3, 1])                   # [N, OH, OW, C]
-        shape = b.op("Concat", b.const([0, -1]), b.op("Shape", x, start=1, end=2), axis=0)
-        b.op("Reshape", t, shape, out="Y")
+        flat = b.op("Reshape", x, b.const([0, 0, -1]))                 # [N, C, OH*OW]
+        b.op("Transpose", flat, perm=[0, 2, 1], out="Y")
+
+    @classmethod
+    def _fixed_size_body(cls, b, attrs, h, w):
+        """Height and width fixed at lowering: the generic body's gather with its index
+        table computed here, once, and held as a constant (the batch may stay open;
+        onnxruntime folds no Shape of a tensor whose batch is open, so the generic body
+        would compute the table again at every run)."""
+        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
+        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
+        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        wp = w + pl + pr
+        rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
+        cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
+        index = (rows * wp + cols).reshape(-1)                 # [OH*OW*KH*KW] into Hp*Wp
+        x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
+        xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
+        small = index.max(initial=0) <= np.iinfo(np.int32).max     # half the bytes
+        table = b.op("Constant", value=numpy_helper.from_array(
+            index.astype(np.int32 if small else np.int64)))
+        g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), table, axis=1)
+        g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
+        t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
+        b.op("Reshape", t, b.const([0, oh * ow, -1]), out="Y")
 
     @classmethod
     def _generic_body(cls, b):
