@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
+from paddle_npu.npu.ops.im2col import TABLE_LIMIT
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -144,6 +145,17 @@ def test_im2col_body_for_a_fixed_image_and_an_open_batch(case):
     got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
     want = get_primitive("Im2Col").reference(ArrayModel(8, 8), [x], attrs)[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_im2col_keeps_a_big_index_table_out_of_the_model():
+    """Past TABLE_LIMIT entries (a 3x3 kernel on a 640x640 image) the generic body computes
+    the table at run time instead of storing megabytes of it; below, the fixed-size one."""
+    prim = get_primitive("Im2Col")
+    attrs = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1]}
+    assert 640 * 640 * 9 > TABLE_LIMIT >= 160 * 160 * 9
+    assert prim.overload(attrs, [["N", 16, 640, 640]]) == ""
+    assert prim.overload(attrs, [["N", 16, 160, 160]]).startswith("fixed_160x160_")
 
 
 @SETTINGS

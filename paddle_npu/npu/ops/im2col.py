@@ -17,6 +17,18 @@ def out_size(size, k, s, d, p0, p1):
     return (size + p0 + p1 - (d * (k - 1) + 1)) // s + 1
 
 
+# The fixed-size body holds its index table in the model: past this many entries (1 MiB of
+# int32; a 3x3 kernel on a 640x640 image needs 3.7 M) the generic body computes it per run
+# instead of making the file that much larger.
+TABLE_LIMIT = 1 << 18
+
+
+def _table_entries(a, h, w):
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
+    return out_size(h, kh, sh, dh, pt, pb) * out_size(w, kw, sw, dw, pl, pr) * kh * kw
+
+
 @primitive
 class Im2Col(Primitive):
     """Unfolds every receptive field of an NCHW image into one row: row oh*OW + ow holds
@@ -52,7 +64,7 @@ class Im2Col(Primitive):
             sh, sw = a["strides"]
             return f"pointwise_s{sh}x{sw}"
         h, w = _height_width(in_shapes)
-        if isinstance(h, int) and isinstance(w, int):
+        if isinstance(h, int) and isinstance(w, int) and _table_entries(a, h, w) <= TABLE_LIMIT:
             return f"fixed_{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"], a["pads"],
                                                    a["dilations"])
         return ""
