@@ -60,10 +60,13 @@ VECTOR_UNIT_OPS = (
 # that also does the moves, normalisations, reductions and resizing transformer, detection
 # and segmentation models split into CPU islands otherwise. Arrays that may be written at
 # run time (RuntimeVMM: MatMul of two activations, attention) only where a target lists it.
-EDGE_PRIMITIVES = ALL_PRIMITIVES + ("Lut", "Col2Im", "Pool", "AxisResample", "InstanceNorm",
-                                   "Im2Col3D")
-EDGE_PRIMITIVES += ("TableRead", "Crop", "Join",    # embedding tables; Slice / Split / Concat
-                    "Reduce", "LayerNorm")          # reductions, Softmax's sum, LayerNorm
+EDGE_PRIMITIVES = ALL_PRIMITIVES + (
+    "Lut",                                          # the lookup-table unit
+    "Im2Col3D", "Col2Im",                           # Conv3D, ConvTranspose
+    "Pool", "AxisResample", "InstanceNorm",         # pooling, resizing, instance / group norm
+    "TableRead", "Crop", "Join",                    # embedding tables; Slice / Split / Concat
+    "Reduce", "LayerNorm",                          # reductions, Softmax's sums, LayerNorm
+)
 RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 
 # Every primitive of the operator set (ops/: one module each; a test keeps the two the same):
