@@ -89,7 +89,7 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
     p.add_argument("--progress", action="store_true",
                    help="one line per lowering stage on stderr (the default on a terminal; "
-                        "never with -q)")
+                        "never with convert's -q)")
     p.add_argument("--float32-bodies", action="store_true",
                    help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
                         "model's own Conv / MatMul (the default sums exactly, in float64, as "
