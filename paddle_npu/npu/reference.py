@@ -15,6 +15,7 @@ from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
 from ..onnx_io import load_proto
 from .ops import DOMAIN, ArrayModel, all_primitives
+from .ops.im2col import kernel_taps
 from .target import load_target
 
 
@@ -61,11 +62,9 @@ def _standard_overrides():
             oh = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
             ow = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
             y = None
-            for i in range(kh):
-                for j in range(kw):
-                    v = xp[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh,
-                           j * dw: j * dw + (ow - 1) * sw + 1: sw]
-                    y = v.copy() if y is None else np.maximum(y, v)
+            for _, _, rows, cols in kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow)):
+                v = xp[:, :, rows, cols]
+                y = v.copy() if y is None else np.maximum(y, v)
             return (y,)
 
     class BatchNormalization(OpRun):

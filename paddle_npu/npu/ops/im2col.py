@@ -161,13 +161,20 @@ class Im2Col(Primitive):
         oh = out_size(h, kh, sh, dh, pt, pb)
         ow = out_size(w, kw, sw, dw, pl, pr)
         out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
-        for i in range(kh):           # one strided view per kernel tap
-            for j in range(kw):
-                view = xp[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh,
-                          j * dw: j * dw + (ow - 1) * sw + 1: sw]
-                out[:, :, :, :, i, j] = view.transpose(0, 2, 3, 1)
+        for i, j, rows, cols in kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow)):
+            out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def kernel_taps(kernel, strides, dilations, out):
+    """(i, j, rows, cols) per kernel tap: the slices of a padded image that tap (i, j) of
+    every window reads, one strided view per tap instead of a loop over windows."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out
+    for i in range(kh):
+        for j in range(kw):
+            yield (i, j, slice(i * dh, i * dh + (oh - 1) * sh + 1, sh),
+                   slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
 
 
 def resolve_pads(node, spatial, kernel, strides, dilations):

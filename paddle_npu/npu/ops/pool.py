@@ -2,6 +2,7 @@
 import numpy as np
 
 from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
+from .im2col import kernel_taps
 
 
 def pooled_size(size, k, s, d, p0, p1, ceil):
@@ -95,13 +96,10 @@ class Pool(Primitive):
         padded = np.pad(np.ones((h + pt + pb, w + pl + pr)), ((0, eb), (0, er)))  # + pads
         y = None
         count = np.zeros((oh, ow))
-        for i in range(kh):           # one strided view per kernel tap
-            for j in range(kw):
-                rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
-                cols = slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
-                v = xp[:, :, rows, cols]
-                y = v.copy() if y is None else (np.maximum(y, v) if is_max else y + v)
-                count += (padded if a["count_include_pad"] else inside)[rows, cols]
+        for _, _, rows, cols in kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow)):
+            v = xp[:, :, rows, cols]
+            y = v.copy() if y is None else (np.maximum(y, v) if is_max else y + v)
+            count += (padded if a["count_include_pad"] else inside)[rows, cols]
         if not is_max:
             y = y / count
         array.vector_elements += y.size * kh * kw
