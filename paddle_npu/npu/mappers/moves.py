@@ -185,9 +185,10 @@ class Gather:
             return "both the data and the indices are computed at run time"
         if not ctx.target.runs_primitive("DimTransform"):
             return "the target has no DimTransform"
-        reason = _refusal(ctx, node, "Crop", _positions)
-        if reason and _moves_check(ctx, node, "Crop") is None and _picks(ctx, node):
-            return None
+        reason = _moves_check(ctx, node, "Crop")
+        found = _positions(ctx, node) if reason is None else None
+        if isinstance(found, str) and not _picks(ctx, node):    # no crop, and no pick either
+            reason = found
         return reason
 
     @classmethod
