@@ -16,6 +16,7 @@ from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 from ..onnx_io import load_proto
 from .ops import DOMAIN, ArrayModel, all_primitives
 from .ops.im2col import kernel_taps
+from .reference_layers import LAYER_DOMAIN, fuse_matrix_layers, layer_op_class
 from .target import load_target
 
 
@@ -153,9 +154,11 @@ def _grid_sample_2d(x, grid, corners, mode, padding):
 
 
 class Reference:
-    """`Reference(lowered, target).run(feeds)` -> outputs; `.array` holds the counts."""
+    """`Reference(lowered, target).run(feeds)` -> outputs; `.array` holds the counts.
+    fuse_layers: run each matrix layer's VMM tiles and AddInTile as one computation with the
+    same arithmetic (reference_layers.py); False runs every node on its own."""
 
-    def __init__(self, model, target):
+    def __init__(self, model, target, fuse_layers=True):
         target = load_target(target)
         proto = load_proto(model)
         stripped = type(proto)()
@@ -163,9 +166,12 @@ class Reference:
         del stripped.functions[:]          # the primitives run as NumPy, not as their bodies
         self.array = ArrayModel(target.rows, target.cols)
         self.output_names = [o.name for o in stripped.graph.output]
+        plans = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
+        if plans:
+            stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         self._ev = ReferenceEvaluator(
             stripped, new_ops=[_op_class(p, self.array) for p in all_primitives().values()]
-            + _standard_overrides())
+            + [layer_op_class(plans, self.array)] + _standard_overrides())
 
     def run(self, feeds):
         self.array.reset()

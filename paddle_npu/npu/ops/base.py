@@ -211,7 +211,7 @@ class ArrayModel:
             held[1][dtype] = weight.astype(dtype)
         return held[1][dtype]
 
-    def _as(self, x, dtype):
+    def as_type(self, x, dtype):
         """`x` as `dtype`, converted once for all the VMM nodes reading it (the row and column
         tiles of one layer read the same rows)."""
         if self._converted is None or self._converted[0] is not x or \
@@ -224,7 +224,7 @@ class ArrayModel:
         whole-matrix BLAS products, one per (rows x cols) array tile of W, and counted."""
         r, m = weight.shape
         lead = x.shape[:-1]
-        rows = self._as(x, dtype).reshape(-1, x.shape[-1])
+        rows = self.as_type(x, dtype).reshape(-1, x.shape[-1])
         w = self.program(node, weight, dtype)
         vectors = rows.shape[0]
         tiles = [(i, ri, j, mj) for i, ri in _chunks(r, self.rows) for j, mj in _chunks(m, self.cols)]
@@ -253,7 +253,7 @@ class ArrayModel:
         self.vector_elements = 0     # element operations of the vector unit (Pool windows,
                                      # Col2Im sums; Reduce, LayerNorm: once per pass)
         self.seconds = {}            # primitive -> wall time in its reference
-        self._converted = None       # (tensor, dtype, the tensor as dtype): see _as
+        self._converted = None       # (tensor, dtype, the tensor as dtype): see as_type
 
     @property
     def arrays(self):

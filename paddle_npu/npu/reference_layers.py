@@ -1,0 +1,296 @@
+"""The NumPy reference's matrix layers: the VMM (or QVMM) tiles of one layer and the AddInTile
+summing them, run as one computation with the same arithmetic as running them one by one.
+
+The lowering writes a layer as one VMM node per array tile, all reading the same rows, and one
+AddInTile. Run node by node, that is hundreds of small BLAS products and as many hand-overs;
+here each layer becomes one node of the reference (never of the lowered model) that
+
+- float (VMM): multiplies the tiles of one row range as one float64 product over all their
+  columns (each output is still the sum of the same R products in the same order: BLAS sums
+  an output over its R rows in one sequence whatever the number of columns, which
+  `tests/test_reference_layers.py` checks against the tile-by-tile path on zoo models), rounds
+  each tile's result to float32 as VMM does, and adds the tiles' partials in AddInTile's order
+  in float64;
+- integer (QVMM): multiplies the whole layer in as few products as exactness allows. Every
+  partial sum of int8 / int16 products is an integer bounded by max|x| * sum over the rows of
+  |w[r, m]| (any order, any grouping), so a product whose bound is below 2^24 is exact in
+  float32 and below 2^53 in float64; its sum is then the same integer the tiles and
+  AddInTile's exact sum give. Layers whose bounds do not allow it (or whose tiles could
+  overflow their accumulators, which the tile path reports) run tile by tile.
+
+The counters (arrays, VMM invocations, MACs, AddInTile additions) are the tiles' own.
+"""
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import helper
+from onnx.reference.op_run import OpRun
+
+from .ops import DOMAIN, get_primitive
+from .ops.base import _chunks
+
+LAYER_DOMAIN = "ai.paddle_npu.reference"   # the fused layers' nodes exist only in the reference
+LAYER_OP = "MatrixLayer"
+
+FLOAT32_EXACT = 2 ** 24      # integers below this are exact in float32 (24-bit significand)
+FLOAT64_EXACT = 2 ** 53
+
+
+@dataclass
+class LayerPlan:
+    """One layer as the lowering wrote it: its tiles in AddInTile's order."""
+    kind: str                    # "VMM" or "QVMM"
+    names: list                  # the tiles' VMM node names
+    row_offsets: list
+    offsets: list                # AddInTile's output column of each tile
+    width: int
+    acc_bits: int = 32
+    prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
+
+
+def fuse_matrix_layers(graph):
+    """Replace, in a GraphProto (in place), every AddInTile whose partials are all VMM (or all
+    QVMM) outputs of the same rows, used nowhere else, by one MatrixLayer node.
+    Returns {MatrixLayer node name: LayerPlan}."""
+    used = _uses(graph)
+    producer = {o: n for n in graph.node for o in n.output}
+    plans, drop, replace = {}, set(), {}
+    for node in graph.node:
+        if node.domain != DOMAIN or node.op_type != "AddInTile" or len(node.input) < 2:
+            continue
+        tiles = [producer.get(p) for p in node.input[1:]]
+        kinds = {(t.domain, t.op_type) if t is not None else None for t in tiles}
+        if len(kinds) != 1 or next(iter(kinds)) not in ((DOMAIN, "VMM"), (DOMAIN, "QVMM")):
+            continue
+        if len({t.input[0] for t in tiles}) != 1 or len(set(node.input[1:])) != len(tiles) \
+                or any(used.get(p, 0) != 1 for p in node.input[1:]) \
+                or len({t.name for t in tiles}) != len(tiles) or not all(t.name for t in tiles):
+            continue
+        attrs = _attrs(node)
+        tile_attrs = [_attrs(t) for t in tiles]
+        acc = {a.get("acc_bits", 32) for a in tile_attrs}
+        if len(acc) != 1:
+            continue
+        name = f"{node.name or node.output[0]}/matrix_layer"
+        plans[name] = LayerPlan(
+            kind=tiles[0].op_type, names=[t.name for t in tiles],
+            row_offsets=[a.get("row_offset", 0) for a in tile_attrs],
+            offsets=list(attrs.get("offsets") or [0] * len(tiles)),
+            width=attrs.get("width", 0), acc_bits=acc.pop())
+        drop.update(id(t) for t in tiles)
+        replace[id(node)] = helper.make_node(
+            LAYER_OP, [tiles[0].input[0], node.input[0]] + [t.input[1] for t in tiles],
+            list(node.output), name=name, domain=LAYER_DOMAIN)
+    nodes = [replace.get(id(n), n) for n in graph.node if id(n) not in drop]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return plans
+
+
+def _attrs(node):
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _uses(graph):
+    """How often each value name is read: by nodes (subgraphs included) or as a graph output."""
+    used = {}
+
+    def visit(g):
+        for n in g.node:
+            for i in n.input:
+                used[i] = used.get(i, 0) + 1
+            for a in n.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    visit(sub)
+        for o in g.output:
+            used[o.name] = used.get(o.name, 0) + 1
+
+    visit(graph)
+    return used
+
+
+def layer_op_class(plans, array):
+    """The OpRun class running MatrixLayer nodes for `array` (counts and timing)."""
+    def _run(self, x, bias, *weights):
+        t = time.perf_counter()
+        out = run_layer(array, plans[self.onnx_node.name], x, bias, weights)
+        array.seconds[LAYER_OP] = array.seconds.get(LAYER_OP, 0.0) + time.perf_counter() - t
+        return (out,)
+
+    return type(LAYER_OP, (OpRun,), {"op_domain": LAYER_DOMAIN, "_run": _run})
+
+
+def run_layer(array, plan, x, bias, weights):
+    """The layer's AddInTile output, as the tiles and the AddInTile would give it."""
+    prepared = _prepared(array, plan, x, bias, weights)
+    if prepared is None:
+        return tile_by_tile(array, plan, x, bias, weights)
+    lead = x.shape[:-1]
+    vectors = int(np.prod(lead))
+    rows = array.as_type(x, prepared.dtype).reshape(vectors, x.shape[-1])
+    if plan.kind == "QVMM":
+        y = _integer_sum(prepared, rows, bias)
+        out_type = np.int32 if plan.acc_bits == 32 else np.int64
+    else:
+        if vectors < 2:      # one row: BLAS takes a matrix-vector path, as tile by tile does
+            return tile_by_tile(array, plan, x, bias, weights)
+        y = _float_sum(prepared, plan.offsets, rows, bias, x.dtype, plan.width)
+        out_type = x.dtype
+    prepared.count(array, vectors)
+    return y.astype(out_type).reshape(lead + (plan.width,))
+
+
+def tile_by_tile(array, plan, x, bias, weights):
+    """The layer as its nodes run one by one: each tile's reference, then AddInTile's."""
+    vmm = get_primitive(plan.kind)
+    parts = []
+    for name, off, w in zip(plan.names, plan.row_offsets, weights):
+        attrs = {"row_offset": off, "_node": name}
+        if plan.kind == "QVMM":
+            attrs["acc_bits"] = plan.acc_bits
+        parts.extend(vmm.reference(array, [x, w], attrs))
+    return get_primitive("AddInTile").reference(
+        array, [bias] + parts, {"offsets": plan.offsets, "width": plan.width})[0]
+
+
+@dataclass
+class _Prepared:
+    dtype: type
+    groups: list          # float: (row offset, R, weight [R, sum of M], [(tile, start, end)])
+                          # integer: (row start, row end, weight [rows, width])
+    tile_ids: set
+    macs_per_row: int
+    adds_per_row: int
+
+    def count(self, array, vectors):
+        array.tile_ids.update(self.tile_ids)
+        array.vmm_invocations += vectors * len(self.tile_ids)
+        array.macs += vectors * self.macs_per_row
+        array.add_elements += vectors * self.adds_per_row
+
+
+def _prepared(array, plan, x, bias, weights):
+    """The layer's weights as the fused products read them, made once per weight set (None:
+    the layer runs tile by tile)."""
+    key = (tuple(id(w) for w in weights), x.dtype, x.shape[-1])
+    held = plan.prepared.get(key)
+    if held is not None and all(a is b for a, b in zip(held[0], weights)):
+        return held[1]
+    made = _prepare(array, plan, x, bias, weights)
+    plan.prepared = {key: (tuple(weights), made)}    # the weights stay alive with their ids
+    return made
+
+
+def _prepare(array, plan, x, bias, weights):
+    spans = list(zip(plan.offsets, (w.shape[1] for w in weights)))
+    if any(w.ndim != 2 for w in weights) or \
+            any(off + w.shape[0] > x.shape[-1] for off, w in zip(plan.row_offsets, weights)) or \
+            max(o + m for o, m in spans) > plan.width:
+        return None                  # the tile path says what is wrong
+    tile_ids, macs = set(), 0
+    for name, w in zip(plan.names, weights):
+        for i, ri in _chunks(w.shape[0], array.rows):
+            for j, mj in _chunks(w.shape[1], array.cols):
+                tile_ids.add((name, i, j))
+                macs += ri * mj
+    written, adds = np.zeros(plan.width, dtype=bool), 0
+    for o, m in spans:               # AddInTile's count: a partial landing on written columns
+        if written[o:o + m].any():
+            adds += m
+        written[o:o + m] = True
+    adds += plan.width if bias is not None else 0
+    if len(tile_ids) != len(weights):      # a tile split over several arrays: tile path
+        return None
+    if plan.kind == "QVMM":
+        groups = _integer_groups(plan, x, bias, weights)
+        if groups is None:
+            return None
+        dtype = groups[0][2].dtype if groups else np.float32
+        return _Prepared(dtype, groups, tile_ids, macs, adds)
+    return _Prepared(np.float64, _float_groups(plan, weights), tile_ids, macs, adds)
+
+
+def _float_groups(plan, weights):
+    """Tiles reading the same rows, side by side in one float64 matrix (in the order they
+    first appear)."""
+    members = {}
+    for t, (off, w) in enumerate(zip(plan.row_offsets, weights)):
+        members.setdefault((off, w.shape[0]), []).append(t)
+    groups = []
+    for (off, r), tiles in members.items():
+        start, cols = 0, []
+        for t in tiles:
+            m = weights[t].shape[1]
+            cols.append((t, start, start + m))
+            start += m
+        matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(np.float64)
+        groups.append((off, r, matrix, cols))
+    return groups
+
+
+def _float_sum(prepared, offsets, rows, bias, dtype, width):
+    """VMM per tile (float64 products rounded to the rows' type) and AddInTile (float64 sum
+    of the tiles' partials in its order, plus the bias; rounded by the caller)."""
+    parts = {}
+    for off, r, matrix, cols in prepared.groups:
+        product = (rows[:, off:off + r] @ matrix).astype(dtype)
+        for t, a, b in cols:
+            parts[t] = product[:, a:b]
+    y = np.zeros((rows.shape[0], width), dtype=np.float64)
+    for t in sorted(parts):
+        o = offsets[t]
+        y[:, o:o + parts[t].shape[1]] += parts[t]
+    if bias is not None:
+        y += bias
+    return y
+
+
+def _integer_groups(plan, x, bias, weights):
+    """The layer's integer weights placed in one [rows, width] matrix, cut into row ranges
+    whose products are exact in float32 (else float64); None when a tile could overflow its
+    accumulator or the total could pass 2^53 (the tile path is then the judge)."""
+    if x.dtype.kind not in "iu" or any(w.dtype.kind not in "iu" for w in weights):
+        return None
+    x_max = max(abs(int(np.iinfo(x.dtype).min)), int(np.iinfo(x.dtype).max))
+    acc_max = np.iinfo(np.int32 if plan.acc_bits == 32 else np.int64).max
+    lo = min(plan.row_offsets)
+    hi = max(off + w.shape[0] for off, w in zip(plan.row_offsets, weights))
+    full = np.zeros((hi - lo, plan.width), dtype=np.int64)
+    magnitude = np.zeros((hi - lo, plan.width), dtype=np.int64)   # sum of |w| per cell
+    for off, w, o in zip(plan.row_offsets, weights, plan.offsets):
+        w64 = w.astype(np.int64)
+        if w.shape[0] * x_max * int(np.abs(w64).max(initial=0)) > acc_max:
+            return None
+        full[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += w64
+        magnitude[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += np.abs(w64)
+    bias_max = 0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))
+    if x_max * int(magnitude.sum(axis=0).max(initial=0)) + bias_max >= FLOAT64_EXACT:
+        return None
+    # cut at tile row boundaries, each range as long as its float32 bound allows
+    bounds = sorted({off - lo for off in plan.row_offsets} | {hi - lo})
+    cuts, start, column_sum = [], 0, np.zeros(plan.width, dtype=np.int64)
+    for a, b in zip(bounds, bounds[1:]):
+        piece = magnitude[a:b].sum(axis=0)
+        if a > start and x_max * int((column_sum + piece).max()) >= FLOAT32_EXACT:
+            cuts.append((start, a))
+            start, column_sum = a, np.zeros(plan.width, dtype=np.int64)
+        column_sum += piece
+    cuts.append((start, hi - lo))
+    exact32 = all(x_max * int(magnitude[a:b].sum(axis=0).max(initial=0)) < FLOAT32_EXACT
+                  for a, b in cuts)
+    dtype = np.float32 if exact32 else np.float64
+    if not exact32:
+        cuts = [(0, hi - lo)]
+    return [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
+
+
+def _integer_sum(prepared, rows, bias):
+    """The exact integer sums, as float64."""
+    y = None
+    for a, b, matrix in prepared.groups:
+        product = rows[:, a:b] @ matrix
+        y = product.astype(np.float64) if y is None else y + product
+    if bias is not None:
+        y += bias
+    return y
