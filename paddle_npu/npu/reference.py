@@ -156,7 +156,8 @@ def _grid_sample_2d(x, grid, corners, mode, padding):
 class Reference:
     """`Reference(lowered, target).run(feeds)` -> outputs; `.array` holds the counts.
     fuse_layers: run each matrix layer's VMM tiles and AddInTile as one computation with the
-    same arithmetic (reference_layers.py); False runs every node on its own."""
+    same arithmetic (reference_layers.py; `.layers` holds their plans); False runs every node
+    on its own."""
 
     def __init__(self, model, target, fuse_layers=True):
         target = load_target(target)
@@ -166,7 +167,8 @@ class Reference:
         del stripped.functions[:]          # the primitives run as NumPy, not as their bodies
         self.array = ArrayModel(target.rows, target.cols)
         self.output_names = [o.name for o in stripped.graph.output]
-        plans = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
+        self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
+        plans = self.layers
         if plans:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         self._ev = ReferenceEvaluator(

@@ -1,0 +1,136 @@
+"""The reference's fused matrix layers (npu/reference_layers.py) against the same lowered
+model run node by node (every VMM tile, then AddInTile): equal bit for bit, counts equal."""
+import numpy as np
+import pytest
+from npu_helpers import model, serialized
+from onnx import helper
+
+from paddle_npu.npu import Reference, lower
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.reference_layers import LAYER_OP, fuse_matrix_layers
+from paddle_npu.onnx_io import load_proto
+
+
+def _fused_layers(lowered_bytes):
+    graph = load_proto(lowered_bytes).graph
+    return len(fuse_matrix_layers(graph))
+
+
+def _assert_same_as_tile_by_tile(lowered_bytes, feeds, target="npu256"):
+    """Fused and node-by-node outputs equal bit for bit, with the same counts; returns how
+    many layers were fused (so that a test can insist it is not vacuous)."""
+    fused, tiles = Reference(lowered_bytes, target), Reference(lowered_bytes, target,
+                                                               fuse_layers=False)
+    for _ in range(2):        # the second run reuses the prepared weights
+        got, want = fused.run(feeds), tiles.run(feeds)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            assert np.array_equal(g, w)
+        counts = {k: v for k, v in fused.array.as_dict().items() if k != "seconds"}
+        assert counts == {k: v for k, v in tiles.array.as_dict().items() if k != "seconds"}
+    assert LAYER_OP in fused.array.seconds and LAYER_OP not in tiles.array.seconds
+    return _fused_layers(lowered_bytes)
+
+
+def _conv_model(rng, c, m, k, size, stride=1, group=1):
+    w = (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+                            pads=[k // 2] * 4, strides=[stride, stride], group=group)
+    out = (size + 2 * (k // 2) - k) // stride + 1
+    return model([node], [("x", [None, c, size, size])], [("y", [None, m, out, out])],
+                 [("w", w), ("b", b)])
+
+
+def _gemm_model(rng, k, m):
+    w = (rng.standard_normal((k, m)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"])
+    return model([node], [("x", [None, k])], [("y", [None, m])], [("w", w), ("b", b)])
+
+
+# (channels in, out, kernel, image size, stride, groups): several row and column tiles of
+# 256 x 256 arrays, partial last tiles, a depthwise layer, one-pixel outputs
+CONVS = [(300, 600, 3, 6, 1, 1), (64, 520, 1, 5, 2, 1), (96, 96, 3, 7, 1, 96),
+         (700, 40, 3, 3, 2, 1), (30, 30, 3, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("c,m,k,size,stride,group", CONVS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_float_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, batch):
+    rng = np.random.default_rng(c + m + k + size)
+    onnx_model = _conv_model(rng, c, m, k, size, stride, group)
+    lowered, _ = lower(serialized(onnx_model), "npu256",
+                       input_shape={"x": [batch, c, size, size]})
+    x = rng.standard_normal((batch, c, size, size)).astype(np.float32)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+
+
+@pytest.mark.parametrize("k,m,batch", [(1000, 700, 1), (1000, 700, 5), (2048, 1000, 2)])
+def test_float_matrix_layers_equal_tile_by_tile(k, m, batch):
+    rng = np.random.default_rng(k + m)
+    lowered, _ = lower(serialized(_gemm_model(rng, k, m)), "npu256",
+                       input_shape={"x": [batch, k]})
+    x = rng.standard_normal((batch, k)).astype(np.float32)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("c,m,k,size,stride,group", CONVS[:4])
+def test_integer_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, bits):
+    rng = np.random.default_rng(c * m + bits)
+    onnx_bytes = serialized(_conv_model(rng, c, m, k, size, stride, group))
+    calib = {"x": rng.standard_normal((4, c, size, size)).astype(np.float32)}
+    lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), bits, "npu256",
+                                    input_shape={"x": [2, c, size, size]})
+    x = rng.standard_normal((2, c, size, size)).astype(np.float32)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+
+
+def test_integer_layer_past_the_float32_bound_is_cut_into_exact_products():
+    """A 9216-row int8 layer: 128 * sum|w| passes 2^24 over all rows, so the fused layer
+    multiplies it in several float32 products (or float64); the sums stay exact."""
+    rng = np.random.default_rng(11)
+    onnx_bytes = serialized(_conv_model(rng, 1024, 64, 3, 3))
+    calib = {"x": rng.standard_normal((4, 1024, 3, 3)).astype(np.float32)}
+    lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), 8, "npu256",
+                                    input_shape={"x": [2, 1024, 3, 3]})
+    x = rng.standard_normal((2, 1024, 3, 3)).astype(np.float32)
+    ref = Reference(serialized(lowered), "npu256")
+    ref.run({"x": x})
+    (plan,) = ref.layers.values()
+    ((weights, prepared),) = plan.prepared.values()
+    magnitude = sum(np.abs(w.astype(np.int64)).sum() for w in weights)
+    assert 128 * magnitude / 64 >= 2 ** 24          # on average over the columns: past it
+    assert len(prepared.groups) > 1 or prepared.dtype == np.float64
+    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v1", "mobilenet_v3_small"])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_zoo_models_equal_tile_by_tile(zoo_onnx, name, quantized):
+    onnx_bytes, feeds = zoo_onnx(name)
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    if quantized:
+        table = calibrate(onnx_bytes, feeds)
+        lowered, _, _ = quantized_lower(onnx_bytes, table, 8, "npu256", input_shape=shapes)
+    else:
+        lowered, _ = lower(onnx_bytes, "npu256", input_shape=shapes)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), feeds) > 10
+
+
+def test_partial_read_elsewhere_is_not_fused():
+    """A tile's output that is also a graph output stays its own node."""
+    rng = np.random.default_rng(3)
+    lowered, _ = lower(serialized(_gemm_model(rng, 600, 300)), "npu256",
+                       input_shape={"x": [2, 600]})
+    proto = load_proto(serialized(lowered))
+    vmm = next(n for n in proto.graph.node if n.op_type == "VMM")
+    extra = proto.graph.output.add()
+    extra.name = vmm.output[0]
+    assert len(fuse_matrix_layers(load_proto(proto.SerializeToString()).graph)) == 0
+    x = rng.standard_normal((2, 600)).astype(np.float32)
+    got = Reference(proto.SerializeToString(), "npu256").run({"x": x})
+    want = Reference(proto.SerializeToString(), "npu256", fuse_layers=False).run({"x": x})
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
