@@ -6,6 +6,7 @@ from npu_helpers import model, serialized
 from onnx import helper
 
 from paddle_npu.npu import Reference, lower
+from paddle_npu.npu.ops.quant import requantize_array
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.reference_layers import LAYER_OP, fuse_matrix_layers
@@ -134,3 +135,26 @@ def test_partial_read_elsewhere_is_not_fused():
     got = Reference(proto.SerializeToString(), "npu256").run({"x": x})
     want = Reference(proto.SerializeToString(), "npu256", fuse_layers=False).run({"x": x})
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("bits,relu", [(8, 0), (8, 1), (16, 0)])
+def test_requantize_by_shift_equals_the_division(bits, relu):
+    """requantize_array divides by powers of two with a shift: the integers of the
+    definition, round(acc * M / D) half away from zero, computed here with Python ints
+    (every shift from 0, values at the half-way points, both signs, int32's ends)."""
+    rng = np.random.default_rng(bits + relu)
+    shifts = np.arange(0, 40) % 40
+    div = (2 ** shifts).astype(np.int64)
+    mult = rng.integers(1, 2 ** 20, div.size).astype(np.int64)
+    acc = rng.integers(-2 ** 31, 2 ** 31, (50, div.size)).astype(np.int32)
+    acc[:4] = [[0] * div.size, [-1] * div.size, [2 ** 31 - 1] * div.size, [-2 ** 31] * div.size]
+    for a, b in ((mult, acc), (np.ones_like(mult), rng.integers(-9, 10, (30, div.size)))):
+        b = b.astype(np.int32)
+        lo, hi = (0 if relu else -(1 << bits - 1)), (1 << bits - 1) - 1
+        for d_ in (div, div + 1):                  # powers of two, and not
+            want = [[max(lo, min(hi, (1 if p > 0 else -1) * ((abs(p) + int(d) // 2) // int(d))))
+                     for p, d in ((int(v) * int(m), d) for v, m, d in zip(row, a, d_))]
+                    for row in b]
+            got = requantize_array(b, a, d_, bits, relu)
+            assert got.dtype == (np.int8 if bits == 8 else np.int16)
+            assert np.array_equal(got, np.array(want))

@@ -165,12 +165,23 @@ class QVMM(Primitive):
 
 
 def requantize_array(acc, mult, div, bits, relu=0):
-    """The NumPy Requantize (see the module docstring)."""
-    p = acc.astype(np.int64) * mult.astype(np.int64)
+    """The NumPy Requantize (see the module docstring). Divisors that are powers of two
+    (2^shift, as the lowering writes them) divide by an arithmetic shift: for p < 0,
+    -((-p + h) // d) = (p + h - 1) >> shift (h = d // 2), so no sign is taken apart and
+    no int64 division runs; the same integers."""
+    p = acc.astype(np.int64)
+    p *= mult.astype(np.int64)
     d = div.astype(np.int64)
-    q = np.sign(p) * ((np.abs(p) + d // 2) // d)
     lo, hi = qrange(bits)
-    return np.clip(q, 0 if relu else lo, hi).astype(_int_type(bits)[1])
+    if np.all(d > 0) and not np.any(d & (d - 1)):
+        negative = p < 0
+        p += d // 2
+        p -= negative if np.all(d > 1) else negative * (d > 1)    # d = 1: p stays p
+        p >>= np.frexp(d.astype(np.float64))[1].astype(np.int64) - 1    # log2(d), exact
+    else:
+        p = np.sign(p) * ((np.abs(p) + d // 2) // d)
+    np.clip(p, 0 if relu else lo, hi, out=p)
+    return p.astype(_int_type(bits)[1])
 
 
 @primitive
