@@ -157,12 +157,17 @@ class Im2Col(Primitive):
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
-        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))) if any(a["pads"]) else x
         oh = out_size(h, kh, sh, dh, pt, pb)
         ow = out_size(w, kw, sw, dw, pl, pr)
-        out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
-        for i, j, rows, cols in kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow)):
-            out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
+        taps = kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow))
+        if (kh, kw) == (1, 1):         # one tap: the (strided) image channels-last, one copy
+            _, _, rows, cols = next(taps)
+            out = np.ascontiguousarray(xp[:, :, rows, cols].transpose(0, 2, 3, 1))
+        else:
+            out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
+            for i, j, rows, cols in taps:
+                out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
 
