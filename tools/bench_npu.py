@@ -10,6 +10,14 @@ the float32 ones (`lower --float32-bodies`), and how far each is from the ONNX m
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
                               [--ort-plans packed] [--iters 20]
+                              [--input-shape x:1,3,224,224] [--quantize int8]
+
+The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
+tiles fused, `Reference`) and node by node (`Reference(fuse_layers=False)`, every VMM tile
+then AddInTile: the arithmetic both share). --input-shape runs the lowering and the
+reference at other input sizes (random inputs, seed 0; onnxruntime is not timed then);
+--quantize lowers with int8 / int16 matrix layers (calibrated on the zoo's generator, 8
+inputs at the export's size) for the reference.
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
@@ -36,7 +44,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import zoo  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
+from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
+from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
+from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
+from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 
 
 def _feeds(info):
@@ -60,18 +72,59 @@ def ort_timing(model, feeds, iters):
     return created, statistics.median(times)
 
 
-def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20):
+def _reference_speed(lowered, target, feeds, macs, repeat):
+    """The reference's best time over `repeat` runs, fused and node by node in turn."""
+    refs = {"fused": Reference(load_proto(lowered), target),
+            "by_node": Reference(load_proto(lowered), target, fuse_layers=False)}
+    best = {}
+    for _ in range(repeat):
+        for how, ref in refs.items():
+            t0 = time.perf_counter()
+            ref.run(feeds)
+            took = time.perf_counter() - t0
+            if how not in best or took < best[how][0]:
+                best[how] = took, sum(ref.array.seconds.values())
+    (fused, prims), (by_node, _) = best["fused"], best["by_node"]
+    ref = refs["fused"]
+    return {"reference_seconds": round(fused, 4),
+            "reference_gmac_s": round(macs / fused / 1e9, 3),
+            "primitives_seconds": round(prims, 4),
+            "primitives_gmac_s": round(macs / prims / 1e9, 3),
+            "by_node_seconds": round(by_node, 4),
+            "by_node_gmac_s": round(macs / by_node / 1e9, 3),
+            "reference_arrays": ref.array.arrays,
+            "reference_vmm_invocations": ref.array.vmm_invocations}
+
+
+def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
+                input_shape=None, quantize=None):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
+    table = None
+    if quantize:
+        model = zoo.MODELS[name]
+        table = calibrate(onnx_bytes, zoo._make_inputs(model, model.seed + 1, 8))
+    if input_shape:
+        rng = np.random.default_rng(0)
+        feeds.update({k: rng.standard_normal(shape).astype(feeds[k].dtype)
+                      for k, shape in input_shape.items()})
+        ort_plans = ()              # the ONNX model declares the zoo's sizes
+    shapes = {k: list(v.shape) for k, v in feeds.items()} if input_shape else None
     batch = next(iter(feeds.values())).shape[0]
-    row = {"model": name, "target": target.name, "batch": batch, "plans": {}}
+    row = {"model": name, "target": target.name, "batch": batch, "plans": {},
+           "input_shape": {k: list(v.shape) for k, v in feeds.items()},
+           "quantize": quantize}
     if ort_plans:
         created, latency = ort_timing(onnx_bytes, feeds, iters)
         row["onnx"] = {"session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3)}
     for plan in ("packed", "per-channel"):
         t0 = time.perf_counter()
-        lowered, report = lower(onnx_bytes, target, plan)
+        if quantize:
+            lowered, report, _ = quantized_lower(onnx_bytes, table, int(quantize[3:]), target,
+                                                 plan, input_shape=shapes)
+        else:
+            lowered, report = lower(onnx_bytes, target, plan, input_shape=shapes)
         seconds = time.perf_counter() - t0
         totals = report.totals()
         entry = {"lower_seconds": round(seconds, 3), "nodes": len(list(lowered.graph)),
@@ -79,21 +132,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                  "vmm_invocations": totals["vmm_invocations"], "macs": totals["macs"],
                  "segments": len(report.segments)}
         if plan in reference_plans:
-            ref = Reference(load_proto(lowered), target)
-            best, prims = None, None
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                ref.run(feeds)
-                took = time.perf_counter() - t0
-                if best is None or took < best:
-                    best, prims = took, sum(ref.array.seconds.values())
-            macs = totals["macs"] * batch
-            entry.update({"reference_seconds": round(best, 4),
-                          "reference_gmac_s": round(macs / best / 1e9, 3),
-                          "primitives_seconds": round(prims, 4),
-                          "primitives_gmac_s": round(macs / prims / 1e9, 3),
-                          "reference_arrays": ref.array.arrays,
-                          "reference_vmm_invocations": ref.array.vmm_invocations})
+            macs = totals["macs"] * (1 if shapes else batch)   # fixed sizes: the batch counted
+            entry.update(_reference_speed(lowered, target, feeds, macs, repeat))
         if plan in ort_plans:
             import onnx_ir as ir
 
@@ -177,12 +217,16 @@ def render_whole(rows):
 def render(rows):
     lines = []
     head = (f"{'model':<20} {'plan':<12} {'arrays':>8} {'util':>7} {'VMM invocations':>16} "
-            f"{'lower s':>8} {'nodes':>7} {'ref s':>8} {'ref GMAC/s':>10} {'prim GMAC/s':>11}")
+            f"{'lower s':>8} {'nodes':>7} {'ref s':>8} {'ref GMAC/s':>10} {'prim GMAC/s':>11} "
+            f"{'by node GMAC/s':>14}")
     lines += [head, "-" * len(head)]
     for r in rows:
+        shapes = "; ".join(f"{k} {'x'.join(map(str, v))}" for k, v in r["input_shape"].items())
+        lines.append(f"{r['model']}: {shapes}" + (f", {r['quantize']}" if r["quantize"] else ""))
         for plan, e in r["plans"].items():
             ref = (f"{e['reference_seconds']:>8.3f} {e['reference_gmac_s']:>10.2f} "
-                   f"{e['primitives_gmac_s']:>11.2f}") if "reference_seconds" in e else ""
+                   f"{e['primitives_gmac_s']:>11.2f} {e['by_node_gmac_s']:>14.2f}") \
+                if "reference_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {e['arrays']:>8} {e['utilisation']:>7.1%} "
                          f"{e['vmm_invocations']:>16} {e['lower_seconds']:>8.2f} {e['nodes']:>7} "
                          f"{ref}")
@@ -217,6 +261,9 @@ def main(argv=None):
                          "(comma-separated; empty: none)")
     ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
     ap.add_argument("--json", help="also write the numbers here")
+    add_input_shape_argument(ap)
+    ap.add_argument("--quantize", choices=("int8", "int16"),
+                    help="lower with integer matrix layers (the reference runs them)")
     ap.add_argument("--whole", action="store_true",
                     help="per model: NPU share of MACs and segments, sizes open vs fixed")
     args = ap.parse_args(argv)
@@ -232,7 +279,8 @@ def main(argv=None):
         else:
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
-                                    args.iters))
+                                    args.iters, parse_input_shapes(args.input_shape),
+                                    args.quantize))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
     print(render_whole(rows) if args.whole else render(rows))
