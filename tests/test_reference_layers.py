@@ -27,7 +27,7 @@ def _assert_same_as_tile_by_tile(lowered_bytes, feeds, target="npu256"):
         got, want = fused.run(feeds), tiles.run(feeds)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape
-            assert np.array_equal(g, w)
+            assert g.tobytes() == w.tobytes()        # bit for bit, signed zeros too
         counts = {k: v for k, v in fused.array.as_dict().items() if k != "seconds"}
         assert counts == {k: v for k, v in tiles.array.as_dict().items() if k != "seconds"}
     assert LAYER_OP in fused.array.seconds and LAYER_OP not in tiles.array.seconds
@@ -108,7 +108,8 @@ def test_integer_layer_past_the_float32_bound_is_cut_into_exact_products():
     assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
 
 
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v1", "mobilenet_v3_small"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v1", "mobilenet_v3_small",
+                                  "mobilenet_v3_large"])
 @pytest.mark.parametrize("quantized", [False, True])
 def test_zoo_models_equal_tile_by_tile(zoo_onnx, name, quantized):
     onnx_bytes, feeds = zoo_onnx(name)

@@ -138,7 +138,7 @@ def run_layer(array, plan, x, bias, weights):
         y = _float_sum(prepared, plan.offsets, rows, bias, x.dtype, plan.width)
         out_type = x.dtype
     prepared.count(array, vectors)
-    return y.astype(out_type).reshape(lead + (plan.width,))
+    return y.astype(out_type, copy=False).reshape(lead + (plan.width,))
 
 
 def tile_by_tile(array, plan, x, bias, weights):
@@ -157,8 +157,8 @@ def tile_by_tile(array, plan, x, bias, weights):
 @dataclass
 class _Prepared:
     dtype: type
-    groups: list          # float: (row offset, R, weight [R, sum of M], [(tile, start, end)])
-                          # integer: (row start, row end, weight [rows, width])
+    groups: list          # float: _FloatStack; integer: (row start, row end, weight [rows,
+                          # width]) in the type exactness allows
     tile_ids: set
     macs_per_row: int
     adds_per_row: int
@@ -208,42 +208,93 @@ def _prepare(array, plan, x, bias, weights):
             return None
         dtype = groups[0][2].dtype if groups else np.float32
         return _Prepared(dtype, groups, tile_ids, macs, adds)
-    return _Prepared(np.float64, _float_groups(plan, weights), tile_ids, macs, adds)
+    return _Prepared(np.float64, _float_stacks(plan, weights), tile_ids, macs, adds)
 
 
-def _float_groups(plan, weights):
-    """Tiles reading the same rows, side by side in one float64 matrix (in the order they
-    first appear)."""
+@dataclass
+class _FloatStack:
+    """Row groups of one shape: T float64 matrices [R, M] multiplied in one stacked product
+    (BLAS runs each as its own [V, R] x [R, M] product, as for a lone group)."""
+    row_offsets: list            # each group's first row
+    rows: int                    # R
+    matrices: np.ndarray         # [T, R, M]
+    cols: list                   # per group: [(tile, first column, end column)]
+    dest: np.ndarray = None      # output column of each of the T * M product columns
+
+    def product(self, x):
+        """[T, V, M]: each group's rows of x times its matrix, in float64."""
+        t, r = len(self.row_offsets), self.rows
+        first = self.row_offsets[0]
+        if self.row_offsets == list(range(first, first + t * r, r)):     # side by side
+            xs = x[:, first:first + t * r].reshape(x.shape[0], t, r)
+        else:
+            xs = np.stack([x[:, off:off + r] for off in self.row_offsets], axis=1)
+        return np.matmul(xs.transpose(1, 0, 2), self.matrices)
+
+
+def _float_stacks(plan, weights):
+    """Tiles reading the same rows side by side in one matrix, and such row groups of equal
+    shape stacked (in the order they first appear). When every output column receives one
+    partial (a depthwise layer's tiles, or a single row tile), `dest` places them all at
+    once."""
     members = {}
     for t, (off, w) in enumerate(zip(plan.row_offsets, weights)):
         members.setdefault((off, w.shape[0]), []).append(t)
-    groups = []
+    stacks = {}
     for (off, r), tiles in members.items():
         start, cols = 0, []
         for t in tiles:
-            m = weights[t].shape[1]
-            cols.append((t, start, start + m))
-            start += m
+            cols.append((t, start, start + weights[t].shape[1]))
+            start += weights[t].shape[1]
         matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(np.float64)
-        groups.append((off, r, matrix, cols))
-    return groups
+        stacks.setdefault(matrix.shape, []).append((off, matrix, cols))
+    cover = np.zeros(plan.width, dtype=np.int64)
+    for o, w in zip(plan.offsets, weights):
+        cover[o:o + w.shape[1]] += 1
+    out = []
+    for (r, _), groups in stacks.items():
+        stack = _FloatStack([g[0] for g in groups], r, np.stack([g[1] for g in groups]),
+                            [g[2] for g in groups])
+        if cover.max(initial=0) <= 1:
+            stack.dest = np.concatenate([np.arange(plan.offsets[t], plan.offsets[t] + b - a)
+                                         for cols in stack.cols for t, a, b in cols])
+        out.append(stack)
+    return out
 
 
 def _float_sum(prepared, offsets, rows, bias, dtype, width):
     """VMM per tile (float64 products rounded to the rows' type) and AddInTile (float64 sum
-    of the tiles' partials in its order, plus the bias; rounded by the caller)."""
+    of the tiles' partials in its order, plus the bias), rounded to the rows' type."""
+    vectors = rows.shape[0]
+    stacks = prepared.groups
+    if all(stack.dest is not None for stack in stacks):
+        # one partial per column: AddInTile's sum is 0 + p + b rounded once, and a float64
+        # sum of two float32 numbers rounded to float32 is their float32 sum (double
+        # rounding is innocuous for + when 53 >= 2 * 24 + 2), so it runs in float32
+        exact = dtype == np.float32 and (bias is None or bias.dtype == np.float32)
+        y = np.zeros((vectors, width), dtype=dtype if exact else np.float64)
+        for stack in stacks:
+            product = stack.product(rows).astype(dtype)      # [T, V, M]
+            if len(product) == 1 and np.array_equal(stack.dest, np.arange(width)):
+                y += product[0]                              # 0 + p, as AddInTile
+            else:
+                y[:, stack.dest] += product.transpose(1, 0, 2).reshape(vectors, -1)
+        if bias is not None:
+            y += bias
+        return y.astype(dtype, copy=False)
+    y = np.zeros((vectors, width), dtype=np.float64)
     parts = {}
-    for off, r, matrix, cols in prepared.groups:
-        product = (rows[:, off:off + r] @ matrix).astype(dtype)
-        for t, a, b in cols:
-            parts[t] = product[:, a:b]
-    y = np.zeros((rows.shape[0], width), dtype=np.float64)
-    for t in sorted(parts):
+    for stack in stacks:
+        product = stack.product(rows).astype(dtype)          # [T, V, M]
+        for g, cols in enumerate(stack.cols):
+            for t, a, b in cols:
+                parts[t] = product[g, :, a:b]
+    for t in sorted(parts):            # AddInTile's order
         o = offsets[t]
         y[:, o:o + parts[t].shape[1]] += parts[t]
     if bias is not None:
         y += bias
-    return y
+    return y.astype(dtype)
 
 
 def _integer_groups(plan, x, bias, weights):
