@@ -157,8 +157,8 @@ def tile_by_tile(array, plan, x, bias, weights):
 @dataclass
 class _Prepared:
     dtype: type
-    groups: list          # float: _FloatStack; integer: (row start, row end, weight [rows,
-                          # width]) in the type exactness allows
+    groups: list          # float: [_FloatStack]; integer: (accumulator type, [(row start,
+                          # row end, weight [rows, width] in the type exactness allows)])
     tile_ids: set
     macs_per_row: int
     adds_per_row: int
@@ -206,8 +206,7 @@ def _prepare(array, plan, x, bias, weights):
         groups = _integer_groups(plan, x, bias, weights)
         if groups is None:
             return None
-        dtype = groups[0][2].dtype if groups else np.float32
-        return _Prepared(dtype, groups, tile_ids, macs, adds)
+        return _Prepared(groups[1][0][2].dtype, groups, tile_ids, macs, adds)
     return _Prepared(np.float64, _float_stacks(plan, weights), tile_ids, macs, adds)
 
 
@@ -316,7 +315,8 @@ def _integer_groups(plan, x, bias, weights):
         full[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += w64
         magnitude[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += np.abs(w64)
     bias_max = 0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))
-    if x_max * int(magnitude.sum(axis=0).max(initial=0)) + bias_max >= FLOAT64_EXACT:
+    total = x_max * int(magnitude.sum(axis=0).max(initial=0)) + bias_max
+    if total >= FLOAT64_EXACT:
         return None
     # cut at tile row boundaries, each range as long as its float32 bound allows
     bounds = sorted({off - lo for off in plan.row_offsets} | {hi - lo})
@@ -333,15 +333,23 @@ def _integer_groups(plan, x, bias, weights):
     dtype = np.float32 if exact32 else np.float64
     if not exact32:
         cuts = [(0, hi - lo)]
-    return [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
+    # the sums are added in the accumulator's type when it holds every one (else in float64,
+    # cast as AddInTile casts)
+    acc = np.int32 if plan.acc_bits == 32 and total <= acc_max else \
+        np.int64 if plan.acc_bits == 64 else np.float64
+    return acc, [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
 
 
 def _integer_sum(prepared, rows, bias):
-    """The exact integer sums, as float64."""
+    """The exact integer sums (in the accumulator's type when it holds them all)."""
+    acc, products = prepared.groups
     y = None
-    for a, b, matrix in prepared.groups:
-        product = rows[:, a:b] @ matrix
-        y = product.astype(np.float64) if y is None else y + product
+    for a, b, matrix in products:
+        product = (rows[:, a:b] @ matrix).astype(acc)        # integers: the cast is exact
+        if y is None:
+            y = product
+        else:
+            y += product
     if bias is not None:
-        y += bias
+        y += bias.astype(acc)
     return y
