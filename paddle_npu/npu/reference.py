@@ -181,13 +181,19 @@ class Reference:
             return self._ev.run(None, feeds)
 
 
+_BLAS_CONTROL = []     # threadpoolctl's controller, made once: making one scans the process
+
+
 def _one_blas_thread():
     """BLAS on one thread while the reference runs (with threadpoolctl, when installed): each
-    product is one array tile, too small for BLAS's threads to gain what their hand-offs
-    cost, and on a busy machine those cost far more (ResNet-50 at 64x64 on 2 shared cores,
-    runs in turn: 0.85 s with two threads, 0.20 s with one)."""
+    product is one layer of a small model or one array tile, too small for BLAS's threads to
+    gain what their hand-offs cost, and on a busy machine those cost far more (ResNet-50 at
+    64x64 on 2 shared cores, runs in turn: 0.85 s with two threads, 0.20 s with one; a
+    [4, 256] x [256, 2048] product under load: 5-10x slower on two)."""
     try:     # optional, not a dependency: without it BLAS keeps its threads
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:
         return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
+    if not _BLAS_CONTROL:
+        _BLAS_CONTROL.append(ThreadpoolController())
+    return _BLAS_CONTROL[0].limit(limits=1, user_api="blas")
