@@ -160,3 +160,36 @@ def test_requantize_by_shift_equals_the_division(bits, relu):
             got = requantize_array(b, a, d_, bits, relu)
             assert got.dtype == (np.int8 if bits == 8 else np.int16)
             assert np.array_equal(got, np.array(want))
+
+
+@pytest.mark.parametrize("c,k,s,p,d,dtype", [
+    (8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), np.float32),
+    (16, (3, 2), (2, 1), (0, 2, 1, 0), (1, 2), np.float32),
+    (33, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), np.int8),
+    (9, (3, 3), (1, 2), (0, 0, 0, 0), (2, 1), np.int16),
+    (12, (1, 1), (2, 2), (1, 0, 0, 1), (1, 1), np.float32)])
+def test_im2col_reference_follows_its_formula(c, k, s, p, d, dtype):
+    """Im2Col's reference (padding without np.pad, a 1x1 kernel in one copy) with more
+    channels than the hypothesis cases of test_npu_ops, integer types too: every entry
+    against the formula of its docstring."""
+    from paddle_npu.npu import get_primitive
+    from paddle_npu.npu.ops import ArrayModel
+
+    rng = np.random.default_rng(c)
+    x = (rng.standard_normal((2, c, 7, 6)) * 40).astype(dtype)
+    attrs = {"kernel_shape": list(k), "strides": list(s), "pads": list(p),
+             "dilations": list(d)}
+    got = get_primitive("Im2Col").reference(ArrayModel(8, 8), [x], attrs)[0]
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = k, s, d, p
+    oh = (7 + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (6 + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    want = np.zeros((2, oh * ow, c * kh * kw), dtype=dtype)
+    for i in range(oh):
+        for j in range(ow):
+            for ch in range(c):
+                for a in range(kh):
+                    for b in range(kw):
+                        y, z = i * sh - pt + a * dh, j * sw - pl + b * dw
+                        if 0 <= y < 7 and 0 <= z < 6:
+                            want[:, i * ow + j, ch * kh * kw + a * kw + b] = x[:, ch, y, z]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
