@@ -5,7 +5,8 @@ import pytest
 from npu_helpers import model, serialized
 from onnx import helper
 
-from paddle_npu.npu import Reference, lower
+from paddle_npu.npu import Reference, get_primitive, lower
+from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.ops.quant import requantize_array
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
@@ -172,9 +173,6 @@ def test_im2col_reference_follows_its_formula(c, k, s, p, d, dtype):
     """Im2Col's reference (padding without np.pad, a 1x1 kernel in one copy) with more
     channels than the hypothesis cases of test_npu_ops, integer types too: every entry
     against the formula of its docstring."""
-    from paddle_npu.npu import get_primitive
-    from paddle_npu.npu.ops import ArrayModel
-
     rng = np.random.default_rng(c)
     x = (rng.standard_normal((2, c, 7, 6)) * 40).astype(dtype)
     attrs = {"kernel_shape": list(k), "strides": list(s), "pads": list(p),
