@@ -5,18 +5,22 @@ The lowering writes a layer as one VMM node per array tile, all reading the same
 AddInTile. Run node by node, that is hundreds of small BLAS products and as many hand-overs;
 here each layer becomes one node of the reference (never of the lowered model) that
 
-- float (VMM): multiplies the tiles of one row range as one float64 product over all their
-  columns (each output is still the sum of the same R products in the same order: BLAS sums
-  an output over its R rows in one sequence whatever the number of columns, which
-  `tests/test_reference_layers.py` checks against the tile-by-tile path on zoo models), rounds
-  each tile's result to float32 as VMM does, and adds the tiles' partials in AddInTile's order
-  in float64;
+- float (VMM): puts the tiles reading the same rows side by side in one float64 matrix, and
+  stacks such row groups of one shape, so a layer is one or a few BLAS calls. Each output is
+  still the sum of the same R products in the same order: BLAS sums an output over its R rows
+  in one sequence whatever the number of columns or of stacked products (one row is the
+  exception: a matrix-vector product, run tile by tile). Each tile's result is rounded to
+  float32 as VMM rounds it and the partials are added in AddInTile's order in float64; where
+  every output column gets one partial, 0 + p + bias rounds to the float32 sum p + bias
+  (double rounding is innocuous for + from binary64 to binary32), so that runs in float32.
+  `tests/test_reference_layers.py` holds this to the node-by-node path bit for bit.
 - integer (QVMM): multiplies the whole layer in as few products as exactness allows. Every
   partial sum of int8 / int16 products is an integer bounded by max|x| * sum over the rows of
   |w[r, m]| (any order, any grouping), so a product whose bound is below 2^24 is exact in
   float32 and below 2^53 in float64; its sum is then the same integer the tiles and
-  AddInTile's exact sum give. Layers whose bounds do not allow it (or whose tiles could
-  overflow their accumulators, which the tile path reports) run tile by tile.
+  AddInTile's exact sum give, and it is added in the accumulator's type when the bound with
+  the bias fits it. Layers whose bounds do not allow it (or whose tiles could overflow their
+  accumulators, which the tile path reports) run tile by tile.
 
 The counters (arrays, VMM invocations, MACs, AddInTile additions) are the tiles' own.
 """
@@ -28,7 +32,7 @@ from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from .ops import DOMAIN, get_primitive
-from .ops.base import _chunks
+from .ops.base import chunks
 
 LAYER_DOMAIN = "ai.paddle_npu.reference"   # the fused layers' nodes exist only in the reference
 LAYER_OP = "MatrixLayer"
@@ -156,12 +160,14 @@ def tile_by_tile(array, plan, x, bias, weights):
 
 @dataclass
 class _Prepared:
-    dtype: type
-    groups: list          # float: [_FloatStack]; integer: (accumulator type, [(row start,
-                          # row end, weight [rows, width] in the type exactness allows)])
+    """A layer's weights as the fused products read them, and the tiles' counts per row."""
+    dtype: type                  # the products' type
     tile_ids: set
     macs_per_row: int
     adds_per_row: int
+    stacks: list = None          # float: [_FloatStack]
+    acc: type = None             # integer: the type the products' sums are added in
+    products: list = None        # integer: [(first row, end row, weight [rows, width])]
 
     def count(self, array, vectors):
         array.tile_ids.update(self.tile_ids)
@@ -190,8 +196,8 @@ def _prepare(array, plan, x, bias, weights):
         return None                  # the tile path says what is wrong
     tile_ids, macs = set(), 0
     for name, w in zip(plan.names, weights):
-        for i, ri in _chunks(w.shape[0], array.rows):
-            for j, mj in _chunks(w.shape[1], array.cols):
+        for i, ri in chunks(w.shape[0], array.rows):
+            for j, mj in chunks(w.shape[1], array.cols):
                 tile_ids.add((name, i, j))
                 macs += ri * mj
     written, adds = np.zeros(plan.width, dtype=bool), 0
@@ -203,11 +209,12 @@ def _prepare(array, plan, x, bias, weights):
     if len(tile_ids) != len(weights):      # a tile split over several arrays: tile path
         return None
     if plan.kind == "QVMM":
-        groups = _integer_groups(plan, x, bias, weights)
-        if groups is None:
+        integer = _integer_products(plan, x, bias, weights)
+        if integer is None:
             return None
-        return _Prepared(groups[1][0][2].dtype, groups, tile_ids, macs, adds)
-    return _Prepared(np.float64, _float_stacks(plan, weights), tile_ids, macs, adds)
+        acc, products = integer
+        return _Prepared(products[0][2].dtype, tile_ids, macs, adds, acc=acc, products=products)
+    return _Prepared(np.float64, tile_ids, macs, adds, stacks=_float_stacks(plan, weights))
 
 
 @dataclass
@@ -265,7 +272,7 @@ def _float_sum(prepared, offsets, rows, bias, dtype, width):
     """VMM per tile (float64 products rounded to the rows' type) and AddInTile (float64 sum
     of the tiles' partials in its order, plus the bias), rounded to the rows' type."""
     vectors = rows.shape[0]
-    stacks = prepared.groups
+    stacks = prepared.stacks
     if all(stack.dest is not None for stack in stacks):
         # one partial per column: AddInTile's sum is 0 + p + b rounded once, and a float64
         # sum of two float32 numbers rounded to float32 is their float32 sum (double
@@ -296,7 +303,7 @@ def _float_sum(prepared, offsets, rows, bias, dtype, width):
     return y.astype(dtype)
 
 
-def _integer_groups(plan, x, bias, weights):
+def _integer_products(plan, x, bias, weights):
     """The layer's integer weights placed in one [rows, width] matrix, cut into row ranges
     whose products are exact in float32 (else float64); None when a tile could overflow its
     accumulator or the total could pass 2^53 (the tile path is then the judge)."""
@@ -342,9 +349,9 @@ def _integer_groups(plan, x, bias, weights):
 
 def _integer_sum(prepared, rows, bias):
     """The exact integer sums (in the accumulator's type when it holds them all)."""
-    acc, products = prepared.groups
+    acc = prepared.acc
     y = None
-    for a, b, matrix in products:
+    for a, b, matrix in prepared.products:
         product = (rows[:, a:b] @ matrix).astype(acc)        # integers: the cast is exact
         if y is None:
             y = product

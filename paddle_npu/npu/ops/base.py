@@ -227,7 +227,7 @@ class ArrayModel:
         rows = self.as_type(x, dtype).reshape(-1, x.shape[-1])
         w = self.program(node, weight, dtype)
         vectors = rows.shape[0]
-        tiles = [(i, ri, j, mj) for i, ri in _chunks(r, self.rows) for j, mj in _chunks(m, self.cols)]
+        tiles = [(i, ri, j, mj) for i, ri in chunks(r, self.rows) for j, mj in chunks(m, self.cols)]
         y = None if len(tiles) == 1 else np.zeros((vectors, m), dtype=dtype)
         for i, ri, j, mj in tiles:
             part = rows[:, row_offset + i:row_offset + i + ri] @ w[i:i + ri, j:j + mj]
@@ -268,7 +268,8 @@ class ArrayModel:
                 "seconds": {k: round(v, 6) for k, v in sorted(self.seconds.items())}}
 
 
-def _chunks(n, size):
+def chunks(n, size):
+    """[(start, length)] cutting n into pieces of at most `size` (a weight into array tiles)."""
     return [(i, min(size, n - i)) for i in range(0, n, size)]
 
 
