@@ -164,9 +164,10 @@ class Im2Col(Primitive):
         oh = out_size(h, kh, sh, dh, pt, pb)
         ow = out_size(w, kw, sw, dw, pl, pr)
         taps = kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow))
-        if (kh, kw) == (1, 1):         # one tap: the (strided) image channels-last, one copy
+        if (kh, kw) == (1, 1):         # one tap: the (strided) image channels-last, as a view
             _, _, rows, cols = next(taps)
-            out = np.ascontiguousarray(xp[:, :, rows, cols].transpose(0, 2, 3, 1))
+            # (what reads the rows copies them into its own type anyway)
+            out = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         else:
             out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
             for i, j, rows, cols in taps:
