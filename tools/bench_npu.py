@@ -15,9 +15,9 @@ the float32 ones (`lower --float32-bodies`), and how far each is from the ONNX m
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
 tiles fused, `Reference`) and node by node (`Reference(fuse_layers=False)`, every VMM tile
 then AddInTile: the arithmetic both share). --input-shape runs the lowering and the
-reference at other input sizes (random inputs, seed 0; onnxruntime is not timed then);
---quantize lowers with int8 / int16 matrix layers (calibrated on the zoo's generator, 8
-inputs at the export's size) for the reference.
+reference at other input sizes (random inputs, seed 0); --quantize lowers with int8 / int16
+matrix layers (calibrated on the zoo's generator, 8 inputs at the export's size). With
+either, onnxruntime is not timed (its table compares float lowerings at the zoo's sizes).
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
@@ -109,7 +109,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
         rng = np.random.default_rng(0)
         feeds.update({k: rng.standard_normal(shape).astype(feeds[k].dtype)
                       for k, shape in input_shape.items()})
-        ort_plans = ()              # the ONNX model declares the zoo's sizes
+    if quantize or input_shape:
+        ort_plans = ()              # onnxruntime's table: float lowerings at the zoo's sizes
     shapes = {k: list(v.shape) for k, v in feeds.items()} if input_shape else None
     batch = next(iter(feeds.values())).shape[0]
     row = {"model": name, "target": target.name, "batch": batch, "plans": {},

@@ -168,12 +168,11 @@ class Reference:
         self.array = ArrayModel(target.rows, target.cols)
         self.output_names = [o.name for o in stripped.graph.output]
         self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
-        plans = self.layers
-        if plans:
+        if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         self._ev = ReferenceEvaluator(
             stripped, new_ops=[_op_class(p, self.array) for p in all_primitives().values()]
-            + [layer_op_class(plans, self.array)] + _standard_overrides())
+            + [layer_op_class(self.layers, self.array)] + _standard_overrides())
 
     def run(self, feeds):
         self.array.reset()
