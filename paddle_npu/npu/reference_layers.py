@@ -134,7 +134,7 @@ def run_layer(array, plan, x, bias, weights):
     vectors = int(np.prod(lead))
     rows = array.as_type(x, prepared.dtype).reshape(vectors, x.shape[-1])
     if plan.kind == "QVMM":
-        y = _integer_sum(prepared, rows, bias)
+        y = _integer_sum(prepared, plan.offsets, rows, bias, plan.width)
         out_type = np.int32 if plan.acc_bits == 32 else np.int64
     else:
         if vectors < 2:      # one row: BLAS takes a matrix-vector path, as tile by tile does
@@ -165,7 +165,7 @@ class _Prepared:
     tile_ids: set
     macs_per_row: int
     adds_per_row: int
-    stacks: list = None          # float: [_FloatStack]
+    stacks: list = None          # [_Stack] (float; integer layers that are mostly zeros)
     acc: type = None             # integer: the type the products' sums are added in
     products: list = None        # integer: [(first row, end row, weight [rows, width])]
 
@@ -212,15 +212,19 @@ def _prepare(array, plan, x, bias, weights):
         integer = _integer_products(plan, x, bias, weights)
         if integer is None:
             return None
-        acc, products = integer
-        return _Prepared(products[0][2].dtype, tile_ids, macs, adds, acc=acc, products=products)
-    return _Prepared(np.float64, tile_ids, macs, adds, stacks=_float_stacks(plan, weights))
+        acc, dtype, products = integer
+        if products is None:       # mostly zeros as one matrix (depthwise): tile by tile
+            return _Prepared(dtype, tile_ids, macs, adds, acc=acc,
+                             stacks=_stacks(plan, weights, dtype))
+        return _Prepared(dtype, tile_ids, macs, adds, acc=acc, products=products)
+    return _Prepared(np.float64, tile_ids, macs, adds,
+                     stacks=_stacks(plan, weights, np.float64))
 
 
 @dataclass
-class _FloatStack:
-    """Row groups of one shape: T float64 matrices [R, M] multiplied in one stacked product
-    (BLAS runs each as its own [V, R] x [R, M] product, as for a lone group)."""
+class _Stack:
+    """Row groups of one shape: T matrices [R, M] multiplied in one stacked product (BLAS
+    runs each as its own [V, R] x [R, M] product, as for a lone group)."""
     row_offsets: list            # each group's first row
     rows: int                    # R
     matrices: np.ndarray         # [T, R, M]
@@ -228,7 +232,7 @@ class _FloatStack:
     dest: np.ndarray = None      # output column of each of the T * M product columns
 
     def product(self, x):
-        """[T, V, M]: each group's rows of x times its matrix, in float64."""
+        """[T, V, M]: each group's rows of x times its matrix."""
         t, r = len(self.row_offsets), self.rows
         first = self.row_offsets[0]
         if self.row_offsets == list(range(first, first + t * r, r)):     # side by side
@@ -238,11 +242,11 @@ class _FloatStack:
         return np.matmul(xs.transpose(1, 0, 2), self.matrices)
 
 
-def _float_stacks(plan, weights):
-    """Tiles reading the same rows side by side in one matrix, and such row groups of equal
-    shape stacked (in the order they first appear). When every output column receives one
-    partial (a depthwise layer's tiles, or a single row tile), `dest` places them all at
-    once."""
+def _stacks(plan, weights, dtype):
+    """Tiles reading the same rows side by side in one matrix of `dtype`, and such row
+    groups of equal shape stacked (in the order they first appear). When every output
+    column receives one partial (a depthwise layer's tiles, or a single row tile), `dest`
+    places them all at once."""
     members = {}
     for t, (off, w) in enumerate(zip(plan.row_offsets, weights)):
         members.setdefault((off, w.shape[0]), []).append(t)
@@ -252,14 +256,14 @@ def _float_stacks(plan, weights):
         for t in tiles:
             cols.append((t, start, start + weights[t].shape[1]))
             start += weights[t].shape[1]
-        matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(np.float64)
+        matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(dtype)
         stacks.setdefault(matrix.shape, []).append((off, matrix, cols))
     cover = np.zeros(plan.width, dtype=np.int64)
     for o, w in zip(plan.offsets, weights):
         cover[o:o + w.shape[1]] += 1
     out = []
     for (r, _), groups in stacks.items():
-        stack = _FloatStack([g[0] for g in groups], r, np.stack([g[1] for g in groups]),
+        stack = _Stack([g[0] for g in groups], r, np.stack([g[1] for g in groups]),
                             [g[2] for g in groups])
         if cover.max(initial=0) <= 1:
             stack.dest = np.concatenate([np.arange(plan.offsets[t], plan.offsets[t] + b - a)
@@ -304,27 +308,38 @@ def _float_sum(prepared, offsets, rows, bias, dtype, width):
 
 
 def _integer_products(plan, x, bias, weights):
-    """The layer's integer weights placed in one [rows, width] matrix, cut into row ranges
-    whose products are exact in float32 (else float64); None when a tile could overflow its
-    accumulator or the total could pass 2^53 (the tile path is then the judge)."""
+    """(accumulator type, product type, products): the layer's integer weights placed in one
+    [rows, width] matrix cut into row ranges whose products are exact in float32 (else one in
+    float64), or None as products when that matrix would be mostly zeros (the tiles are
+    grouped as for float layers, each group exact in its type). None when a tile could
+    overflow its accumulator or a sum could pass 2^53: the tile path is then the judge."""
     if x.dtype.kind not in "iu" or any(w.dtype.kind not in "iu" for w in weights):
         return None
     x_max = max(abs(int(np.iinfo(x.dtype).min)), int(np.iinfo(x.dtype).max))
     acc_max = np.iinfo(np.int32 if plan.acc_bits == 32 else np.int64).max
-    lo = min(plan.row_offsets)
-    hi = max(off + w.shape[0] for off, w in zip(plan.row_offsets, weights))
-    full = np.zeros((hi - lo, plan.width), dtype=np.int64)
-    magnitude = np.zeros((hi - lo, plan.width), dtype=np.int64)   # sum of |w| per cell
-    for off, w, o in zip(plan.row_offsets, weights, plan.offsets):
-        w64 = w.astype(np.int64)
-        if w.shape[0] * x_max * int(np.abs(w64).max(initial=0)) > acc_max:
-            return None
-        full[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += w64
-        magnitude[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += np.abs(w64)
+    magnitudes = [np.abs(w.astype(np.int64)) for w in weights]
+    if any(w.shape[0] * x_max * int(m.max(initial=0)) > acc_max
+           for w, m in zip(weights, magnitudes)):
+        return None
+    column_sum = np.zeros(plan.width, dtype=np.int64)      # sum of |w| over the layer's rows
+    for o, m in zip(plan.offsets, magnitudes):
+        column_sum[o:o + m.shape[1]] += m.sum(axis=0)
     bias_max = 0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))
-    total = x_max * int(magnitude.sum(axis=0).max(initial=0)) + bias_max
+    total = x_max * int(column_sum.max(initial=0)) + bias_max
     if total >= FLOAT64_EXACT:
         return None
+    acc = np.int32 if plan.acc_bits == 32 and total <= acc_max else \
+        np.int64 if plan.acc_bits == 64 else np.float64
+    lo = min(plan.row_offsets)
+    hi = max(off + w.shape[0] for off, w in zip(plan.row_offsets, weights))
+    if (hi - lo) * plan.width > 2 * sum(w.size for w in weights):
+        per_tile = max(x_max * int(m.sum(axis=0).max(initial=0)) for m in magnitudes)
+        return acc, np.float32 if per_tile < FLOAT32_EXACT else np.float64, None
+    full = np.zeros((hi - lo, plan.width), dtype=np.int64)
+    magnitude = np.zeros((hi - lo, plan.width), dtype=np.int64)   # sum of |w| per cell
+    for off, w, m, o in zip(plan.row_offsets, weights, magnitudes, plan.offsets):
+        full[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += w
+        magnitude[off - lo:off - lo + w.shape[0], o:o + w.shape[1]] += m
     # cut at tile row boundaries, each range as long as its float32 bound allows
     bounds = sorted({off - lo for off in plan.row_offsets} | {hi - lo})
     cuts, start, column_sum = [], 0, np.zeros(plan.width, dtype=np.int64)
@@ -340,23 +355,30 @@ def _integer_products(plan, x, bias, weights):
     dtype = np.float32 if exact32 else np.float64
     if not exact32:
         cuts = [(0, hi - lo)]
-    # the sums are added in the accumulator's type when it holds every one (else in float64,
-    # cast as AddInTile casts)
-    acc = np.int32 if plan.acc_bits == 32 and total <= acc_max else \
-        np.int64 if plan.acc_bits == 64 else np.float64
-    return acc, [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
+    return acc, dtype, [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
 
 
-def _integer_sum(prepared, rows, bias):
-    """The exact integer sums (in the accumulator's type when it holds them all)."""
+def _integer_sum(prepared, offsets, rows, bias, width):
+    """The exact integer sums (in the accumulator's type when it holds them all): integers
+    add in any order, so the tiles' partials are added as they come."""
     acc = prepared.acc
     y = None
-    for a, b, matrix in prepared.products:
+    for a, b, matrix in prepared.products or ():
         product = (rows[:, a:b] @ matrix).astype(acc)        # integers: the cast is exact
         if y is None:
             y = product
         else:
             y += product
+    if prepared.stacks:
+        y = np.zeros((rows.shape[0], width), dtype=acc)
+        for stack in prepared.stacks:
+            product = stack.product(rows).astype(acc)        # [T, V, M]
+            if stack.dest is not None:
+                y[:, stack.dest] += product.transpose(1, 0, 2).reshape(rows.shape[0], -1)
+                continue
+            for g, cols in enumerate(stack.cols):
+                for t, a, b in cols:
+                    y[:, offsets[t]:offsets[t] + b - a] += product[g, :, a:b]
     if bias is not None:
         y += bias.astype(acc)
     return y
