@@ -195,3 +195,17 @@ def test_im2col_reference_follows_its_formula(c, k, s, p, d, dtype):
                         if 0 <= y < 7 and 0 <= z < 6:
                             want[:, i * ow + j, ch * kh * kw + a * kw + b] = x[:, ch, y, z]
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_per_channel_plan_equals_tile_by_tile(zoo_onnx, quantized):
+    """The per-channel plan: every output column is the sum of one partial per input
+    channel (tens of row groups stacked, added in AddInTile's order)."""
+    onnx_bytes, feeds = zoo_onnx("mobilenet_v1")
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    if quantized:
+        lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, feeds), 8, "npu256",
+                                        plan="per-channel", input_shape=shapes)
+    else:
+        lowered, _ = lower(onnx_bytes, "npu256", "per-channel", input_shape=shapes)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), feeds) > 10
