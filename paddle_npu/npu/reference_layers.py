@@ -213,7 +213,7 @@ def _prepare(array, plan, x, bias, weights):
         if integer is None:
             return None
         acc, dtype, products = integer
-        if products is None:       # mostly zeros as one matrix (depthwise): tile by tile
+        if products is None:       # mostly zeros as one matrix (depthwise): group by group
             return _Prepared(dtype, tile_ids, macs, adds, acc=acc,
                              stacks=_stacks(plan, weights, dtype))
         return _Prepared(dtype, tile_ids, macs, adds, acc=acc, products=products)
