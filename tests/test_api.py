@@ -216,3 +216,44 @@ def test_streamed_model_writes_what_serialize_model_writes(tmp_path):
     values["big"].const_value = Short(values["big"].const_value.numpy(), name="big")
     with pytest.raises(ConversionError, match=r"'big': 359996 bytes .* \(360000 expected\)"):
         StreamedModel(model).write(tmp_path / "short.onnx")
+
+
+def test_load_model_reads_big_weights_into_arrays(tmp_path):
+    """A model file (or its bytes, or one with external data) loads to the same ir.Model as
+    from its parsed ModelProto; a file's big weights are arrays of their own (writable, so
+    BatchNorm folds into them in place), small ones stay in the proto."""
+    import onnx_ir as ir
+    from onnx import helper, numpy_helper
+    from paddle_npu.onnx_io import load_model
+
+    rng = np.random.default_rng(0)
+    inits = {"big": rng.standard_normal((300, 300)).astype(np.float32),
+             "few": rng.standard_normal(300).astype(np.float32),    # 1200 bytes, 300 elements
+             "half": rng.standard_normal(2000).astype(np.float16),
+             "shape": np.int64([2, 300])}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "big"], ["mm"]),
+         helper.make_node("Add", ["mm", "few"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 300])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 300])],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    external = tmp_path / "e.onnx"
+    onnx.save(proto, external, save_as_external_data=True, location="e.data",
+              size_threshold=0)
+    for source, file in ((path, path), (str(path), path), (path.read_bytes(), path),
+                         (external, external)):
+        m = load_model(source)
+        got, want = (ir.serde.serialize_model(x) for x in (m, load_model(onnx.load(file))))
+        for p in (got, want):           # (a tensor set aside no longer says where it was)
+            for t in p.graph.initializer:
+                t.ClearField("data_location")
+        assert got == want, type(source)
+        for name, array in inits.items():
+            np.testing.assert_array_equal(m.graph.initializers[name].const_value.numpy(), array)
+    big = load_model(path).graph.initializers["big"].const_value
+    assert isinstance(big, ir.Tensor) and big.numpy().flags.writeable
+    assert not isinstance(load_model(path).graph.initializers["few"].const_value, ir.Tensor)
