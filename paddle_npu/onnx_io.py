@@ -361,6 +361,17 @@ def _field(number, length):
 _GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9   # onnx.proto's field numbers
 
 
+def _plain_array(tensor):
+    """The tensor's own NumPy array when its bytes in the file are that array's (native byte
+    order, whole bytes per element), else None (ir.Tensor.tobytes knows the rest)."""
+    array = getattr(tensor, "raw", None) if isinstance(tensor, ir.Tensor) else None
+    if not isinstance(array, np.ndarray) or array.dtype.itemsize * 8 != tensor.dtype.bitwidth \
+            or not (array.dtype.isnative or array.dtype.itemsize == 1) \
+            or array.nbytes != tensor.nbytes:
+        return None
+    return array
+
+
 class StreamedModel:
     """An ir.Model serialized without a second copy of its weights.
 
@@ -437,9 +448,23 @@ class StreamedModel:
         return data
 
     def write(self, path):
+        scratch = np.empty(0, np.uint8)     # one buffer for the strided tensors' bytes
         with open(path, "wb") as f:
             for piece in self._parts():
-                f.write(piece if isinstance(piece, bytes) else self._bytes_of(piece))
+                if isinstance(piece, bytes):
+                    f.write(piece)
+                    continue
+                array = _plain_array(piece)
+                if array is None:
+                    f.write(self._bytes_of(piece))
+                elif array.flags.c_contiguous:
+                    f.write(array.reshape(-1).view(np.uint8))
+                else:               # (a tile viewing its layer's weight): copied into scratch
+                    if scratch.nbytes < array.nbytes:
+                        scratch = np.empty(array.nbytes, np.uint8)
+                    out = scratch[:array.nbytes].view(array.dtype).reshape(array.shape)
+                    np.copyto(out, array)
+                    f.write(out.reshape(-1).view(np.uint8))
 
     def size(self):
         return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self._parts())
