@@ -364,7 +364,7 @@ _GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9   # onnx.proto's fie
 def _plain_array(tensor):
     """The tensor's own NumPy array when its bytes in the file are that array's (native byte
     order, whole bytes per element), else None (ir.Tensor.tobytes knows the rest)."""
-    array = getattr(tensor, "raw", None) if isinstance(tensor, ir.Tensor) else None
+    array = tensor.raw if type(tensor) is ir.Tensor else None    # (a subclass: its tobytes)
     if not isinstance(array, np.ndarray) or array.dtype.itemsize * 8 != tensor.dtype.bitwidth \
             or not (array.dtype.isnative or array.dtype.itemsize == 1) \
             or array.nbytes != tensor.nbytes:
