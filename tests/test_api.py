@@ -257,3 +257,27 @@ def test_load_model_reads_big_weights_into_arrays(tmp_path):
     big = load_model(path).graph.initializers["big"].const_value
     assert isinstance(big, ir.Tensor) and big.numpy().flags.writeable
     assert not isinstance(load_model(path).graph.initializers["few"].const_value, ir.Tensor)
+
+
+def test_streamed_model_writes_views_in_row_major_order(tmp_path):
+    """A weight that is a strided view (a tile of a transposed kernel matrix) is written in
+    row-major order, as ir's serializer writes it."""
+    import onnx_ir as ir
+    from paddle_npu.onnx_io import StreamedModel
+
+    base = np.arange(600 * 400, dtype=np.float32).reshape(600, 400)
+    values = [ir.Value(name=n, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(a.shape),
+                       const_value=ir.Tensor(a, name=n))
+              for n, a in (("tile", base.T[100:300, 50:350]), ("rows", base[10:20]))]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 200]))
+    mm = ir.node("MatMul", [x, values[0]])
+    mm.outputs[0].name, mm.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    graph = ir.Graph([x], mm.outputs, nodes=[mm], initializers=values,
+                     opset_imports={"": 17}, name="g")
+    model = ir.Model(graph, ir_version=10)
+    assert not values[0].const_value.numpy().flags.c_contiguous
+    path = tmp_path / "m.onnx"
+    StreamedModel(model).write(path)
+    assert onnx.load(path) == ir.serde.serialize_model(model)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load(path).graph.initializer[0]),
+                                  base.T[100:300, 50:350])
