@@ -1,6 +1,7 @@
 """Where an ONNX model crosses the disk / protobuf boundary, for stage 2 and its tools.
 
     load_proto(model)           path, bytes, ModelProto or ir.Model -> ModelProto
+    load_header(model)          the same without the big initializers' bytes (structure only)
     load_model(model, opset)    the same -> one ir.Model (opset raised, shapes inferred; a
                                 file's or bytes' big weights read straight into arrays, never
                                 parsed into protobuf)
@@ -51,6 +52,17 @@ def load_proto(model):
                                   "goes through `paddle-npu convert` first)")
         return proto
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
+
+
+def load_header(model):
+    """The ModelProto of a model file or bytes without the bytes of its big initializers
+    (nodes, inputs, outputs, every initializer's name, type and dims kept), for looking at
+    its structure without holding its weights; anything else as load_proto reads it."""
+    try:
+        proto, _ = _load_weights_aside(model, weights=False)
+    except ConversionError:
+        proto = None
+    return proto if proto is not None else load_proto(model)
 
 
 def to_proto(model):
@@ -118,11 +130,12 @@ def _set_weights_aside(proto):
     return aside
 
 
-def _load_weights_aside(model):
+def _load_weights_aside(model, weights=True):
     """(ModelProto, {name: uint8 array}) for a model file or bytes, its big initializers'
     bytes read straight into arrays (a file's) or viewed where they lie (bytes'), the proto
     parsed without them; (None, None) for anything else, or what this reader does not
-    follow (then onnx.load reads it, and says what is wrong)."""
+    follow (then onnx.load reads it, and says what is wrong). weights=False: the proto
+    only (no weights read, no external data loaded)."""
     if isinstance(model, (bytes, bytearray)):
         buffer, path = memoryview(model), None
     elif isinstance(model, (str, os.PathLike)) and os.path.isfile(model) and \
@@ -134,13 +147,14 @@ def _load_weights_aside(model):
     try:
         if path is None:
             return _strip_weights(buffer, lambda start, size: np.frombuffer(
-                buffer, np.uint8, size, start))
+                buffer, np.uint8, size, start) if weights else None)
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 return None, None
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _strip_weights(memoryview(mapped), lambda start, size:
-                                      _read_at(f, start, size), os.path.dirname(path))
+                return _strip_weights(memoryview(mapped), lambda start, size: _read_at(
+                    f, start, size) if weights else None,
+                    os.path.dirname(path) if weights else None)
     except _NotPlain:
         return None, None
     except Exception:  # noqa: BLE001 - protobuf's DecodeError; onnx.load says what is wrong

@@ -224,7 +224,7 @@ def test_load_model_reads_big_weights_into_arrays(tmp_path):
     BatchNorm folds into them in place), small ones stay in the proto."""
     import onnx_ir as ir
     from onnx import helper, numpy_helper
-    from paddle_npu.onnx_io import load_model
+    from paddle_npu.onnx_io import load_header, load_model
 
     rng = np.random.default_rng(0)
     inits = {"big": rng.standard_normal((300, 300)).astype(np.float32),
@@ -254,6 +254,11 @@ def test_load_model_reads_big_weights_into_arrays(tmp_path):
         assert got == want, type(source)
         for name, array in inits.items():
             np.testing.assert_array_equal(m.graph.initializers[name].const_value.numpy(), array)
+    header = load_header(path)              # the structure, none of the big weights' bytes
+    assert [n.op_type for n in header.graph.node] == ["MatMul", "Add", "Reshape"]
+    assert [(t.name, list(t.dims)) for t in header.graph.initializer] == \
+        [(n, list(a.shape)) for n, a in inits.items()]
+    assert header.ByteSize() < inits["big"].nbytes // 100
     big = load_model(path).graph.initializers["big"].const_value
     assert isinstance(big, ir.Tensor) and big.numpy().flags.writeable
     assert not isinstance(load_model(path).graph.initializers["few"].const_value, ir.Tensor)
