@@ -15,7 +15,6 @@
 Everything after `load_model` works on that one ir.Model; a ModelProto is made only here.
 """
 import math
-import mmap
 import os
 
 import numpy as np
@@ -151,10 +150,9 @@ def _load_weights_aside(model, weights=True):
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 return None, None
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _strip_weights(memoryview(mapped), lambda start, size: _read_at(
-                    f, start, size) if weights else None,
-                    os.path.dirname(path) if weights else None)
+            return _strip_weights(_FileBytes(f), lambda start, size: _read_at(
+                f, start, size) if weights else None,
+                os.path.dirname(path) if weights else None)
     except _NotPlain:
         return None, None
     except Exception:  # noqa: BLE001 - protobuf's DecodeError; onnx.load says what is wrong
@@ -163,6 +161,28 @@ def _load_weights_aside(model, weights=True):
 
 class _NotPlain(Exception):
     """The bytes are not laid out as _strip_weights follows them."""
+
+
+class _FileBytes:
+    """A file read as `buffer[i]` / `buffer[a:b]` by small blocks, for walking its protobuf
+    fields without reading (or mapping: the page cache's large folios would count in our
+    RSS) the bytes of the weights between them."""
+    BLOCK = 16384
+
+    def __init__(self, f):
+        self._fd, self._size, self._blocks = f.fileno(), os.fstat(f.fileno()).st_size, {}
+
+    def __len__(self):
+        return self._size
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            return os.pread(self._fd, at.stop - at.start, at.start)
+        block = self._blocks.get(at // self.BLOCK)
+        if block is None:
+            block = self._blocks[at // self.BLOCK] = os.pread(
+                self._fd, self.BLOCK, at - at % self.BLOCK)
+        return block[at % self.BLOCK]
 
 
 def _read_at(f, start, size):

@@ -6,10 +6,13 @@ NumPy reference's throughput (useful MACs per second) running the lowered model,
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
 the ONNX model's, with their ratios (target: <= 1.5x), with the exact function bodies and with
 the float32 ones (`lower --float32-bodies`), and how far each is from the ONNX model's outputs.
+Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
+and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
+beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
-                              [--ort-plans packed] [--iters 20]
+                              [--ort-plans packed] [--iters 20] [--process-runs 3]
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
@@ -34,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zoo  # noqa: E402
+from measure import run_measured, start_launcher  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
@@ -60,12 +64,41 @@ def ort_timing(model, feeds, iters):
     return created, statistics.median(times)
 
 
-def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20):
+# `paddle-npu lower` on ResNet-50, the whole process (issue 15)
+LOWER_TARGET_S, LOWER_TARGET_MIB = 1.0, 300
+
+
+def lower_process(onnx_bytes, target, runs):
+    """{"lower": ..., "lower --verify": ...}: median wall seconds and peak RSS MiB of
+    `paddle-npu lower` in processes of their own (a file in, a file out), runs in turn."""
+    work = tempfile.mkdtemp(prefix="bench_npu_")
+    model, out = os.path.join(work, "model.onnx"), os.path.join(work, "lowered.onnx")
+    with open(model, "wb") as f:
+        f.write(onnx_bytes)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    cmd = [sys.executable, "-m", "paddle_npu", "lower", model, "-o", out, "--target", target]
+    found = {"lower": [], "lower --verify": []}
+    for _ in range(runs):
+        for key, extra in (("lower", []), ("lower --verify", ["--verify"])):
+            seconds, rss, rc, err = run_measured(cmd + extra, env)
+            if rc != 0:
+                raise RuntimeError(f"paddle-npu {key} failed ({rc}): {err.strip()[-300:]}")
+            found[key].append((seconds, rss / 2**20))
+    return {key: {"seconds": round(statistics.median(s for s, _ in got), 3),
+                  "peak_mib": round(statistics.median(m for _, m in got), 1)}
+            for key, got in found.items()}
+
+
+def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
+                process_runs=0):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
     batch = next(iter(feeds.values())).shape[0]
     row = {"model": name, "target": target.name, "batch": batch, "plans": {}}
+    if process_runs:
+        row["process"] = lower_process(onnx_bytes, target.name, process_runs)
     if ort_plans:
         created, latency = ort_timing(onnx_bytes, feeds, iters)
         row["onnx"] = {"session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3)}
@@ -200,6 +233,20 @@ def render(rows):
                          f"{o['session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {o['latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e}")
+    measured = [r for r in rows if "process" in r]
+    if measured:
+        head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'peak MiB':>9}  "
+                f"target")
+        lines += ["", head, "-" * len(head)]
+        for r in measured:
+            for key, e in r["process"].items():
+                aim = ""
+                if r["model"] == "resnet50" and key == "lower":
+                    met = e["seconds"] <= LOWER_TARGET_S and e["peak_mib"] <= LOWER_TARGET_MIB
+                    aim = (f"<= {LOWER_TARGET_S:g} s, <= {LOWER_TARGET_MIB} MiB: "
+                           f"{'met' if met else 'NOT met'}")
+                lines.append(f"{r['model']:<20} {key:<16} {e['seconds']:>7.2f} "
+                             f"{e['peak_mib']:>9.0f}  {aim}")
     return "\n".join(lines)
 
 
@@ -216,10 +263,14 @@ def main(argv=None):
                     help="plans whose lowered model onnxruntime times beside the ONNX model "
                          "(comma-separated; empty: none)")
     ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
+    ap.add_argument("--process-runs", type=int, default=3,
+                    help="`paddle-npu lower` runs (fresh processes) per model, the median is "
+                         "kept (0: none)")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--whole", action="store_true",
                     help="per model: NPU share of MACs and segments, sizes open vs fixed")
     args = ap.parse_args(argv)
+    start_launcher()
     target = load_target(args.target)
     names = zoo.select(args.models) if args.whole else args.models.split(",")
     rows = []
@@ -232,7 +283,7 @@ def main(argv=None):
         else:
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
-                                    args.iters))
+                                    args.iters, args.process_runs))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays")
     print(render_whole(rows) if args.whole else render(rows))
@@ -246,6 +297,13 @@ def main(argv=None):
         ok = r["ratio"]["arrays"] >= 10
         print(f"ResNet-50: packed uses {r['ratio']['arrays']:.1f}x fewer arrays than per-channel "
               f"(target >= 10x): {'met' if ok else 'NOT met'}")
+        if "process" in r:
+            e = r["process"]["lower"]
+            met = e["seconds"] <= LOWER_TARGET_S and e["peak_mib"] <= LOWER_TARGET_MIB
+            print(f"ResNet-50: `paddle-npu lower` {e['seconds']:.2f} s, {e['peak_mib']:.0f} MiB "
+                  f"peak RSS (target <= {LOWER_TARGET_S:g} s, <= {LOWER_TARGET_MIB} MiB): "
+                  f"{'met' if met else 'NOT met'}")
+            ok = ok and met
         return 0 if ok else 1
     return 0
 
