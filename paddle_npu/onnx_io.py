@@ -57,10 +57,7 @@ def load_header(model):
     """The ModelProto of a model file or bytes without the bytes of its big initializers
     (nodes, inputs, outputs, every initializer's name, type and dims kept), for looking at
     its structure without holding its weights; anything else as load_proto reads it."""
-    try:
-        proto, _ = _load_weights_aside(model, weights=False)
-    except ConversionError:
-        proto = None
+    proto, _ = _load_weights_aside(model, weights=False)
     return proto if proto is not None else load_proto(model)
 
 
@@ -153,10 +150,8 @@ def _load_weights_aside(model, weights=True):
             return _strip_weights(_FileBytes(f), lambda start, size: _read_at(
                 f, start, size) if weights else None,
                 os.path.dirname(path) if weights else None)
-    except _NotPlain:
-        return None, None
-    except Exception:  # noqa: BLE001 - protobuf's DecodeError; onnx.load says what is wrong
-        return None, None
+    except Exception:  # noqa: BLE001 - _NotPlain, protobuf's DecodeError: onnx.load reads it
+        return None, None   # and says what is wrong
 
 
 class _NotPlain(Exception):
