@@ -25,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-from measure import run_measured, start_launcher  # noqa: E402
+from measure import load_note, run_measured, start_launcher  # noqa: E402
 
 
 def node_count(path):
@@ -110,7 +110,7 @@ def main():
                                  "--save_file", theirs], theirs, p2o_t)):
                     if os.path.exists(target):
                         os.remove(target)
-                    secs, rss, rc, err = run_measured(cmd, env)
+                    secs, rss, rc, err, _ = run_measured(cmd, env)
                     ok = rc == 0 and os.path.exists(target)
                     status[who] = "ok" if ok else (err.strip().splitlines() or ["failed"])[-1][:60]
                     if ok:
@@ -136,10 +136,12 @@ def main():
                     row[f"{who}_rel_diff"] = max(agreement(o, ref[f"out_{i}"])["rel_diff"]
                                                  for i, o in enumerate(outs))
             rows.append(row)
+            if len(rows) == 1:
+                print(load_note())
             _print_row(row, header=len(rows) == 1)
     _print_summary(rows)
-    helps = sorted(run_measured(ours_cmd[:-1] + ["--help"], env)[0] for _ in range(args.runs))
-    help_s = statistics.median(helps)
+    help_s = statistics.median(run_measured(ours_cmd[:-1] + ["--help"], env).seconds
+                               for _ in range(args.runs))
     print(f"paddle-npu --help: {help_s:.3f} s (median of {args.runs}; target <= 0.2 s: "
           f"{'met' if help_s <= HELP_TARGET_S else 'NOT met'})")
     if args.json:

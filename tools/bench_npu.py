@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zoo  # noqa: E402
-from measure import run_measured, start_launcher  # noqa: E402
+from measure import load_note, run_measured, start_launcher  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
@@ -81,12 +81,14 @@ def lower_process(onnx_bytes, target, runs):
         cmd = [sys.executable, "-m", "paddle_npu", "lower", model, "-o", out, "--target", target]
         for _ in range(runs):
             for key, extra in (("lower", []), ("lower --verify", ["--verify"])):
-                seconds, rss, rc, err = run_measured(cmd + extra, env)
-                if rc != 0:
-                    raise RuntimeError(f"paddle-npu {key} failed ({rc}): {err.strip()[-300:]}")
-                found[key].append((seconds, rss / 2**20))
-    return {key: {"seconds": round(statistics.median(s for s, _ in got), 3),
-                  "peak_mib": round(statistics.median(m for _, m in got), 1)}
+                run = run_measured(cmd + extra, env)
+                if run.rc != 0:
+                    raise RuntimeError(f"paddle-npu {key} failed ({run.rc}): "
+                                       f"{run.stderr.strip()[-300:]}")
+                found[key].append(run)
+    return {key: {"seconds": round(statistics.median(r.seconds for r in got), 3),
+                  "cpu_seconds": round(statistics.median(r.cpu for r in got), 3),
+                  "peak_mib": round(statistics.median(r.rss for r in got) / 2**20, 1)}
             for key, got in found.items()}
 
 
@@ -239,8 +241,8 @@ def render(rows):
                          f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e}")
     measured = [r for r in rows if "process" in r]
     if measured:
-        head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'peak MiB':>9}  "
-                f"target")
+        head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'cpu s':>6} "
+                f"{'peak MiB':>9}  target")
         lines += ["", head, "-" * len(head)]
         for r in measured:
             for key, e in r["process"].items():
@@ -249,7 +251,7 @@ def render(rows):
                     aim = (f"<= {LOWER_TARGET_S:g} s, <= {LOWER_TARGET_MIB} MiB: "
                            f"{'met' if _lower_met(e) else 'NOT met'}")
                 lines.append(f"{r['model']:<20} {key:<16} {e['seconds']:>7.2f} "
-                             f"{e['peak_mib']:>9.0f}  {aim}")
+                             f"{e['cpu_seconds']:>6.2f} {e['peak_mib']:>9.0f}  {aim}")
     return "\n".join(lines)
 
 
@@ -288,7 +290,7 @@ def main(argv=None):
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
                                     args.iters, args.process_runs))
         print(f"{name}: done", file=sys.stderr, flush=True)
-    print(f"target {target.name}: {target.rows} x {target.cols} arrays")
+    print(f"target {target.name}: {target.rows} x {target.cols} arrays; {load_note()}")
     print(render_whole(rows) if args.whole else render(rows))
     if args.json:
         with open(args.json, "w") as f:
@@ -303,8 +305,9 @@ def main(argv=None):
         if "process" in r:
             e = r["process"]["lower"]
             met = _lower_met(e)
-            print(f"ResNet-50: `paddle-npu lower` {e['seconds']:.2f} s, {e['peak_mib']:.0f} MiB "
-                  f"peak RSS (target <= {LOWER_TARGET_S:g} s, <= {LOWER_TARGET_MIB} MiB): "
+            print(f"ResNet-50: `paddle-npu lower` {e['seconds']:.2f} s ({e['cpu_seconds']:.2f} s "
+                  f"of CPU), {e['peak_mib']:.0f} MiB peak RSS (target <= {LOWER_TARGET_S:g} s, "
+                  f"<= {LOWER_TARGET_MIB} MiB): "
                   f"{'met' if met else 'NOT met'}")
             ok = ok and met
         return 0 if ok else 1

@@ -6,12 +6,16 @@ small launcher process of their own: every command is measured from the same ~10
 baseline, whatever the benchmark holds.
 
     start_launcher()                  once, before the first command
-    run_measured(cmd, env=None)       -> (seconds, peak RSS bytes, returncode, stderr)
+    run_measured(cmd, env=None)       -> Measured(seconds, rss, rc, stderr, cpu)
+
+`cpu` (user + system seconds) is what the command costs whatever the machine's load: on a
+shared machine the wall time is that much or more.
 """
 import json
 import os
 import subprocess
 import sys
+from typing import NamedTuple
 
 _LAUNCHER = r"""
 import json, os, subprocess, sys, time
@@ -24,6 +28,7 @@ for line in sys.stdin:
     _, status, usage = os.wait4(proc.pid, 0)
     print(json.dumps({"seconds": time.perf_counter() - start, "rss": usage.ru_maxrss * 1024,
                       "rc": os.waitstatus_to_exitcode(status),
+                      "cpu": usage.ru_utime + usage.ru_stime,
                       "stderr": err.decode(errors="replace")[-2000:]}), flush=True)
 """
 _launcher = None
@@ -36,10 +41,22 @@ def start_launcher():
                                      stdout=subprocess.PIPE, text=True)
 
 
+class Measured(NamedTuple):
+    seconds: float      # wall
+    rss: int            # peak RSS, bytes
+    rc: int
+    stderr: str         # its last 2000 characters
+    cpu: float          # user + system seconds
+
+
 def run_measured(cmd, env=None):
-    """(seconds, peak RSS bytes, returncode, stderr) of one command in its own process."""
+    """Measured of one command in its own process."""
     start_launcher()
     _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ)}) + "\n")
     _launcher.stdin.flush()
-    r = json.loads(_launcher.stdout.readline())
-    return r["seconds"], r["rss"], r["rc"], r["stderr"]
+    return Measured(**json.loads(_launcher.stdout.readline()))
+
+
+def load_note():
+    """The machine's load, for a benchmark's header: timings on a shared machine vary."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
