@@ -54,12 +54,17 @@ def load_reference(path, input_names, output_names):
 def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
     """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
     graph as written (their difference is part of a model's float-noise floor)."""
+    sess = onnx_session(model_bytes_or_path, graph_optimizations)
+    names = [o.name for o in sess.get_outputs()]
+    return names, sess.run(None, feeds)
+
+
+def onnx_session(model_bytes_or_path, graph_optimizations=True):
+    """The onnxruntime CPU session run_onnx runs (for several runs of one model)."""
     import onnxruntime as ort   # heavy, and only for running a model
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if not graph_optimizations:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return names, sess.run(None, feeds)
+    return ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])

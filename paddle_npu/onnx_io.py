@@ -1,7 +1,10 @@
 """Where an ONNX model crosses the disk / protobuf boundary, for stage 2 and its tools.
 
     load_proto(model)           path, bytes, ModelProto or ir.Model -> ModelProto
-    load_model(model, opset)    the same -> one ir.Model (opset raised, shapes inferred)
+    load_header(model)          the same without the big initializers' bytes (structure only)
+    load_model(model, opset)    the same -> one ir.Model (opset raised, shapes inferred; a
+                                file's or bytes' big weights read straight into arrays, never
+                                parsed into protobuf)
     to_proto(model) / to_bytes  an ir.Model (or anything load_proto takes) serialized
     infer_shapes(model)         onnx's shape inference merged into an ir.Model in place
     upgrade_opset(proto, n)     onnx's version converter, keeping node names and metadata
@@ -17,7 +20,7 @@ import os
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import ModelProto, TensorProto, helper, version_converter
+from onnx import ModelProto, TensorProto, helper, serialization, version_converter
 from onnx_ir.passes.common import ShapeInferencePass
 
 from .errors import ConversionError
@@ -50,6 +53,14 @@ def load_proto(model):
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
 
 
+def load_header(model):
+    """The ModelProto of a model file or bytes without the bytes of its big initializers
+    (nodes, inputs, outputs, every initializer's name, type and dims kept), for looking at
+    its structure without holding its weights; anything else as load_proto reads it."""
+    proto, _ = _load_weights_aside(model, weights=False)
+    return proto if proto is not None else load_proto(model)
+
+
 def to_proto(model):
     """The ModelProto of an ir.Model (or of anything load_proto reads)."""
     return load_proto(model)
@@ -64,10 +75,14 @@ def load_model(model, min_opset=None, infer=True):
     """One ir.Model to rewrite: the default-domain opset raised to `min_opset` when lower,
     shapes inferred with `infer` (as far as onnx can), initializers no longer listed as graph inputs
     (IR < 4 listed them; the models we write are IR >= 10, where they are constants only)."""
-    proto = load_proto(model)
     # The converter and shape inference copy the whole model (twice each): the weights are
     # set aside while they run (a proto we made ourselves only: the caller's stays as it is)
-    aside = _set_weights_aside(proto) if not isinstance(model, onnx.ModelProto) else {}
+    proto, aside = _load_weights_aside(model)
+    if proto is None:
+        proto = load_proto(model)
+        aside = _set_weights_aside(proto) if not isinstance(model, onnx.ModelProto) else {}
+    else:
+        aside.update(_set_weights_aside(proto))      # what external data files held
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
     if infer:
@@ -87,22 +102,176 @@ def load_model(model, min_opset=None, infer=True):
 
 _ASIDE = "paddle_npu:set-aside"     # the external-data location of a weight set aside
 _ASIDE_ELEMENTS = 1024              # smaller tensors (shapes, axes, scales) stay in place
+_ASIDE_BYTES = 1024                 # (at least this many bytes, then)
+
+
+def _mark_aside(t):
+    """A TensorProto without its bytes, marked as external data set aside (dtype, dims kept)."""
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", _ASIDE
 
 
 def _set_weights_aside(proto):
     """Take the bytes of the big initializers out of the proto, leaving each one marked as
-    external data (dtype and dims kept): {name: bytes}."""
+    external data (dtype and dims kept): {name: uint8 array}."""
     aside = {}
     for t in proto.graph.initializer:
         # counted from the dims: reading raw_data (or ByteSize) would copy the bytes
         if t.data_location != TensorProto.EXTERNAL and t.HasField("raw_data") and \
                 math.prod(t.dims) >= _ASIDE_ELEMENTS:
-            aside[t.name] = t.raw_data
-            t.ClearField("raw_data")
-            t.data_location = TensorProto.EXTERNAL
-            entry = t.external_data.add()
-            entry.key, entry.value = "location", _ASIDE
+            aside[t.name] = np.frombuffer(t.raw_data, dtype=np.uint8)
+            _mark_aside(t)
     return aside
+
+
+def _load_weights_aside(model, weights=True):
+    """(ModelProto, {name: uint8 array}) for a model file or bytes, its big initializers'
+    bytes read straight into arrays (a file's) or viewed where they lie (bytes'), the proto
+    parsed without them; (None, None) for anything else, or what this reader does not
+    follow (then onnx.load reads it, and says what is wrong). weights=False: the proto
+    only (no weights read, no external data loaded)."""
+    if isinstance(model, (bytes, bytearray)):
+        buffer, path = memoryview(model), None
+    elif isinstance(model, (str, os.PathLike)) and os.path.isfile(model) and \
+            serialization.registry.get_format_from_file_extension(
+                os.path.splitext(os.fspath(model))[1]) in (None, "protobuf"):
+        path = os.fspath(model)
+    else:
+        return None, None
+    try:
+        if path is None:
+            return _strip_weights(buffer, lambda start, size: np.frombuffer(
+                buffer, np.uint8, size, start) if weights else None)
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return None, None
+            return _strip_weights(_FileBytes(f), lambda start, size: _read_at(
+                f, start, size) if weights else None,
+                os.path.dirname(path) if weights else None)
+    except Exception:  # noqa: BLE001 - _NotPlain, protobuf's DecodeError: onnx.load reads it
+        return None, None   # and says what is wrong
+
+
+class _NotPlain(Exception):
+    """The bytes are not laid out as _strip_weights follows them."""
+
+
+class _FileBytes:
+    """A file read as `buffer[i]` / `buffer[a:b]` by small blocks, for walking its protobuf
+    fields without reading (or mapping: the page cache's large folios would count in our
+    RSS) the bytes of the weights between them."""
+    BLOCK = 16384
+
+    def __init__(self, f):
+        self._fd, self._size, self._blocks = f.fileno(), os.fstat(f.fileno()).st_size, {}
+
+    def __len__(self):
+        return self._size
+
+    def __getitem__(self, at):
+        if isinstance(at, slice):
+            return os.pread(self._fd, at.stop - at.start, at.start)
+        block = self._blocks.get(at // self.BLOCK)
+        if block is None:
+            block = self._blocks[at // self.BLOCK] = os.pread(
+                self._fd, self.BLOCK, at - at % self.BLOCK)
+        return block[at % self.BLOCK]
+
+
+def _read_at(f, start, size):
+    """`size` bytes of file `f` from `start`, into a new uint8 array."""
+    array = np.empty(size, np.uint8)
+    f.seek(start)
+    if f.readinto(memoryview(array)) != size:
+        raise _NotPlain("short read")
+    return array
+
+
+def _varint_at(buffer, pos):
+    value, shift = 0, 0
+    while True:
+        if pos >= len(buffer) or shift > 63:
+            raise _NotPlain("truncated varint")
+        byte = buffer[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _fields(buffer, start, end):
+    """(number, field start, payload start, field end) of each field in [start, end); a
+    payload start only for length-delimited fields."""
+    pos = start
+    while pos < end:
+        tag, body = _varint_at(buffer, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, stop = _varint_at(buffer, body)
+        elif wire == 1:
+            stop = body + 8
+        elif wire == 5:
+            stop = body + 4
+        elif wire == 2:
+            size, body = _varint_at(buffer, body)
+            stop = body + size
+        else:                       # groups: nothing ONNX writes
+            raise _NotPlain(f"wire type {wire}")
+        if stop > end or number == 0:
+            raise _NotPlain("field past its message")
+        yield number, pos, body if wire == 2 else None, stop
+        pos = stop
+
+
+def _strip_weights(buffer, read, base_dir=None):
+    """The ModelProto in `buffer` parsed with every main-graph initializer of over
+    _ASIDE_BYTES of raw_data taken out (dtype, dims kept, marked as set aside), and those
+    bytes as {name: read(start, size)}; small ones get their bytes back. A file's external
+    data (from `base_dir`) is loaded as onnx.load does."""
+    pieces, cuts, graphs = [], [], 0
+    for number, start, body, stop in _fields(buffer, 0, len(buffer)):
+        if number != _GRAPH_FIELD or body is None:
+            pieces.append(buffer[start:stop])
+            continue
+        graphs += 1
+        graph = []
+        for g_number, g_start, g_body, g_stop in _fields(buffer, body, stop):
+            raw = None
+            if g_number == _INITIALIZER_FIELD and g_body is not None:
+                raw = [(f_start, f_body, f_stop) for number_, f_start, f_body, f_stop
+                       in _fields(buffer, g_body, g_stop) if number_ == _RAW_DATA_FIELD]
+            if raw is not None:
+                cuts.append(None)
+            if not raw or len(raw) > 1 or raw[0][2] - raw[0][1] < _ASIDE_BYTES:
+                graph.append(buffer[g_start:g_stop])
+                continue
+            f_start, f_body, f_stop = raw[0]
+            cuts[-1] = (f_body, f_stop - f_body)
+            size = (f_start - g_body) + (g_stop - f_stop)
+            graph += [_field(_INITIALIZER_FIELD, size), buffer[g_body:f_start],
+                      buffer[f_stop:g_stop]]
+        size = sum(len(p) for p in graph)
+        pieces += [_field(_GRAPH_FIELD, size)] + graph
+    if graphs != 1:
+        raise _NotPlain(f"{graphs} graph fields")
+    proto = ModelProto.FromString(b"".join(bytes(p) for p in pieces))
+    if not proto.HasField("graph") or not proto.opset_import or \
+            len(proto.graph.initializer) != len(cuts):
+        raise _NotPlain("not a model")
+    if base_dir is not None:
+        onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
+    aside = {}
+    for t, cut in zip(proto.graph.initializer, cuts):
+        if cut is None:
+            continue
+        if math.prod(t.dims) < _ASIDE_ELEMENTS:
+            t.raw_data = bytes(buffer[cut[0]:cut[0] + cut[1]])
+        else:
+            aside[t.name] = read(*cut)
+            _mark_aside(t)
+    return proto, aside
 
 
 def _put_weights_back(model, aside):
@@ -111,7 +280,7 @@ def _put_weights_back(model, aside):
         if name not in aside:
             continue
         held = value.const_value
-        array = np.frombuffer(aside[name], dtype=held.dtype.numpy()).reshape(held.shape.numpy())
+        array = aside[name].view(held.dtype.numpy()).reshape(held.shape.numpy())
         value.const_value = ir.Tensor(array, name=name)
     left = [v.name for v in model.graph.initializers.values()
             if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.location == _ASIDE]
@@ -221,6 +390,17 @@ def _field(number, length):
 _GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9   # onnx.proto's field numbers
 
 
+def _plain_array(tensor):
+    """The tensor's own NumPy array when its bytes in the file are that array's (native byte
+    order, whole bytes per element), else None (ir.Tensor.tobytes knows the rest)."""
+    array = tensor.raw if type(tensor) is ir.Tensor else None    # (a subclass: its tobytes)
+    if not isinstance(array, np.ndarray) or array.dtype.itemsize * 8 != tensor.dtype.bitwidth \
+            or not (array.dtype.isnative or array.dtype.itemsize == 1) \
+            or array.nbytes != tensor.nbytes:
+        return None
+    return array
+
+
 class StreamedModel:
     """An ir.Model serialized without a second copy of its weights.
 
@@ -297,9 +477,23 @@ class StreamedModel:
         return data
 
     def write(self, path):
+        scratch = np.empty(0, np.uint8)     # one buffer for the strided tensors' bytes
         with open(path, "wb") as f:
             for piece in self._parts():
-                f.write(piece if isinstance(piece, bytes) else self._bytes_of(piece))
+                if isinstance(piece, bytes):
+                    f.write(piece)
+                    continue
+                array = _plain_array(piece)
+                if array is None:
+                    f.write(self._bytes_of(piece))
+                elif array.flags.c_contiguous:
+                    f.write(array.reshape(-1).view(np.uint8))
+                else:               # (a tile viewing its layer's weight): copied into scratch
+                    if scratch.nbytes < array.nbytes:
+                        scratch = np.empty(array.nbytes, np.uint8)
+                    out = scratch[:array.nbytes].view(array.dtype).reshape(array.shape)
+                    np.copyto(out, array)
+                    f.write(out.reshape(-1).view(np.uint8))
 
     def size(self):
         return sum(len(p) if isinstance(p, bytes) else p.nbytes for p in self._parts())

@@ -216,3 +216,73 @@ def test_streamed_model_writes_what_serialize_model_writes(tmp_path):
     values["big"].const_value = Short(values["big"].const_value.numpy(), name="big")
     with pytest.raises(ConversionError, match=r"'big': 359996 bytes .* \(360000 expected\)"):
         StreamedModel(model).write(tmp_path / "short.onnx")
+
+
+def test_load_model_reads_big_weights_into_arrays(tmp_path):
+    """A model file (or its bytes, or one with external data) loads to the same ir.Model as
+    from its parsed ModelProto; a file's big weights are arrays of their own (writable, so
+    BatchNorm folds into them in place), small ones stay in the proto."""
+    import onnx_ir as ir
+    from onnx import helper, numpy_helper
+    from paddle_npu.onnx_io import load_header, load_model
+
+    rng = np.random.default_rng(0)
+    inits = {"big": rng.standard_normal((300, 300)).astype(np.float32),
+             "few": rng.standard_normal(300).astype(np.float32),    # 1200 bytes, 300 elements
+             "half": rng.standard_normal(2000).astype(np.float16),
+             "shape": np.int64([2, 300])}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "big"], ["mm"]),
+         helper.make_node("Add", ["mm", "few"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 300])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 300])],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    external = tmp_path / "e.onnx"
+    onnx.save(proto, external, save_as_external_data=True, location="e.data",
+              size_threshold=0)
+    for source, file in ((path, path), (str(path), path), (path.read_bytes(), path),
+                         (external, external)):
+        m = load_model(source)
+        got, want = (ir.serde.serialize_model(x) for x in (m, load_model(onnx.load(file))))
+        for p in (got, want):           # (a tensor set aside no longer says where it was)
+            for t in p.graph.initializer:
+                t.ClearField("data_location")
+        assert got == want, type(source)
+        for name, array in inits.items():
+            np.testing.assert_array_equal(m.graph.initializers[name].const_value.numpy(), array)
+    header = load_header(path)              # the structure, none of the big weights' bytes
+    assert [n.op_type for n in header.graph.node] == ["MatMul", "Add", "Reshape"]
+    assert [(t.name, list(t.dims)) for t in header.graph.initializer] == \
+        [(n, list(a.shape)) for n, a in inits.items()]
+    assert header.ByteSize() < inits["big"].nbytes // 100
+    big = load_model(path).graph.initializers["big"].const_value
+    assert isinstance(big, ir.Tensor) and big.numpy().flags.writeable
+    assert not isinstance(load_model(path).graph.initializers["few"].const_value, ir.Tensor)
+
+
+def test_streamed_model_writes_views_in_row_major_order(tmp_path):
+    """A weight that is a strided view (a tile of a transposed kernel matrix) is written in
+    row-major order, as ir's serializer writes it."""
+    import onnx_ir as ir
+    from paddle_npu.onnx_io import StreamedModel
+
+    base = np.arange(600 * 400, dtype=np.float32).reshape(600, 400)
+    values = [ir.Value(name=n, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(a.shape),
+                       const_value=ir.Tensor(a, name=n))
+              for n, a in (("tile", base.T[100:300, 50:350]), ("rows", base[10:20]))]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 200]))
+    mm = ir.node("MatMul", [x, values[0]])
+    mm.outputs[0].name, mm.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    graph = ir.Graph([x], mm.outputs, nodes=[mm], initializers=values,
+                     opset_imports={"": 17}, name="g")
+    model = ir.Model(graph, ir_version=10)
+    assert not values[0].const_value.numpy().flags.c_contiguous
+    path = tmp_path / "m.onnx"
+    StreamedModel(model).write(path)
+    assert onnx.load(path) == ir.serde.serialize_model(model)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load(path).graph.initializer[0]),
+                                  base.T[100:300, 50:350])

@@ -14,6 +14,7 @@ from paddle_npu.npu.plan import Quantization
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.reference import Reference
+from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
 
 
 def conv_relu_gemm():
@@ -77,6 +78,24 @@ def test_float_and_integer_layers_share_one_plan():
     want = _run(model, feeds)
     cosine = float(np.sum(got * want) / np.linalg.norm(got) / np.linalg.norm(want))
     assert cosine > 0.999
+
+
+def test_tiles_are_views_of_the_layer_weight():
+    """A tile is a block of the layer's kernel matrix viewed in place (the lowering holds no
+    second copy of the weights); block-diagonal tiles of small groups are new arrays."""
+    w = np.random.default_rng(0).standard_normal((20, 6, 3, 3)).astype(np.float32)
+    geo = Geometry(1, 6, 9, 20)
+    kernel = w.reshape(20, -1).T
+    tiles = plan_tiles(geo, "packed", 32, 8)
+    assert len(tiles) == 6                    # 2 channels' rows per array, 20 columns in 3
+    for t in tiles:
+        got = tile_weight(w, geo, t)
+        np.testing.assert_array_equal(
+            got, kernel[t.row_start:t.row_start + t.rows, t.col_start:t.col_start + t.cols])
+        assert np.shares_memory(got, w)
+    depthwise = Geometry(4, 1, 9, 1)
+    (block,) = plan_tiles(depthwise, "packed", 64, 64)
+    assert not np.shares_memory(tile_weight(w[:4, :1], depthwise, block), w)
 
 
 def test_a_layer_marked_for_the_cpu_stays_float():

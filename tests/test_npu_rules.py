@@ -71,6 +71,37 @@ def test_fold_batchnorm_refuses_a_shared_conv_output():
     assert result.refused == {"bn": "conv's output is also read elsewhere"}
 
 
+def test_fold_batchnorm_in_place_only_for_a_weight_one_conv_reads(tmp_path):
+    """A Conv's weight that nothing else reads is scaled where it lies (the model holds one
+    copy of its weights) and the replaced parameters leave the model at once; a weight two
+    Convs share is left as it is for the other."""
+    c = 12                                  # weights of >= 1024 elements: arrays of their own
+    bn = [("g", _weights(c)), ("beta", _weights(c)), ("m", _weights(c)),
+          ("v", np.abs(_weights(c)) + 0.5)]
+    proto = model([helper.make_node("Conv", ["x", "w"], ["h"], name="conv", pads=[1] * 4),
+                   helper.make_node("BatchNormalization", ["h", "g", "beta", "m", "v"], ["y"],
+                                    name="bn"),
+                   helper.make_node("Conv", ["y", "ws"], ["h2"], name="conv2", pads=[1] * 4),
+                   helper.make_node("BatchNormalization", ["h2", "g", "beta", "m", "v"],
+                                    ["y2"], name="bn2"),
+                   helper.make_node("Conv", ["y2", "ws"], ["z"], name="conv3", pads=[1] * 4)],
+                  [("x", [1, 16, 5, 5])], [("z", [1, c, 5, 5])],
+                  [("w", _weights(c, 16, 3, 3)), ("ws", _weights(c, c, 3, 3))] + bn)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    m = prepare(path)
+    w = m.graph.initializers["w"].const_value.numpy()
+    shared = m.graph.initializers["ws"].const_value.numpy().copy()
+    result = RulePass("bn_collapse", [FoldBatchNorm()])(m)
+    assert result.fired == ["conv+bn -> conv", "conv2+bn2 -> conv2"]
+    assert np.shares_memory(m.graph.initializers["bn.w"].const_value.numpy(), w)
+    assert not {"w", "g", "beta", "m", "v"} & set(m.graph.initializers)
+    assert m.graph.initializers["ws"].const_value.numpy().flags.writeable
+    np.testing.assert_array_equal(m.graph.initializers["ws"].const_value.numpy(), shared)
+    m.ir_version = max(m.ir_version, 10)
+    _same(proto, to_bytes(m), {"x": _weights(1, 16, 5, 5)})
+
+
 def test_merge_linear_chains_three_fcs():
     proto = model([helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], name="fc1"),
                    helper.make_node("Dropout", ["h1"], ["d"], name="drop"),

@@ -3,8 +3,9 @@
 For each model and format: both CLIs run --runs times (interleaved), each a fresh process;
 we print the medians of wall time and peak RSS and their ratios, both outputs' node counts,
 onnxruntime latency of both models on the zoo's test input (median over --iters), and
-whether both agree with Paddle's outputs. Targets: wall time <= 0.3x paddle2onnx,
-node count <= paddle2onnx's, latency ratio <= 1.0.
+whether both agree with Paddle's outputs; then `paddle-npu --help`'s wall time. Targets
+(the performance targets): wall time <= 0.2x paddle2onnx, peak RSS <= 250 MiB, node count <= paddle2onnx's,
+latency ratio <= 1.0, `--help` <= 0.2 s.
 
 paddle2onnx pins an old onnx, so it lives in its own environment, made by
 `tools/bench_env.sh` (.bench-venv); pass another with --p2o.
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,39 +25,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-
-# A child's peak RSS includes the RSS of the process that forked it, and this benchmark
-# grows big (onnxruntime, models). So commands are started by a small launcher process,
-# itself started before anything heavy is loaded: both tools are measured from the same
-# ~10 MB baseline.
-_LAUNCHER = r"""
-import json, os, subprocess, sys, time
-for line in sys.stdin:
-    job = json.loads(line)
-    start = time.perf_counter()
-    proc = subprocess.Popen(job["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=job["env"])
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    print(json.dumps({"seconds": time.perf_counter() - start, "rss": usage.ru_maxrss * 1024,
-                      "rc": os.waitstatus_to_exitcode(status),
-                      "stderr": err.decode(errors="replace")[-2000:]}), flush=True)
-"""
-_launcher = None
-
-
-def start_launcher():
-    global _launcher
-    _launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
-
-
-def run_measured(cmd, env=None):
-    """(seconds, peak RSS bytes, returncode, stderr) of one command in its own process."""
-    _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ)}) + "\n")
-    _launcher.stdin.flush()
-    r = json.loads(_launcher.stdout.readline())
-    return r["seconds"], r["rss"], r["rc"], r["stderr"]
+from measure import load_note, run_measured, start_launcher  # noqa: E402
 
 
 def node_count(path):
@@ -142,7 +110,7 @@ def main():
                                  "--save_file", theirs], theirs, p2o_t)):
                     if os.path.exists(target):
                         os.remove(target)
-                    secs, rss, rc, err = run_measured(cmd, env)
+                    secs, rss, rc, err, _ = run_measured(cmd, env)
                     ok = rc == 0 and os.path.exists(target)
                     status[who] = "ok" if ok else (err.strip().splitlines() or ["failed"])[-1][:60]
                     if ok:
@@ -168,11 +136,20 @@ def main():
                     row[f"{who}_rel_diff"] = max(agreement(o, ref[f"out_{i}"])["rel_diff"]
                                                  for i, o in enumerate(outs))
             rows.append(row)
+            if len(rows) == 1:
+                print(load_note())
             _print_row(row, header=len(rows) == 1)
     _print_summary(rows)
+    help_s = statistics.median(run_measured(ours_cmd[:-1] + ["--help"], env).seconds
+                               for _ in range(args.runs))
+    print(f"paddle-npu --help: {help_s:.3f} s (median of {args.runs}; target <= 0.2 s: "
+          f"{'met' if help_s <= HELP_TARGET_S else 'NOT met'})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+WALL_TARGET, RSS_TARGET_MIB, HELP_TARGET_S = 0.2, 250, 0.2
 
 
 def _ratio(row, key):
@@ -186,8 +163,8 @@ def _fmt(v, spec):
 
 def _print_row(row, header):
     if header:
-        print(f"{'model':<22} {'fmt':<6} {'ours s':>7} {'p2o s':>7} {'time x':>6} {'ours MB':>8} "
-              f"{'p2o MB':>8} {'rss x':>6} {'nodes':>6} {'p2o':>6} {'lat ms':>7} {'p2o ms':>7} "
+        print(f"{'model':<22} {'fmt':<6} {'ours s':>7} {'p2o s':>7} {'time x':>6} {'ours MiB':>8} "
+              f"{'p2o MiB':>8} {'rss x':>6} {'nodes':>6} {'p2o':>6} {'lat ms':>7} {'p2o ms':>7} "
               f"{'lat x':>6} {'ours diff':>9} {'p2o diff':>9}  status")
     print(f"{row['model']:<22} {row['format']:<6} {_fmt(row.get('ours_s'), '7.2f')} "
           f"{_fmt(row.get('p2o_s'), '7.2f')} {_fmt(_ratio(row, 's'), '6.2f')} "
@@ -209,9 +186,13 @@ def _print_summary(rows):
     rss = gmean([_ratio(r, "rss_mb") for r in both])
     lat = gmean([_ratio(r, "lat_ms") for r in both if _ratio(r, "lat_ms")])
     fewer = sum(r["ours_nodes"] <= r["p2o_nodes"] for r in both)
-    print(f"\n{len(both)} conversions by both; geometric means: wall time x{t:.2f} (target <= 0.3), "
-          f"peak RSS x{rss:.2f}, latency x{lat:.2f} (target <= 1.0); node count <= paddle2onnx's "
-          f"in {fewer}/{len(both)}")
+    peak = max(r["ours_rss_mb"] for r in both)
+    slowest = max(_ratio(r, "s") for r in both)
+    print(f"\n{len(both)} conversions by both; geometric means: wall time x{t:.2f} (target <= "
+          f"{WALL_TARGET}: {'met' if slowest <= WALL_TARGET else 'NOT met'} by every one, the "
+          f"worst x{slowest:.2f}), peak RSS x{rss:.2f} (ours at most {peak:.0f} MiB, target <= "
+          f"{RSS_TARGET_MIB} MiB: {'met' if peak <= RSS_TARGET_MIB else 'NOT met'}), latency "
+          f"x{lat:.2f} (target <= 1.0); node count <= paddle2onnx's in {fewer}/{len(both)}")
     only = [f"{r['model']}/{r['format']}" for r in rows if r not in both]
     if only:
         print("not converted by both:", ", ".join(only))

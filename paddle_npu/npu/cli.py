@@ -185,12 +185,12 @@ def lower_converted(onnx_bytes, output, args):
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
                         input_shape=None, min_cosine=0.99):
     from ..compare import load_reference    # the library loads when a command runs
-    from ..onnx_io import load_proto
+    from ..onnx_io import load_header
     from .verifier import render, verify
 
     feeds = recorded = None
     if inputs:
-        graph = load_proto(model).graph
+        graph = load_header(model).graph
         inits = {i.name for i in graph.initializer}
         feeds, recorded = load_reference(inputs, [i.name for i in graph.input
                                                   if i.name not in inits],

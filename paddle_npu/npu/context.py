@@ -62,7 +62,10 @@ class LowerContext:
 
     def initializer(self, array, suffix):
         name = self.unique_name(f"{self._source.name}/{suffix}")
-        array = np.ascontiguousarray(array)
+        # a view (a tile of the layer's weight) stays one: its bytes are made as it is written
+        array = np.asarray(array)
+        if array.ndim == 0:
+            array = array.reshape(1)
         tensor = ir.Tensor(array, name=name)
         value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(array.shape),
                          const_value=tensor)

@@ -120,6 +120,15 @@ def drop_dead(graph, nodes):
         todo.extend(feeders)
 
 
+def drop_unread_initializers(graph, values):
+    """Remove those of `values` that are initializers of `graph` nobody reads any more (so
+    their arrays are freed now, not when the unused are removed at the end)."""
+    for v in values:
+        if graph.initializers.get(v.name) is v and not v.uses() and \
+                not v.is_graph_output() and not v.is_graph_input():
+            del graph.initializers[v.name]
+
+
 def attributes(attrs):
     """onnx_ir attributes from a dict; an int list (even an empty one) is INTS, None skipped."""
     out = []

@@ -315,18 +315,23 @@ class FoldBatchNorm(Rule):
         dtype = w.dtype
         attrs = list(prod.attributes.values())
         if prod.op_type == "Conv":
-            w2 = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+            by = scale.reshape((-1,) + (1,) * (w.ndim - 1))
             b2 = ((c if c is not None else np.zeros_like(mean)) - mean) * scale + beta
         else:
             trans_b = prod.attributes.get_int("transB", 0)
-            w2 = w * (scale[:, None] if trans_b else scale[None, :])
+            by = scale[:, None] if trans_b else scale[None, :]
             c_eff = c * np.asarray(prod.attributes.get_float("beta", 1.0), c.dtype) \
                 if c is not None else np.zeros_like(mean)
             b2 = np.broadcast_to((c_eff - mean) * scale + beta,
                                  np.broadcast_shapes(c_eff.shape, scale.shape))
             attrs = [a for a in attrs if a.name != "beta"]
+        # The weight is scaled where it lies when nothing else reads it (no second copy of
+        # the model's weights); the product is rounded to its dtype once either way.
+        w2 = np.multiply(w, by, out=w, casting="same_kind") if _only_reader(prod, 1, w) \
+            else (w * by).astype(dtype, copy=False)
+        old = [v for v in list(prod.inputs[1:]) + list(bn.inputs[1:]) if v is not None]
         new = ir.Node(prod.domain, prod.op_type,
-                      [prod.inputs[0], g.initializer(graph, w2.astype(dtype), f"{bn.name}.w"),
+                      [prod.inputs[0], g.initializer(graph, w2, f"{bn.name}.w"),
                        g.initializer(graph, np.ascontiguousarray(b2, dtype=dtype),
                                      f"{bn.name}.b")],
                       attrs, name=prod.name, metadata_props=dict(prod.metadata_props))
@@ -334,7 +339,18 @@ class FoldBatchNorm(Rule):
         graph.insert_before(prod, new)
         g.take_over(bn.outputs[0], new.outputs[0])
         graph.remove([bn, prod], safe=True)
+        g.drop_unread_initializers(graph, old)
         return f"{prod.name}+{bn.name} -> {new.name}"
+
+
+def _only_reader(node, i, array):
+    """Whether `array` (the value of node's input i) may be rewritten in place: an
+    initializer's own writable array that `node` alone reads, once."""
+    value = node.inputs[i]
+    return value.name in node.graph.initializers and \
+        node.graph.initializers[value.name] is value and len(value.uses()) == 1 and \
+        not value.is_graph_output() and not value.is_graph_input() and \
+        array.flags.writeable and array.flags.c_contiguous
 
 
 def fold_batchnorm(model):

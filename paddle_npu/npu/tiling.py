@@ -76,7 +76,8 @@ def group_matrix(weight, g, geo):
 
 
 def tile_weight(weight, geo, tile):
-    """The [rows, cols] matrix programmed into a tile's array."""
+    """The [rows, cols] matrix programmed into a tile's array: a view of `weight` when the
+    tile is one block of it (no copy of the layer's weights), else a new array."""
     import numpy as np      # on first use: the command line's parser reads PLANS from here
 
     if tile.groups is not None:
@@ -89,8 +90,7 @@ def tile_weight(weight, geo, tile):
     g = tile.row_start // geo.group_rows
     r0 = tile.row_start - g * geo.group_rows
     c0 = tile.col_start - g * geo.outputs
-    return np.ascontiguousarray(group_matrix(weight, g, geo)[r0:r0 + tile.rows,
-                                                             c0:c0 + tile.cols])
+    return group_matrix(weight, g, geo)[r0:r0 + tile.rows, c0:c0 + tile.cols]
 
 
 @dataclass

@@ -1,10 +1,13 @@
 """Stage-2 verification: onnxruntime on the model before lowering, onnxruntime on the lowered
 model (function bodies), and the NumPy reference, on the same seeded input."""
+import gc
+import os
+
 import numpy as np
 
-from ..compare import agreement, run_onnx
+from ..compare import agreement, onnx_session, run_onnx
 from ..errors import ConversionError
-from ..onnx_io import load_proto
+from ..onnx_io import load_header, load_proto
 from .ops import DOMAIN
 from .passes import with_input_shapes
 from .reference import Reference
@@ -25,7 +28,7 @@ _NP = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.i
 def seeded_inputs(model, seed=0, batch=1):
     """Inputs for every graph input: normal floats, small non-negative ints (safe as indices),
     random booleans; symbolic dims are `batch`."""
-    proto = load_proto(model)
+    proto = load_header(model)
     inits = {i.name for i in proto.graph.initializer}
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -46,9 +49,12 @@ def seeded_inputs(model, seed=0, batch=1):
     return feeds
 
 
-def _serialized(model):
-    proto = load_proto(model)
-    return proto.SerializeToString()
+def _runnable(model):
+    """What onnxruntime is given: a file as its path (onnxruntime reads it; we hold no copy),
+    anything else serialized."""
+    if isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
+        return os.fspath(model)
+    return load_proto(model).SerializeToString()
 
 
 def _primitives(proto):
@@ -70,7 +76,7 @@ def float_noise_floor(model, feeds, nudge=NUDGE):
     float32 ulp (all up, all down, two seeded random signs per element). Some heads (detection
     decode, TPS rectification, large gains) amplify rounding far past 1e-5; a lowered model
     within this floor differs from the original by rounding, not by a lowering error."""
-    model = _serialized(model)
+    model = _runnable(model)
     rng = np.random.default_rng(0)
 
     def nudged(sign):
@@ -78,11 +84,13 @@ def float_noise_floor(model, feeds, nudge=NUDGE):
                 (v.astype(np.float64) * (1 + sign(v) * nudge)).astype(v.dtype)
                 for k, v in feeds.items()}
 
-    _, plain = run_onnx(model, feeds)
     runs = [run_onnx(model, feeds, graph_optimizations=False)[1]]
+    session = onnx_session(model)           # one session for the plain and nudged runs
+    plain = session.run(None, feeds)
     for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
                  lambda v: rng.choice([-1, 1], v.shape)):
-        runs.append(run_onnx(model, nudged(sign))[1])
+        runs.append(session.run(None, nudged(sign)))
+    del session
     return [max(_rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
 
 
@@ -105,8 +113,7 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     equals the NumPy reference's bit for bit.
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
     input and the run before lowering."""
-    lowered_proto = load_proto(lowered)
-    used = _primitives(lowered_proto)
+    used = _primitives(load_header(lowered))
     if not used:
         name = lowered if isinstance(lowered, str) else "the second model"
         raise ConversionError(f"{name}: has no NPU primitives, so it is not a lowered model; "
@@ -116,11 +123,14 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         original = with_input_shapes(original, input_shape)
     if feeds is None:
         feeds = seeded_inputs(original, seed)
-    names, want = run_onnx(_serialized(original), feeds)
-    lowered_bytes = lowered_proto.SerializeToString()
-    _, got_ort = run_onnx(lowered_bytes, feeds)
-    ref = Reference(lowered_bytes, target)
+    # one model at a time in memory: each run's session is gone before the next is made
+    names, want = run_onnx(_runnable(original), feeds)
+    _, got_ort = run_onnx(_runnable(lowered), feeds)
+    ref = Reference(lowered, target)
     got_ref = ref.run(feeds)
+    array = ref.array.as_dict()
+    del ref
+    gc.collect()        # the evaluator's reference cycles hold its copy of the weights
     outputs, worst = [], 0.0
     for name, w, o, r in zip(names, want, got_ort, got_ref):
         entry = {"name": name, "shape": list(np.shape(w))}
@@ -138,7 +148,7 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
             entry["bit_exact"] = bool(np.array_equal(np.asarray(o), np.asarray(r)))
         outputs.append(entry)
     result = {"outputs": outputs, "worst_rel_diff": worst, "tolerance": tolerance,
-              "integer": integer, "array": ref.array.as_dict()}
+              "integer": integer, "array": array}
     if integer:
         result["min_cosine"] = min_cosine
         result["worst_cosine"] = min((e["onnxruntime"]["cosine"] for e in outputs), default=1.0)

@@ -81,7 +81,7 @@ class MatMul:
             return runtime_matmul.lower(ctx, node)
         if _constant_first(ctx, node):
             xt = _swap_last_two(ctx, node.inputs[1], "transpose_b")
-            weight = np.ascontiguousarray(ctx.constant(node.inputs[0]).T)
+            weight = ctx.constant(node.inputs[0]).T      # tiles are views of it
             return [_swap_last_two(ctx, _matrix(ctx, node, xt, weight, None), "transpose_y")]
         x, w = node.inputs[0], ctx.constant(node.inputs[1])
         if w.ndim == 2:
@@ -136,4 +136,4 @@ class Gemm:
             bias = _gemm_bias(ctx.constant(node.inputs[2]), a.get_float("beta", 1.0), w.shape[1])
         if a.get_int("transA", 0):
             x = ctx.npu.DimTransform(x, perm=[1, 0], shape=[0, 0], _name="transpose_a")
-        return [_matrix(ctx, node, x, np.ascontiguousarray(w), bias)]
+        return [_matrix(ctx, node, x, w, bias)]       # (w.T: tiles are views of it)

@@ -12,7 +12,6 @@ import functools
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from ..registry import onnx_op
 
@@ -72,6 +71,8 @@ def axis_matrix(ctx, node, axis):
 
 @functools.lru_cache(maxsize=64)
 def _probe(op_type, attrs, kind, probe, where, n_in, n_out, opset):
+    from onnx.reference import ReferenceEvaluator   # ~40 ms: only when a model has a Resize
+
     attrs = dict(attrs)
     inputs = ["x"] + [""] * (where - 1) + [kind]
     inits = [numpy_helper.from_array(

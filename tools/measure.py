@@ -1,0 +1,62 @@
+"""Wall time and peak RSS of a command in a process of its own, for the benchmarks.
+
+A child's peak RSS (ru_maxrss) includes what it had before exec, i.e. the RSS of the process
+that forked it, and a benchmark grows big (onnxruntime, models). So commands are started by a
+small launcher process of their own: every command is measured from the same ~10 MB
+baseline, whatever the benchmark holds.
+
+    start_launcher()                  once, before the first command
+    run_measured(cmd, env=None)       -> Measured(seconds, rss, rc, stderr, cpu)
+
+`cpu` (user + system seconds) is what the command costs whatever the machine's load: on a
+shared machine the wall time is that much or more.
+"""
+import json
+import os
+import subprocess
+import sys
+from typing import NamedTuple
+
+_LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    start = time.perf_counter()
+    proc = subprocess.Popen(job["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=job["env"])
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    print(json.dumps({"seconds": time.perf_counter() - start, "rss": usage.ru_maxrss * 1024,
+                      "rc": os.waitstatus_to_exitcode(status),
+                      "cpu": usage.ru_utime + usage.ru_stime,
+                      "stderr": err.decode(errors="replace")[-2000:]}), flush=True)
+"""
+_launcher = None
+
+
+def start_launcher():
+    global _launcher
+    if _launcher is None:
+        _launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+
+class Measured(NamedTuple):
+    seconds: float      # wall
+    rss: int            # peak RSS, bytes
+    rc: int
+    stderr: str         # its last 2000 characters
+    cpu: float          # user + system seconds
+
+
+def run_measured(cmd, env=None):
+    """Measured of one command in its own process."""
+    start_launcher()
+    _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ)}) + "\n")
+    _launcher.stdin.flush()
+    return Measured(**json.loads(_launcher.stdout.readline()))
+
+
+def load_note():
+    """The machine's load, for a benchmark's header: timings on a shared machine vary."""
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
