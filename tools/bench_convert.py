@@ -3,9 +3,9 @@
 For each model and format: both CLIs run --runs times (interleaved), each a fresh process;
 we print the medians of wall time and peak RSS and their ratios, both outputs' node counts,
 onnxruntime latency of both models on the zoo's test input (median over --iters), and
-whether both agree with Paddle's outputs; then `paddle-npu --help`'s wall time. Targets
-(the performance targets): wall time <= 0.2x paddle2onnx, peak RSS <= 250 MiB, node count <= paddle2onnx's,
-latency ratio <= 1.0, `--help` <= 0.2 s.
+whether both agree with Paddle's outputs; then `paddle-npu --help`'s wall time. Targets:
+wall time <= 0.2x paddle2onnx, peak RSS <= 250 MiB, node count <= paddle2onnx's, latency
+ratio <= 1.0, `--help` <= 0.2 s.
 
 paddle2onnx pins an old onnx, so it lives in its own environment, made by
 `tools/bench_env.sh` (.bench-venv); pass another with --p2o.
