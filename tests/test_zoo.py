@@ -169,3 +169,19 @@ def test_float64_result_recorded(zoo_export, name):
         assert agreement(got, exact)["rel_diff"] <= 1e-4, i
     translated = np.load(os.path.join(zoo_export(name, "translated")["dir"], "truth.npz"))
     assert all(np.array_equal(truth[k], translated[k]) for k in truth.files)
+
+
+def test_cache_key_covers_the_export_side_only(tmp_path, monkeypatch):
+    """Changing how exports are checked (below the banner) keeps the cached exports;
+    changing the export side re-keys them."""
+    text = zoo.ZOO_FILE.read_text()
+    assert text.count(zoo.CHECK_BANNER) == 1
+    key = zoo.cache_key("lenet", "legacy")
+    copy = tmp_path / "zoo.py"
+    monkeypatch.setattr(zoo, "ZOO_FILE", copy)
+    copy.write_text(text + "\n# a change to the check\n")
+    assert zoo.cache_key("lenet", "legacy") == key
+    head, tail = text.split(zoo.CHECK_BANNER)
+    copy.write_text(head + "\n# a change to an export\n" + zoo.CHECK_BANNER + tail)
+    assert zoo.cache_key("lenet", "legacy") != key
+    assert zoo.cache_key("lenet", "pir") != zoo.cache_key("lenet", "legacy")
