@@ -427,6 +427,15 @@ def _conv_bn(cin, cout, k, stride=1, groups=1, act=None):
     return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
 
 
+def _folded_conv(cin, cout, k, stride=1, groups=1):
+    """A biased conv standing for Conv + BatchNorm folded for inference ("same" padding):
+    _calibrate normalises its output per channel, as the BatchNorm did."""
+    from paddle import nn
+    conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
+    conv.folded_bn = True
+    return conv
+
+
 def _squeeze_excite(c, slope=1 / 6):
     """MobileNetV3-style SE: global average, 1x1 conv to c/4, relu, 1x1 conv back,
     hardsigmoid(slope, offset 0.5), times the input."""
@@ -480,8 +489,7 @@ def _pp_lcnet_v3(scale, det):
     class RepLayer(nn.Layer):
         def __init__(self, cin, cout, k, stride, groups=1):
             super().__init__()
-            self.conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
-            self.conv.folded_bn = True  # _calibrate normalises it per channel, as BN did
+            self.conv = _folded_conv(cin, cout, k, stride, groups)
             self.lab, self.act_lab = Affine(), Affine()
             self.with_act = stride != 2  # as PaddleOCR tests it: (2, 1) != 2
 
@@ -856,7 +864,7 @@ def _ppyoloe_s(h, w, classes=80):
     reg_bins, strides = 17, (32, 16, 8)
 
     def rep_vgg(c):  # deploy form: one 3x3 conv with bias
-        return nn.Sequential(nn.Conv2D(c, c, 3, padding=1), act())
+        return nn.Sequential(_folded_conv(c, c, 3), act())
 
     class BasicBlock(nn.Layer):
         def __init__(self, c, shortcut):
@@ -1020,7 +1028,7 @@ def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, la
             super().__init__()
             mid = cout // 2
             self.c1, self.c2 = _conv_bn(cin, mid, 1, act=nn.Silu), _conv_bn(cin, mid, 1, act=nn.Silu)
-            self.blocks = nn.Sequential(*[nn.Sequential(nn.Conv2D(mid, mid, 3, padding=1), nn.Silu())
+            self.blocks = nn.Sequential(*[nn.Sequential(_folded_conv(mid, mid, 3), nn.Silu())
                                           for _ in range(n)])
             self.c3 = _conv_bn(mid, cout, 1, act=nn.Silu)
 
@@ -2584,7 +2592,7 @@ def check_selection(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
     """For a model whose outputs hinge on a top-k choice: the ranked scores and the outputs
     given Paddle's picks, judged together as _verdict does (floors and float64 results
     from selection.npz and meta.json's "selection"), and how many of Paddle's picks our ONNX
-    makes on its own ("same_picks" of "picks")."""
+    makes on its own ("same_picks" of "picks"; "same_rank" of them in the same place)."""
     from paddle_npu.compare import run_onnx  # our package: the parent side only
 
     export_dir = Path(export_dir)
@@ -2599,9 +2607,10 @@ def check_selection(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
              if "score_f64" in sel.files else [])
     verdict = _verdict(outs[-1:] + outs[:n], plain[-1:] + plain[:n], want,
                        [info["score_noise"]] + info["paddle_noise"], exact, tolerance)
-    ours = run_onnx(with_selection(onnx_bytes, held=False), feeds)[1][-1]
-    same = sum(len(set(a) & set(b)) for a, b in zip(ours, sel["picks"]))
-    return {**verdict, "same_picks": int(same), "picks": int(sel["picks"].size),
+    ours, theirs = run_onnx(with_selection(onnx_bytes, held=False), feeds)[1][-1], sel["picks"]
+    same = sum(len(set(a) & set(b)) for a, b in zip(ours, theirs))
+    return {**verdict, "same_picks": int(same), "same_rank": int(np.sum(ours == theirs)),
+            "picks": int(theirs.size),
             "names": ["scores"] + [f"out_{i}" for i in range(n)]}
 
 
@@ -2662,7 +2671,8 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
                     print(f"{'  given paddle picks':22} {fmt:10} {'':>10} {'':>10} {'':>5} "
                           f"{_verdict_columns(held)} {'':>9}{' ' * len(npu_cols)}  "
                           f"{held['status']} (worst: {held['names'][held['k']]}; ours picks "
-                          f"{held['same_picks']} of Paddle's {held['picks']})", flush=True)
+                          f"{held['same_picks']} of Paddle's {held['picks']}, "
+                          f"{held['same_rank']} at the same rank)", flush=True)
             except Exception as exc:   # one failing model must not hide the others
                 ok = False
                 print(f"{row} {'':>10} {'':>10} {'':>5} {'':>12} {'':>9} {'':>9} {'':>9} {'':>9} "
