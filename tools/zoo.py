@@ -439,15 +439,6 @@ def _conv_bn(cin, cout, k, stride=1, groups=1, act=None):
     return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
 
 
-def _folded_conv(cin, cout, k, stride=1, groups=1):
-    """A biased conv standing for Conv + BatchNorm folded for inference ("same" padding):
-    _calibrate normalises its output per channel, as the BatchNorm did."""
-    from paddle import nn
-    conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
-    conv.folded_bn = True
-    return conv
-
-
 def _squeeze_excite(c, slope=1 / 6):
     """MobileNetV3-style SE: global average, 1x1 conv to c/4, relu, 1x1 conv back,
     hardsigmoid(slope, offset 0.5), times the input."""
@@ -501,7 +492,13 @@ def _pp_lcnet_v3(scale, det):
     class RepLayer(nn.Layer):
         def __init__(self, cin, cout, k, stride, groups=1):
             super().__init__()
-            self.conv = _folded_conv(cin, cout, k, stride, groups)
+            self.conv = nn.Conv2D(cin, cout, k, stride, (k - 1) // 2, groups=groups)
+            # it stands for Conv + BatchNorm folded: _calibrate normalises it per channel,
+            # as the BatchNorm did. Only in the recogniser, whose neck normalises what the
+            # backbone leaves; per channel, ppocrv4_det_mobile_160's float32 rounding
+            # (1.0e-5 of its scale) is at the stage-2 end-to-end test's bound, so the
+            # detector keeps the layer-wide scale its CI exports were made with.
+            self.conv.folded_bn = not det
             self.lab, self.act_lab = Affine(), Affine()
             self.with_act = stride != 2  # as PaddleOCR tests it: (2, 1) != 2
 
@@ -876,7 +873,7 @@ def _ppyoloe_s(h, w, classes=80):
     reg_bins, strides = 17, (32, 16, 8)
 
     def rep_vgg(c):  # deploy form: one 3x3 conv with bias
-        return nn.Sequential(_folded_conv(c, c, 3), act())
+        return nn.Sequential(nn.Conv2D(c, c, 3, padding=1), act())
 
     class BasicBlock(nn.Layer):
         def __init__(self, c, shortcut):
@@ -1040,7 +1037,7 @@ def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, la
             super().__init__()
             mid = cout // 2
             self.c1, self.c2 = _conv_bn(cin, mid, 1, act=nn.Silu), _conv_bn(cin, mid, 1, act=nn.Silu)
-            self.blocks = nn.Sequential(*[nn.Sequential(_folded_conv(mid, mid, 3), nn.Silu())
+            self.blocks = nn.Sequential(*[nn.Sequential(nn.Conv2D(mid, mid, 3, padding=1), nn.Silu())
                                           for _ in range(n)])
             self.c3 = _conv_bn(mid, cout, 1, act=nn.Silu)
 
