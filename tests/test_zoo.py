@@ -169,3 +169,84 @@ def test_float64_result_recorded(zoo_export, name):
         assert agreement(got, exact)["rel_diff"] <= 1e-4, i
     translated = np.load(os.path.join(zoo_export(name, "translated")["dir"], "truth.npz"))
     assert all(np.array_equal(truth[k], translated[k]) for k in truth.files)
+
+
+def test_cache_key_covers_the_export_side_only(tmp_path, monkeypatch):
+    """Changing how exports are checked (below the banner) keeps the cached exports;
+    changing the export side re-keys them."""
+    text = zoo.ZOO_FILE.read_text()
+    assert text.count(zoo.CHECK_BANNER) == 1
+    key = zoo.cache_key("lenet", "legacy")
+    copy = tmp_path / "zoo.py"
+    monkeypatch.setattr(zoo, "ZOO_FILE", copy)
+    copy.write_text(text + "\n# a change to the check\n")
+    assert zoo.cache_key("lenet", "legacy") == key
+    head, tail = text.split(zoo.CHECK_BANNER)
+    copy.write_text(head + "\n# a change to an export\n" + zoo.CHECK_BANNER + tail)
+    assert zoo.cache_key("lenet", "legacy") != key
+    assert zoo.cache_key("lenet", "pir") != zoo.cache_key("lenet", "legacy")
+
+
+RAMP = np.arange(6, dtype=np.float32)
+
+
+def _toy_selecting_model(factor):
+    """x [1, 6] -> its top 3 (TopK) -> y = factor * (x + RAMP) at the picks: a model whose
+    output hinges on a top-k choice, as RT-DETR's query selection."""
+    from onnx import TensorProto, helper, numpy_helper
+    nodes = [helper.make_node("TopK", ["x", "k"], ["top", "picks"], axis=1),
+             helper.make_node("Add", ["x", "ramp"], ["shifted"]),
+             helper.make_node("Mul", ["shifted", "factor"], ["scaled"]),
+             helper.make_node("GatherElements", ["scaled", "picks"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "toy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(np.array([3], np.int64), "k"),
+         numpy_helper.from_array(np.array(factor, np.float32), "factor"),
+         numpy_helper.from_array(RAMP, "ramp")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _toy_selection_export(tmp_path, x, picks):
+    """An export directory as the zoo writes one for a selecting model, Paddle's run
+    being y = 2 * (x + RAMP) at `picks` (picked in that order)."""
+    want = 2 * (x + RAMP)[:, picks[0]]
+    np.savez(tmp_path / "reference.npz", in_x=x, out_0=want)
+    np.savez(tmp_path / zoo.SELECTION_FILE, score=x, picks=picks, score_f64=x.astype(np.float64),
+             out_f64_0=2 * (x.astype(np.float64) + RAMP)[:, picks[0]])
+    meta = {"selection": {"score_noise": 0.0, "paddle_noise": [0.0], "picks": 3,
+                          "picks_moved_by_nudge": 0}}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    return {"x": x}
+
+
+def test_selection_check_feeds_paddles_picks(tmp_path):
+    """Given Paddle's picks, our outputs are compared query by query even where our own
+    top-k orders near-equal scores differently; a wrong computation still disagrees."""
+    x = np.array([[0.5, 0.1, 0.5, 0.3, 0.2, 0.9]], np.float32)
+    picks = np.array([[5, 2, 0]], np.int64)         # the tie at 0.5 broken the other way
+    feeds = _toy_selection_export(tmp_path, x, picks)
+    held = zoo.with_selection(_toy_selecting_model(2.0), held=True)
+    _, (y, scores) = run_onnx(held, {**feeds, zoo.SELECTION_INPUT: picks})
+    np.testing.assert_array_equal(y, 2 * (x + RAMP)[:, [5, 2, 0]])
+    np.testing.assert_array_equal(scores, x)
+    _, (y, scores, ours) = run_onnx(zoo.with_selection(_toy_selecting_model(2.0), held=False), feeds)
+    np.testing.assert_array_equal(ours, [[5, 0, 2]])   # onnxruntime keeps the lower index first
+    assert zoo._rel_diff(2 * (x + RAMP)[:, picks[0]], y) > 0.1   # its rows in another order
+
+    v = zoo.check_selection(_toy_selecting_model(2.0), tmp_path, feeds, 1e-4)
+    assert v["ok"] and v["status"] == "ok"
+    assert (v["same_picks"], v["same_rank"], v["picks"]) == (3, 1, 3)
+    assert v["names"] == ["scores", "out_0"]
+    wrong = zoo.check_selection(_toy_selecting_model(2.001), tmp_path, feeds, 1e-4)
+    assert not wrong["ok"] and wrong["status"] == "MISMATCH" and wrong["k"] == 1
+
+
+def test_selection_check_needs_one_topk():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph).SerializeToString()
+    with pytest.raises(ValueError, match="one TopK node, the model has 0"):
+        zoo.with_selection(model, held=True)
