@@ -161,9 +161,10 @@ class Reference:
 
     def __init__(self, model, target, fuse_layers=True):
         target = load_target(target)
-        proto = load_proto(model)
-        stripped = type(proto)()
-        stripped.CopyFrom(proto)
+        stripped = load_proto(model)
+        if stripped is model:               # the caller's proto: edit a copy (a file or bytes
+            stripped = type(model)()        # were parsed for us: edit that, no second copy)
+            stripped.CopyFrom(model)
         del stripped.functions[:]          # the primitives run as NumPy, not as their bodies
         self.array = ArrayModel(target.rows, target.cols)
         self.output_names = [o.name for o in stripped.graph.output]
