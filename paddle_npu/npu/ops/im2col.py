@@ -63,7 +63,7 @@ def out_size(size, k, s, d, p0, p1):
 TABLE_LIMIT = 1 << 18
 
 
-def _table_entries(a, h, w):
+def table_entries(a, h, w):
     (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
     (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
     return out_size(h, kh, sh, dh, pt, pb) * out_size(w, kw, sw, dw, pl, pr) * kh * kw
@@ -110,7 +110,7 @@ class Im2Col(Primitive):
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
         # an nhwc image always has a fixed size, and its table is held however big
         if isinstance(h, int) and isinstance(w, int) and (
-                nhwc or _table_entries(a, h, w) <= TABLE_LIMIT):
+                nhwc or table_entries(a, h, w) <= TABLE_LIMIT):
             return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
                                                          a["pads"], a["dilations"])
         return ""
