@@ -120,6 +120,8 @@ class Im2Col(Primitive):
         overload = cls.overload(attrs, in_shapes)
         if overload.startswith("pointwise"):
             cls._pointwise_body(b, attrs)
+        elif overload.startswith("fixed_nhwc"):
+            cls._nhwc_body(b, attrs)
         elif overload:
             cls._fixed_size_body(b, attrs, *_height_width(in_shapes, attrs))
         else:
@@ -134,13 +136,8 @@ class Im2Col(Primitive):
         if is_nhwc(attrs):
             if (sh, sw) == (1, 1):
                 b.op("Identity", "X", out="Y")
-                return
-            h, w = attrs["image_size"]
-            x = b.op("Reshape", "X", b.const([0, h, w, -1]))                # [N, H, W, C]
-            x = b.op("Slice", x, b.const([0, 0]), b.const([big, big]), b.const([1, 2]),
-                     b.const([sh, sw]))
-            rows = out_size(h, 1, sh, 1, 0, 0) * out_size(w, 1, sw, 1, 0, 0)
-            b.op("Reshape", x, b.const([0, rows, -1]), out="Y")
+            else:
+                cls._nhwc_body(b, attrs)
             return
         x = "X"
         if (sh, sw) != (1, 1):
@@ -154,8 +151,7 @@ class Im2Col(Primitive):
         """Height and width fixed at lowering: the generic body's gather with its index
         table computed here, once, and held as a constant (the batch may stay open;
         onnxruntime folds no Shape of a tensor whose batch is open, so the generic body
-        would compute the table again at every run). An nhwc image is gathered from as it
-        is (padded first if the kernel pads)."""
+        would compute the table again at every run)."""
         (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
         (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
         oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
@@ -163,17 +159,9 @@ class Im2Col(Primitive):
         rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
         cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
         index = (rows * wp + cols).reshape(-1)                 # [OH*OW*KH*KW] into Hp*Wp
-        padded = any(attrs["pads"])
-        if is_nhwc(attrs):
-            pixels = "X"                                                     # [N, Hp*Wp, C]
-            if padded:
-                x = b.op("Reshape", "X", b.const([0, h, w, -1]))
-                x = b.op("Pad", x, b.const([0, pt, pl, 0, 0, pb, pr, 0]))
-                pixels = b.op("Reshape", x, b.const([0, (h + pt + pb) * wp, -1]))
-        else:
-            x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if padded else "X"
-            xp = b.op("Reshape", x, b.const([0, 0, -1]))                     # [N, C, Hp*Wp]
-            pixels = b.op("Transpose", xp, perm=[0, 2, 1])                   # [N, Hp*Wp, C]
+        x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
+        xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
+        pixels = b.op("Transpose", xp, perm=[0, 2, 1])                       # [N, Hp*Wp, C]
         small = index.max(initial=0) <= np.iinfo(np.int32).max     # half the bytes
         table = b.op("Constant", value=numpy_helper.from_array(
             index.astype(np.int32 if small else np.int64)))
@@ -181,6 +169,25 @@ class Im2Col(Primitive):
         g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
         t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
         b.op("Reshape", t, b.const([0, oh * ow, -1]), out="Y")
+
+    @classmethod
+    def _nhwc_body(cls, b, attrs):
+        """An nhwc image: one Gather of whole pixels from the rows as they are, by a table
+        [OH*OW, KH*KW] made here; a tap in the padding reads one zero pixel put after the
+        last (no padded copy of the image)."""
+        h, w = attrs["image_size"]
+        index = nhwc_table(attrs, h, w)
+        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if (index == h * w).any() \
+            else "X"                                              # [N, H*W (+1), C]
+        if index.shape[1] == 1:
+            index = index[:, 0]
+        g = b.op("Gather", pixels, b.op("Constant", value=numpy_helper.from_array(
+            index.astype(np.int32))), axis=1)                   # [N, OH*OW, (KH*KW,) C]
+        if index.ndim == 1:
+            b.op("Identity", g, out="Y")
+            return
+        t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
+        b.op("Reshape", t, b.const([0, index.shape[0], -1]), out="Y")
 
     @classmethod
     def _generic_body(cls, b):
@@ -234,6 +241,18 @@ class Im2Col(Primitive):
             out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def nhwc_table(a, h, w):
+    """[OH*OW, KH*KW]: the pixel (row * W + col) of an H x W image each tap of each window
+    reads, H*W where it falls in the padding."""
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
+    oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+    rows = (np.arange(oh) * sh - pt)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
+    cols = (np.arange(ow) * sw - pl)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    return np.where(inside, rows * w + cols, h * w).reshape(oh * ow, kh * kw)
 
 
 def kernel_taps(kernel, strides, dilations, out):
