@@ -38,125 +38,89 @@ ELEMENTWISE_PRIMITIVES = ("Lut", "QLut", "Quantize", "Dequantize")
 
 class ChannelsLast(Pass):
     """See the module docstring. `fired`: what now runs on rows; `refused`: nodes reading
-    rows that need NCHW, and why; info: moves to NCHW before and after."""
+    rows that keep NCHW, and why; info: moves to NCHW before and after.
+
+    Planned first, then rewritten. A node of one rows operand making a value that must be
+    NCHW anyway (a graph output, or read by a node that keeps NCHW other than a DimTransform,
+    which merges with the move) keeps NCHW itself, the move before it, unless an Im2Col
+    reads the value: moving it after the node would gain nothing. Planning repeats until
+    that holds."""
     name = "channels_last"
 
     def run(self, model, result):
         graph = model.graph
+        pinned, refused = set(), {}
+        while True:
+            sizes, plan, why = _plan(graph, pinned)
+            refused.update(why)             # a reason found earlier holds still
+            needed = {v for v in sizes
+                      if v.is_graph_output() or any(u not in plan for u, _ in v.uses())}
+            # a DimTransform reading a value merges with the move to NCHW before it
+            pin = {v for v in needed if v.is_graph_output() or any(
+                u not in plan and not _is_dim_transform(u) for u in g.users(v))}
+            if pin <= pinned:
+                break
+            pinned |= pin
+        result.refused.update(refused)
         self.builder = g.Builder(graph)
-        rows = {}               # NCHW value -> (its rows [N, H*W, C], (H, W))
-        seeds, replaced = [], []
+        rows, seeds, replaced = {}, [], []
         for node in list(graph):
-            if node.graph is not graph:
-                continue
-            size = _to_nchw(node)
-            if size is not None:
-                rows[node.outputs[0]] = (node.inputs[0], size)
+            if node in plan:
+                plan[node](self, node, rows, replaced, result)
+            elif _to_nchw(node) is not None:
+                rows[node.outputs[0]] = node.inputs[0]
                 seeds.append(node)
-                continue
-            if not any(v in rows for v in node.inputs if v is not None):
-                continue
-            why = self._rewrite(node, rows, replaced, result)
-            if why is not None:
-                result.refused[node.name] = why
-        added = self._back_to_nchw(graph, rows, set(replaced), seeds)
+        added = self._back_to_nchw(graph, rows, sizes, needed, seeds)
         g.drop_dead(graph, seeds + replaced)
         kept = sum(1 for n in seeds if n.graph is graph)
         result.info.update(moves_before=len(seeds), moves_after=kept + added)
         if seeds:
             result.fired.append(f"{len(seeds)} move(s) to NCHW -> {kept + added}")
 
-    def _rewrite(self, node, rows, replaced, result):
-        """Run `node` on rows where it can (fills `rows` for its output); else why not."""
-        if g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
-                                            node.op_type in ELEMENTWISE_PRIMITIVES):
-            return self._elementwise(node, rows, replaced, result)
-        if node.domain == DOMAIN and node.op_type == "Im2Col":
-            return self._im2col(node, rows, result)
-        if node.domain == DOMAIN and node.op_type == "Pool":
-            return self._pool(node, rows, replaced, result)
-        if (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat"):
-            return self._join(node, rows, replaced, result)
-        return f"{node.op_type} reads NCHW (its element order depends on the layout)" \
-            if node.domain == DOMAIN and node.op_type == "DimTransform" else \
-            f"{node.op_type} is not known to the layout pass: it reads NCHW"
+    # --- the rewrites, each of a node _plan accepted ---------------------------------------
 
     def _elementwise(self, node, rows, replaced, result):
-        out = _image_dims(node.outputs[0])
-        if out is None:
-            return "its output is not an image of fixed channels and size"
-        size = tuple(out[2:])
-        operands = node.inputs if node.domain != DOMAIN else node.inputs[:1]
+        n, c, h, w = g.dims(node.outputs[0])
         inputs = list(node.inputs)
-        for k, v in enumerate(operands):
-            if v is None:
-                continue
+        for k, v in enumerate(_operands(node)):
             if v in rows:
-                r, hw = rows[v]
-                if hw not in ((1, 1), size):
-                    return "an operand broadcasts over height or width alone"
-                inputs[k] = r
-                continue
-            c = g.constant(v)
-            if c is None:
-                return f"operand {v.name} is NCHW, not a matrix layer's rows"
-            moved = _constant_rows(c, size)
-            if moved is None:
-                return f"constant {v.name} of shape {list(c.shape)} has no rows form"
-            if moved is not c:
-                inputs[k] = g.initializer(node.graph, moved, f"{v.name}.rows")
-        for v in node.inputs[len(operands):]:
-            c = g.constant(v)
-            if c is None or (node.op_type != "QLut" and c.size != 1):
-                return f"{v.name} is not a constant of one element"
-        new = self._replace(node, inputs, [out[0], size[0] * size[1], out[1]], replaced)
-        rows[node.outputs[0]] = (new.outputs[0], size)
+                inputs[k] = rows[v]
+            elif v is not None:
+                c_ = g.constant(v)
+                moved = _constant_rows(c_, (h, w))
+                if moved is not c_:
+                    inputs[k] = g.initializer(node.graph, moved, f"{v.name}.rows")
+        new = self._replace(node, inputs, [n, h * w, c], replaced)
+        rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{node.name} on rows")
-        return None
 
-    def _im2col(self, node, rows, result):
-        a = _attrs(node)
-        if a["layout"] != "nchw":
-            return "already reads rows"
-        r, (h, w) = rows[node.inputs[0]]
-        pointwise = list(a["kernel_shape"]) == [1, 1] and not any(a["pads"])
-        if not pointwise and table_entries(a, h, w) > TABLE_LIMIT:
-            return (f"its index table ({table_entries(a, h, w)} entries) would be over "
-                    f"{TABLE_LIMIT}: it gathers from NCHW at run time")
-        if pointwise and list(a["strides"]) == [1, 1]:      # the rows are its rows
-            ir.convenience.replace_all_uses_with(node.outputs[0], r)
-            node.graph.remove(node, safe=True)
-            result.fired.append(f"{node.name} dropped: a 1x1 kernel reads the rows as they are")
-            return None
+    def _im2col(self, node, rows, replaced, result):
+        r = rows[node.inputs[0]]
+        h, w = g.dims(node.inputs[0])[2:]
         node.replace_input_with(0, r)
         node.attributes["layout"] = ir.AttrString("layout", "nhwc")
         node.attributes["image_size"] = ir.AttrInt64s("image_size", [h, w])
         node.overload = _overload(node)
         result.fired.append(f"{node.name} reads rows")
-        return None
+
+    def _drop_im2col(self, node, rows, replaced, result):
+        ir.convenience.replace_all_uses_with(node.outputs[0], rows[node.inputs[0]])
+        node.graph.remove(node, safe=True)
+        result.fired.append(f"{node.name} dropped: a 1x1 kernel reads the rows as they are")
 
     def _pool(self, node, rows, replaced, result):
-        out = _image_dims(node.outputs[0])
-        if out is None or _attrs(node)["layout"] != "nchw":
-            return "its output is not an NCHW image of fixed channels and size"
-        r, size = rows[node.inputs[0]]
-        new = self._replace(node, [r], [out[0], out[2] * out[3], out[1]], replaced,
-                            layout="nhwc", image_size=list(size))
-        rows[node.outputs[0]] = (new.outputs[0], tuple(out[2:]))
+        n, c, oh, ow = g.dims(node.outputs[0])
+        new = self._replace(node, [rows[node.inputs[0]]], [n, oh * ow, c], replaced,
+                            layout="nhwc", image_size=g.dims(node.inputs[0])[2:])
+        rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{node.name} on rows")
-        return None
 
     def _join(self, node, rows, replaced, result):
-        out = _image_dims(node.outputs[0])
-        if out is None or node.attributes.get_int("axis", 0) not in (1, -3):
-            return "it does not join channels of images of fixed size"
-        if any(v not in rows or rows[v][1] != tuple(out[2:]) for v in node.inputs):
-            return "not every input is rows of an image of its size"
-        new = self._replace(node, [rows[v][0] for v in node.inputs],
-                            [out[0], out[2] * out[3], out[1]], replaced, axis=2)
-        rows[node.outputs[0]] = (new.outputs[0], tuple(out[2:]))
+        n, c, h, w = g.dims(node.outputs[0])
+        new = self._replace(node, [rows[v] for v in node.inputs], [n, h * w, c], replaced,
+                            axis=2)
+        rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{node.name} on rows")
-        return None
 
     def _replace(self, node, inputs, shape, replaced, **attrs):
         """A copy of `node` reading `inputs`, its attributes changed by `attrs`, output
@@ -175,36 +139,142 @@ class ChannelsLast(Pass):
         replaced.append(node)
         return new
 
-    def _back_to_nchw(self, graph, rows, replaced, seeds):
-        """A move to NCHW for every value something other than the rewritten nodes reads
-        (or a graph output); a seed stays for them instead. Returns the moves added."""
+    def _back_to_nchw(self, graph, rows, sizes, needed, seeds):
+        """A move to NCHW for every value in `needed` (a seed stays for it instead).
+        Returns the moves added."""
         added = 0
-        for v, (r, (h, w)) in rows.items():
-            needed = v.is_graph_output() or any(u not in replaced for u, _ in v.uses())
-            if not needed or v.producer() in seeds:
+        for v in needed:
+            made = v.producer()
+            if made in seeds:
                 continue
-            c = g.dims(r)[2]
+            r, (h, w) = rows[v], sizes[v]
             back = g.make_node(DOMAIN, "DimTransform", [r],
-                               {"perm": [0, 2, 1], "shape": [0, c, h, w]},
-                               self.builder.names(f"{v.producer().name}/to_nchw"),
-                               dtype=v.dtype, shape=g.dims(v))
+                               {"perm": [0, 2, 1], "shape": [0, g.dims(r)[2], h, w]},
+                               "", dtype=v.dtype, shape=g.dims(v))
+            g.copy_annotations(made, back)
+            if g.source(back) is None:
+                g.set_source(back, made.name, made.op_type)
+            back.name = self.builder.names(f"{g.source(back)}/to_nchw")
             back.overload = _overload(back)
-            g.copy_annotations(r.producer(), back)
             graph.insert_after(r.producer(), back)
             g.take_over(v, back.outputs[0])
             added += 1
         return added
 
 
+# --- the plan ---------------------------------------------------------------------------------
+
+def _plan(graph, pinned):
+    """({NCHW value that will have rows: (H, W)}, {node: its rewrite}, {node name: why it
+    keeps NCHW}) for a graph in which the values `pinned` are needed in NCHW."""
+    sizes, plan, refused = {}, {}, {}
+    for node in graph:
+        size = _to_nchw(node)
+        if size is not None:
+            sizes[node.outputs[0]] = size
+            continue
+        if not any(v in sizes for v in node.inputs if v is not None):
+            continue
+        rewrite, why = _choose(node, sizes, pinned)
+        if why is not None:
+            refused[node.name] = why
+            continue
+        plan[node] = rewrite
+        if rewrite is not ChannelsLast._im2col and rewrite is not ChannelsLast._drop_im2col:
+            sizes[node.outputs[0]] = tuple(g.dims(node.outputs[0])[2:])
+    return sizes, plan, refused
+
+
+def _choose(node, sizes, pinned):
+    """(the rewrite of a node reading rows, None), or (None, why it keeps NCHW)."""
+    if node.domain == DOMAIN and node.op_type == "Im2Col":
+        return _check_im2col(node, sizes)
+    rewrite, why = _choose_rows_maker(node, sizes)
+    if why is not None:
+        return None, why
+    out = node.outputs[0]
+    if out in pinned and len([v for v in node.inputs if v in sizes]) == 1 and not any(
+            u.domain == DOMAIN and u.op_type == "Im2Col" for u in g.users(out)):
+        return None, "its output is needed in NCHW, and no Im2Col reads it"
+    return rewrite, None
+
+
+def _choose_rows_maker(node, sizes):
+    """(the rewrite making rows of a node's output, None), or (None, why it cannot)."""
+    elementwise = g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
+                                                   node.op_type in ELEMENTWISE_PRIMITIVES)
+    pool = node.domain == DOMAIN and node.op_type == "Pool"
+    join = (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat")
+    if _is_dim_transform(node):
+        return None, "DimTransform reads NCHW (its element order depends on the layout)"
+    if not (elementwise or pool or join):
+        return None, f"{node.op_type} is not known to the layout pass: it reads NCHW"
+    if _image_dims(node.outputs[0]) is None:
+        return None, "its output is not an image of fixed channels and size"
+    out = tuple(g.dims(node.outputs[0])[2:])
+    if elementwise:
+        why = _check_elementwise(node, sizes, out)
+        return (None, why) if why else (ChannelsLast._elementwise, None)
+    if pool:
+        return ChannelsLast._pool, None
+    if node.attributes.get_int("axis", 0) not in (1, -3):
+        return None, "it does not join channels"
+    if any(sizes.get(v) != out for v in node.inputs):
+        return None, "not every input is rows of an image of its size"
+    return ChannelsLast._join, None
+
+
+def _check_im2col(node, sizes):
+    a = _attrs(node)
+    h, w = sizes[node.inputs[0]]
+    pointwise = list(a["kernel_shape"]) == [1, 1] and not any(a["pads"])
+    if pointwise and list(a["strides"]) == [1, 1]:      # the rows are its rows
+        return ChannelsLast._drop_im2col, None
+    if not pointwise and table_entries(a, h, w) > TABLE_LIMIT:
+        return None, (f"its index table ({table_entries(a, h, w)} entries) would be over "
+                      f"{TABLE_LIMIT}: it gathers from NCHW at run time")
+    return ChannelsLast._im2col, None
+
+
+def _check_elementwise(node, sizes, out):
+    """Why an elementwise node cannot run on rows, or None."""
+    for v in _operands(node):
+        if v is None:
+            continue
+        if v in sizes:
+            if sizes[v] not in ((1, 1), out):
+                return "an operand broadcasts over height or width alone"
+            continue
+        c = g.constant(v)
+        if c is None:
+            return f"operand {v.name} is NCHW, not a matrix layer's rows"
+        if _constant_rows(c, out) is None:
+            return f"constant {v.name} of shape {list(c.shape)} has no rows form"
+    for v in node.inputs[len(_operands(node)):]:
+        c = g.constant(v)
+        if c is None or (node.op_type != "QLut" and c.size != 1):
+            return f"{v.name} is not a constant of one element"
+    return None
+
+
+def _operands(node):
+    """The inputs of an elementwise node that take its layout: all of a plain op's; a
+    primitive's first (the rest are a scale, or QLut's table)."""
+    return node.inputs if node.domain != DOMAIN else node.inputs[:1]
+
+
 def _to_nchw(node):
     """(H, W) when `node` moves a matrix layer's rows [N, H*W, C] to [N, C, H, W], else None."""
-    if node.domain != DOMAIN or node.op_type != "DimTransform" or \
-            list(node.attributes.get_ints("perm", [])) != [0, 2, 1]:
+    if not _is_dim_transform(node) or list(node.attributes.get_ints("perm", [])) != [0, 2, 1]:
         return None
     x, y = g.dims(node.inputs[0]), _image_dims(node.outputs[0])
     if x is None or y is None or len(x) != 3 or x[1:] != [y[2] * y[3], y[1]]:
         return None
     return y[2], y[3]
+
+
+def _is_dim_transform(node):
+    return node.domain == DOMAIN and node.op_type == "DimTransform"
 
 
 def _image_dims(value):
