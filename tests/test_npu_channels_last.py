@@ -2,14 +2,17 @@
 NPU layers, with a move to NCHW only where something needs NCHW. Every model here is run by
 onnxruntime before lowering and against onnxruntime and the NumPy reference after."""
 import numpy as np
+import onnx_ir as ir
 from npu_helpers import assert_close, model, serialized, three_way
 from onnx import helper
 
 from paddle_npu.compare import run_onnx
 from paddle_npu.npu import DOMAIN
+from paddle_npu.npu import graph as g
 from paddle_npu.npu.channels_last import ChannelsLast
 from paddle_npu.npu.context import LowerContext
 from paddle_npu.npu.pipeline import MIN_IR_VERSION, passes, prepare
+from paddle_npu.npu.quant.accuracy import layer_report
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.target import load_target
@@ -188,6 +191,14 @@ def test_integer_layers_keep_rows_too(monkeypatch):
     np.testing.assert_array_equal(got[0], ref[0])            # bit-true
     cosine = float(np.sum(got[0] * want[0]) / np.linalg.norm(got[0]) / np.linalg.norm(want[0]))
     assert cosine > 0.99
+    # the layers' outputs ra (ReLU folded) and b are held only as rows, under their names: the
+    # per-layer report reads them back as NCHW
+    proto_low = ir.serde.serialize_model(lowered)
+    held = {n.output[0] for n in proto_low.graph.node if g.proto_rows_size(n) == (8, 8)}
+    assert {"ra", "b"} <= held
+    report = layer_report(proto, proto_low, {"x": x})
+    assert [lay["tensor"] for lay in report["layers"]] == ["ra", "b", "c"]
+    assert all(lay["sqnr_db"] > 20 for lay in report["layers"])
     monkeypatch.setattr(ChannelsLast, "run", lambda self, m, result: None)
     plain, _, _ = quantized_lower(proto.SerializeToString(), table)
     assert len(_of(plain, "DimTransform")) == 3

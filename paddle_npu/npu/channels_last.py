@@ -17,6 +17,8 @@ NCHW only where something needs it:
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
 unchanged (tests/test_npu_channels_last.py checks them against onnxruntime before lowering).
+A tensor of the model left only as rows keeps its name, its node marked with the image's
+size (graph.rows_size); `tensors_as_nchw` gives such tensors back as NCHW arrays.
 """
 import numpy as np
 import onnx_ir as ir
@@ -72,6 +74,11 @@ class ChannelsLast(Pass):
                 seeds.append(node)
         added = self._back_to_nchw(graph, rows, sizes, needed, seeds)
         g.drop_dead(graph, seeds + replaced)
+        for v, r in rows.items():       # a tensor left only as rows keeps its name
+            if v.name is not None and v.producer().graph is not graph:
+                name, v.name = v.name, None
+                r.name = name
+                g.set_rows_size(r.producer(), *sizes[v])
         kept = sum(1 for n in seeds if n.graph is graph)
         result.info.update(moves_before=len(seeds), moves_after=kept + added)
         if seeds:
@@ -92,7 +99,7 @@ class ChannelsLast(Pass):
                     inputs[k] = g.initializer(node.graph, moved, f"{v.name}.rows")
         new = self._replace(node, inputs, [n, h * w, c], replaced)
         rows[node.outputs[0]] = new.outputs[0]
-        result.fired.append(f"{node.name} on rows")
+        result.fired.append(f"{new.name} on rows")
 
     def _im2col(self, node, rows, replaced, result):
         r = rows[node.inputs[0]]
@@ -113,23 +120,23 @@ class ChannelsLast(Pass):
         new = self._replace(node, [rows[node.inputs[0]]], [n, oh * ow, c], replaced,
                             layout="nhwc", image_size=g.dims(node.inputs[0])[2:])
         rows[node.outputs[0]] = new.outputs[0]
-        result.fired.append(f"{node.name} on rows")
+        result.fired.append(f"{new.name} on rows")
 
     def _join(self, node, rows, replaced, result):
         n, c, h, w = g.dims(node.outputs[0])
         new = self._replace(node, [rows[v] for v in node.inputs], [n, h * w, c], replaced,
                             axis=2)
         rows[node.outputs[0]] = new.outputs[0]
-        result.fired.append(f"{node.name} on rows")
+        result.fired.append(f"{new.name} on rows")
 
     def _replace(self, node, inputs, shape, replaced, **attrs):
         """A copy of `node` reading `inputs`, its attributes changed by `attrs`, output
         `shape`; inserted before it. The original goes once nothing reads it."""
         kept = {k: a for k, a in node.attributes.items() if k not in attrs}
         new = ir.Node(node.domain, node.op_type, inputs,
-                      list(kept.values()) + g.attributes(attrs),
-                      name=self.builder.names(f"{node.name}/rows"))
-        new.outputs[0].name = new.name
+                      list(kept.values()) + g.attributes(attrs), name=node.name)
+        node.name = f"{node.name}/nchw"                  # goes once nothing reads it
+        new.outputs[0].name = self.builder.names(f"{node.outputs[0].name}/rows")
         new.outputs[0].type = node.outputs[0].type
         new.outputs[0].shape = ir.Shape(shape)
         g.copy_annotations(node, new)
@@ -306,3 +313,17 @@ def _attrs(node):
 
 def _overload(node):
     return get_primitive(node.op_type).overload(_attrs(node), [g.dims(v) for v in node.inputs])
+
+
+def tensors_as_nchw(model_proto, tensors):
+    """{name: array} of tensors fetched from a lowered model, those it holds as rows
+    [N, H*W, C] (graph.rows_size) given back as the model's NCHW arrays."""
+    sizes = {n.output[0]: g.proto_rows_size(n) for n in model_proto.graph.node
+             if g.proto_rows_size(n) is not None}
+    out = dict(tensors)
+    for name, size in sizes.items():
+        if name in out:
+            x = out[name]
+            out[name] = np.ascontiguousarray(
+                x.reshape(x.shape[0], *size, x.shape[2]).transpose(0, 3, 1, 2))
+    return out
