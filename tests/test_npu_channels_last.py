@@ -155,6 +155,23 @@ def test_what_needs_nchw_gets_it():
                             "z": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)})
 
 
+def test_conv_transpose_reads_the_rows():
+    """ConvTranspose multiplies each pixel's channels: the move of its input to rows goes
+    when the input already is rows, and with it the conv's move to NCHW."""
+    nodes, inits = _conv("a", "x", 3, 4, 3, 1)
+    inits.append(("up.w", _rng_weights(2, 4, 2, 3, 3)))
+    nodes += [helper.make_node("Relu", ["a"], ["relu"], name="relu"),
+              helper.make_node("ConvTranspose", ["relu", "up.w"], ["y"], name="up",
+                               strides=[2, 2], pads=[1, 1, 1, 1])]
+    proto = model(nodes, [("x", [1, 3, 5, 5])], [("y", [1, 2, 9, 9])], inits)
+    lowered, result = _lower(proto)
+    assert "up/to_rows dropped: its output is the rows" in result.fired
+    assert result.info == {"moves_before": 1, "moves_after": 0}
+    assert _of(lowered, "DimTransform") == []
+    x = np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
 def test_a_big_image_keeps_its_gather_from_nchw():
     """Past Im2Col's TABLE_LIMIT (a 3x3 kernel at 176x176) the rows go back to NCHW for
     the gather computed at run time rather than a table of megabytes."""

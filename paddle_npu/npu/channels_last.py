@@ -11,6 +11,7 @@ NCHW only where something needs it:
                                                       per-image gate [N, C, 1, 1] is [N, 1, C]
     Im2Col                                            reads the rows (layout "nhwc"); a 1x1
                                                       kernel at stride 1 is the rows: dropped
+    DimTransform to rows (ConvTranspose's input)      the rows: dropped
     Pool, Join / Concat of channels                   on the rows (Pool's layout "nhwc";
                                                       Join along the rows' channel axis)
     anything else, a graph output                     a move to NCHW in front of it
@@ -110,10 +111,11 @@ class ChannelsLast(Pass):
         node.overload = _overload(node)
         result.fired.append(f"{node.name} reads rows")
 
-    def _drop_im2col(self, node, rows, replaced, result):
+    def _drop(self, node, rows, replaced, result):
+        """An Im2Col of a 1x1 kernel at stride 1, or a move to rows: its output is the rows."""
         ir.convenience.replace_all_uses_with(node.outputs[0], rows[node.inputs[0]])
         node.graph.remove(node, safe=True)
-        result.fired.append(f"{node.name} dropped: a 1x1 kernel reads the rows as they are")
+        result.fired.append(f"{node.name} dropped: its output is the rows")
 
     def _pool(self, node, rows, replaced, result):
         n, c, oh, ow = g.dims(node.outputs[0])
@@ -187,7 +189,7 @@ def _plan(graph, pinned):
             refused[node.name] = why
             continue
         plan[node] = rewrite
-        if rewrite is not ChannelsLast._im2col and rewrite is not ChannelsLast._drop_im2col:
+        if rewrite not in (ChannelsLast._im2col, ChannelsLast._drop):
             sizes[node.outputs[0]] = tuple(g.dims(node.outputs[0])[2:])
     return sizes, plan, refused
 
@@ -196,6 +198,8 @@ def _choose(node, sizes, pinned):
     """(the rewrite of a node reading rows, None), or (None, why it keeps NCHW)."""
     if node.domain == DOMAIN and node.op_type == "Im2Col":
         return _check_im2col(node, sizes)
+    if _is_to_rows(node):           # ConvTranspose's input: the rows themselves
+        return ChannelsLast._drop, None
     rewrite, why = _choose_rows_maker(node, sizes)
     if why is not None:
         return None, why
@@ -236,7 +240,7 @@ def _check_im2col(node, sizes):
     h, w = sizes[node.inputs[0]]
     pointwise = list(a["kernel_shape"]) == [1, 1] and not any(a["pads"])
     if pointwise and list(a["strides"]) == [1, 1]:      # the rows are its rows
-        return ChannelsLast._drop_im2col, None
+        return ChannelsLast._drop, None
     if not pointwise and table_entries(a, h, w) > TABLE_LIMIT:
         return None, (f"its index table ({table_entries(a, h, w)} entries) would be over "
                       f"{TABLE_LIMIT}: it gathers from NCHW at run time")
@@ -278,6 +282,14 @@ def _to_nchw(node):
     if x is None or y is None or len(x) != 3 or x[1:] != [y[2] * y[3], y[1]]:
         return None
     return y[2], y[3]
+
+
+def _is_to_rows(node):
+    """Whether `node` moves an NCHW image [N, C, H, W] to its rows [N, H*W, C]."""
+    if not _is_dim_transform(node) or list(node.attributes.get_ints("perm", [])) != [0, 2, 3, 1]:
+        return False
+    x, y = _image_dims(node.inputs[0]), g.dims(node.outputs[0])
+    return x is not None and y is not None and y[1:] == [x[2] * x[3], x[1]]
 
 
 def _is_dim_transform(node):
