@@ -3,7 +3,7 @@ import numpy as np
 
 from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
 from .im2col import LAYOUT_ATTRS, as_nchw, check_layout, image_dims, is_nhwc, kernel_taps
-from .reduce import _reduce
+from .reduce import Reduce
 
 
 def pooled_size(size, k, s, d, p0, p1, ceil):
@@ -68,11 +68,8 @@ class Pool(Primitive):
             return
         n, c, oh, ow = _out_dims(image_dims(in_shapes[0], attrs), attrs)
         if _is_global(attrs):           # the image's pixels are the rows: reduce over them
-            y = _reduce(b, attrs["mode"] if attrs["mode"] == "max" else "sum", "X", [1], 1)
-            if attrs["mode"] == "avg":
-                y = b.op("Div", y, b.op("CastLike", b.op(
-                    "Constant", value_float=float(np.prod(attrs["image_size"]))), y))
-            b.op("Identity", y, out="Y")
+            Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
+                            "axes": [1], "keepdims": 1}, in_shapes)
             return
         # ONNX pools only NCHW: the window sums run there, between two transposes
         h, w = attrs["image_size"]
