@@ -152,9 +152,9 @@ class ChannelsLast(Pass):
         """A move to NCHW for every value in `needed` (a seed stays for it instead).
         Returns the moves added."""
         added = 0
-        for v in needed:
+        for v in rows:                  # in graph order: the same names at every run
             made = v.producer()
-            if made in seeds:
+            if v not in needed or made in seeds:
                 continue
             r, (h, w) = rows[v], sizes[v]
             back = g.make_node(DOMAIN, "DimTransform", [r],
