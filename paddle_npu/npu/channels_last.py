@@ -12,8 +12,8 @@ NCHW only where something needs it:
     Im2Col                                            reads the rows (layout "nhwc"); a 1x1
                                                       kernel at stride 1 is the rows: dropped
     DimTransform to rows (ConvTranspose's input)      the rows: dropped
-    Pool, Join / Concat of channels                   on the rows (Pool's layout "nhwc";
-                                                      Join along the rows' channel axis)
+    Pool, Join / Concat of channels, Crop of          on the rows (Pool's layout "nhwc";
+    channels, Reduce over channels or pixels          the others on the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
@@ -124,6 +124,13 @@ class ChannelsLast(Pass):
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
+    def _remap(self, node, rows, replaced, result):
+        n, c, h, w = g.dims(node.outputs[0])
+        new = self._replace(node, [rows[node.inputs[0]]], [n, h * w, c], replaced,
+                            axes=_rows_axes(node))
+        rows[node.outputs[0]] = new.outputs[0]
+        result.fired.append(f"{new.name} on rows")
+
     def _join(self, node, rows, replaced, result):
         n, c, h, w = g.dims(node.outputs[0])
         new = self._replace(node, [rows[v] for v in node.inputs], [n, h * w, c], replaced,
@@ -160,9 +167,9 @@ class ChannelsLast(Pass):
             back = g.make_node(DOMAIN, "DimTransform", [r],
                                {"perm": [0, 2, 1], "shape": [0, g.dims(r)[2], h, w]},
                                "", dtype=v.dtype, shape=g.dims(v))
-            g.copy_annotations(made, back)
+            g.copy_annotations(r.producer(), back)
             if g.source(back) is None:
-                g.set_source(back, made.name, made.op_type)
+                g.set_source(back, r.producer().name, r.producer().op_type)
             back.name = self.builder.names(f"{g.source(back)}/to_nchw")
             back.overload = _overload(back)
             graph.insert_after(r.producer(), back)
@@ -216,9 +223,10 @@ def _choose_rows_maker(node, sizes):
                                                    node.op_type in ELEMENTWISE_PRIMITIVES)
     pool = node.domain == DOMAIN and node.op_type == "Pool"
     join = (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat")
+    remap = node.domain == DOMAIN and node.op_type in ("Crop", "Reduce")
     if _is_dim_transform(node):
         return None, "DimTransform reads NCHW (its element order depends on the layout)"
-    if not (elementwise or pool or join):
+    if not (elementwise or pool or join or remap):
         return None, f"{node.op_type} is not known to the layout pass: it reads NCHW"
     if _image_dims(node.outputs[0]) is None:
         return None, "its output is not an image of fixed channels and size"
@@ -228,11 +236,27 @@ def _choose_rows_maker(node, sizes):
         return (None, why) if why else (ChannelsLast._elementwise, None)
     if pool:
         return ChannelsLast._pool, None
+    if remap:
+        if _rows_axes(node) is None:
+            return None, f"{node.op_type} over these axes has no rows form"
+        return ChannelsLast._remap, None
     if node.attributes.get_int("axis", 0) not in (1, -3):
         return None, "it does not join channels"
     if any(sizes.get(v) != out for v in node.inputs):
         return None, "not every input is rows of an image of its size"
     return ChannelsLast._join, None
+
+
+def _rows_axes(node):
+    """The axes of the rows a Crop of channels or a Reduce (dims kept) over channels, over
+    height and width, or over both works on, else None."""
+    a = _attrs(node)
+    axes = tuple(sorted(int(x) for x in a["axes"]))
+    if node.op_type == "Crop":
+        return [2] if axes == (1,) else None
+    if not a["keepdims"]:
+        return None
+    return {(1,): [2], (2, 3): [1], (1, 2, 3): [1, 2]}.get(axes)
 
 
 def _check_im2col(node, sizes):
