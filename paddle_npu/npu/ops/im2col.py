@@ -132,7 +132,6 @@ class Im2Col(Primitive):
         """A 1x1 kernel without padding: the (strided) image moved channels-last (an nhwc
         image already is: at stride 1 the rows are the image)."""
         sh, sw = attrs["strides"]
-        big = np.iinfo(np.int64).max
         if is_nhwc(attrs):
             if (sh, sw) == (1, 1):
                 b.op("Identity", "X", out="Y")
@@ -141,6 +140,7 @@ class Im2Col(Primitive):
             return
         x = "X"
         if (sh, sw) != (1, 1):
+            big = np.iinfo(np.int64).max
             x = b.op("Slice", x, b.const([0, 0]), b.const([big, big]), b.const([2, 3]),
                      b.const([sh, sw]))
         flat = b.op("Reshape", x, b.const([0, 0, -1]))                 # [N, C, OH*OW]
@@ -161,11 +161,10 @@ class Im2Col(Primitive):
         index = (rows * wp + cols).reshape(-1)                 # [OH*OW*KH*KW] into Hp*Wp
         x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
-        pixels = b.op("Transpose", xp, perm=[0, 2, 1])                       # [N, Hp*Wp, C]
         small = index.max(initial=0) <= np.iinfo(np.int32).max     # half the bytes
         table = b.op("Constant", value=numpy_helper.from_array(
             index.astype(np.int32 if small else np.int64)))
-        g = b.op("Gather", pixels, table, axis=1)
+        g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), table, axis=1)
         g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
         t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
         b.op("Reshape", t, b.const([0, oh * ow, -1]), out="Y")
