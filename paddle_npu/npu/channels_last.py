@@ -19,7 +19,7 @@ NCHW only where something needs it:
 Every rewritten node computes what it did, in another layout, so the model's outputs are
 unchanged (tests/test_npu_channels_last.py checks them against onnxruntime before lowering).
 A tensor of the model left only as rows keeps its name, its node marked with the image's
-size (graph.rows_size); `tensors_as_nchw` gives such tensors back as NCHW arrays.
+size (graph.set_rows_size); `tensors_as_nchw` gives such tensors back as NCHW arrays.
 """
 import numpy as np
 import onnx_ir as ir
@@ -353,7 +353,7 @@ def _overload(node):
 
 def tensors_as_nchw(model_proto, tensors):
     """{name: array} of tensors fetched from a lowered model, those it holds as rows
-    [N, H*W, C] (graph.rows_size) given back as the model's NCHW arrays."""
+    [N, H*W, C] (graph.set_rows_size) given back as the model's NCHW arrays."""
     sizes = {n.output[0]: g.proto_rows_size(n) for n in model_proto.graph.node
              if g.proto_rows_size(n) is not None}
     out = dict(tensors)

@@ -15,8 +15,8 @@ spelled:
     device / segment          where partitioning put the node
     source / source_op        the node a lowered node was made from
     quantization(model)       the per-layer scales of an integer lowering (model metadata)
-    rows_size / set_rows_size the node's output is a tensor of the model held channels-last
-                              (the layout pass, channels_last.py)
+    set_rows_size             the node's output is a tensor of the model held channels-last
+                              (the layout pass, channels_last.py; proto_rows_size reads it)
     note(node, key, text)     free-form provenance ("folded", "merged")
 """
 import json
@@ -255,21 +255,15 @@ def copy_annotations(src, node):
             node.metadata_props[key] = src.metadata_props[key]
 
 
-def rows_size(node):
-    """(H, W) when the node's output, of the model's NCHW tensor of its name, is held as
-    rows [N, H*W, C], else None."""
-    return _size(node.metadata_props.get(ROWS))
-
-
 def set_rows_size(node, h, w):
+    """The node's output, the model's NCHW tensor of its name, is held as rows [N, H*W, C]
+    of an H x W image."""
     node.metadata_props[ROWS] = f"{h}x{w}"
 
 
 def proto_rows_size(node_proto):
-    return _size(proto_props(node_proto).get(ROWS))
-
-
-def _size(text):
+    """(H, W) of a saved node whose output is held as rows (set_rows_size), else None."""
+    text = proto_props(node_proto).get(ROWS)
     return None if text is None else tuple(int(d) for d in text.split("x"))
 
 
