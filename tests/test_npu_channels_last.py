@@ -118,28 +118,26 @@ def test_rows_with_an_open_batch():
     _check(proto, lowered, {"x": x})
 
 
-def test_channel_crops_and_reductions_run_on_rows():
-    """A split of channels (Crop), a mean over channels and one over the pixels (Reduce):
-    on the rows' axes, with the spatial-attention product between them, then a 1x1 conv."""
+def test_channel_crops_and_pixel_means_run_on_rows():
+    """A split of channels (Crop) and a mean over the pixels (Reduce) run on the rows' axes,
+    and the 1x1 conv after them reads the rows; a reduction over channels keeps NCHW."""
     nodes, inits = _conv("a", "x", 3, 8, 3, 1)
     inits += [("starts", np.array([0], np.int64)), ("ends", np.array([4], np.int64)),
               ("axis1", np.array([1], np.int64))]
     nodes += [
         helper.make_node("Slice", ["a", "starts", "ends", "axis1"], ["half"], name="half"),
-        helper.make_node("ReduceMax", ["half"], ["peak"], name="peak", axes=[1], keepdims=1),
-        helper.make_node("Sigmoid", ["peak"], ["attention"], name="attention"),
-        helper.make_node("Mul", ["a", "attention"], ["attended"], name="attended"),
-        helper.make_node("ReduceMean", ["attended"], ["pooled"], name="pixels", axes=[2, 3],
+        helper.make_node("ReduceMean", ["half"], ["pooled"], name="pixels", axes=[2, 3],
                          keepdims=1),
+        helper.make_node("ReduceMax", ["a"], ["peak"], name="peak", axes=[1], keepdims=1),
     ]
-    part = _conv("e", "pooled", 8, 5, 1, 2)
-    proto = model(nodes + part[0], [("x", [2, 3, 6, 6])], [("e", [2, 5, 1, 1])],
-                  inits + part[1])
+    part = _conv("e", "pooled", 4, 5, 1, 2)
+    proto = model(nodes + part[0], [("x", [2, 3, 6, 6])],
+                  [("e", [2, 5, 1, 1]), ("peak", [2, 1, 6, 6])], inits + part[1])
     lowered, result = _lower(proto)
-    assert {"half/crop on rows", "peak/reduce on rows", "pixels/reduce on rows"} <= \
-        set(result.fired)
-    assert result.refused == {}
-    assert result.info == {"moves_before": 2, "moves_after": 1}      # the output's
+    assert {"half/crop on rows", "pixels/reduce on rows",
+            "e/im2col dropped: its output is the rows"} <= set(result.fired)
+    assert result.refused == {"peak/reduce": "Reduce over these axes has no rows form"}
+    assert result.info == {"moves_before": 2, "moves_after": 2}   # a's for peak; e's output
     x = np.random.default_rng(6).standard_normal((2, 3, 6, 6)).astype(np.float32)
     _check(proto, lowered, {"x": x})
 

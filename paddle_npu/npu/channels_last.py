@@ -13,7 +13,7 @@ NCHW only where something needs it:
                                                       kernel at stride 1 is the rows: dropped
     DimTransform to rows (ConvTranspose's input)      the rows: dropped
     Pool, Join / Concat of channels, Crop of          on the rows (Pool's layout "nhwc";
-    channels, Reduce over channels or pixels          the others on the rows' axes)
+    channels, Reduce over the pixels                  the others on the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
@@ -248,15 +248,14 @@ def _choose_rows_maker(node, sizes):
 
 
 def _rows_axes(node):
-    """The axes of the rows a Crop of channels or a Reduce (dims kept) over channels, over
-    height and width, or over both works on, else None."""
+    """The axes of the rows a Crop of channels or a Reduce over the pixels (dims kept) works
+    on, else None. (A reduction over channels, a softmax's, would run on rows too; it keeps
+    NCHW so far.)"""
     a = _attrs(node)
     axes = tuple(sorted(int(x) for x in a["axes"]))
     if node.op_type == "Crop":
         return [2] if axes == (1,) else None
-    if not a["keepdims"]:
-        return None
-    return {(1,): [2], (2, 3): [1], (1, 2, 3): [1, 2]}.get(axes)
+    return [1] if axes == (2, 3) and a["keepdims"] else None
 
 
 def _check_im2col(node, sizes):
