@@ -147,6 +147,59 @@ def test_im2col_body_for_a_fixed_image_and_an_open_batch(case):
     np.testing.assert_array_equal(got, want)
 
 
+def as_rows(x):
+    """An NCHW image as the rows of a matrix layer, [N, H*W, C] (the nhwc layout)."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
+
+
+@SETTINGS
+@given(im2col_cases())
+def test_im2col_reads_an_nhwc_image_as_it_reads_the_nchw_one(case):
+    """layout "nhwc": the previous matrix layer's rows [N, H*W, C] in, the same rows out as
+    from the NCHW image, in the body (pointwise or fixed-size) and in the reference."""
+    n, c, h, w, k, s, p, d = case
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    prim = get_primitive("Im2Col")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    nhwc = dict(attrs, layout="nhwc", image_size=[h, w])
+    rows = as_rows(x)
+    assert prim.infer([list(rows.shape)], nhwc)[0] == list(want.shape)
+    assert prim.overload(nhwc, [["N", h * w, c]]).startswith(("pointwise_nhwc", "fixed_nhwc"))
+    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [rows], nhwc)[0], want)
+    np.testing.assert_array_equal(run_primitive("Im2Col", [rows], nhwc), want)
+
+
+def test_im2col_refuses_an_nhwc_image_without_its_size():
+    prim = get_primitive("Im2Col")
+    with pytest.raises(ValueError, match="image_size"):
+        prim.infer([[1, 16, 3]], {"kernel_shape": [3, 3], "layout": "nhwc"})
+    with pytest.raises(ValueError, match="unknown layout"):
+        prim.infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3], "layout": "hwcn"})
+
+
+@pytest.mark.parametrize("shape, attrs", [
+    ([2, 3, 7, 8], dict(mode="max", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ([1, 2, 7, 7], dict(mode="avg", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ([1, 2, 9, 9], dict(mode="max", kernel_shape=[3, 2], dilations=[2, 1], pads=[2, 0, 1, 1])),
+    ([2, 4, 5, 3], dict(mode="avg", kernel_shape=[5, 3])),          # global
+    ([2, 4, 5, 3], dict(mode="max", kernel_shape=[5, 3])),
+])
+def test_pool_reads_an_nhwc_image_as_it_reads_the_nchw_one(shape, attrs):
+    """layout "nhwc": a matrix layer's rows [N, H*W, C] in, the NCHW result's rows out."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    prim = get_primitive("Pool")
+    want = as_rows(prim.reference(ArrayModel(8, 8), [x], attrs)[0])
+    nhwc = dict(attrs, layout="nhwc", image_size=shape[2:])
+    rows = as_rows(x)
+    assert prim.infer([list(rows.shape)], nhwc)[0] == list(want.shape)
+    array = ArrayModel(8, 8)
+    np.testing.assert_array_equal(prim.reference(array, [rows], nhwc)[0], want)
+    assert array.vector_elements == want.size * np.prod(attrs["kernel_shape"])
+    np.testing.assert_allclose(run_primitive("Pool", [rows], nhwc), want, rtol=1e-6, atol=1e-6)
+
+
 def test_im2col_keeps_a_big_index_table_out_of_the_model():
     """Past TABLE_LIMIT entries (a 3x3 kernel on a 640x640 image) the generic body computes
     the table at run time instead of storing megabytes of it; below, the fixed-size one."""

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paddle_npu.compare import agreement, load_reference, run_onnx  # noqa: E402
 from paddle_npu.npu import lower  # noqa: E402
+from paddle_npu.npu.channels_last import tensors_as_nchw  # noqa: E402
 from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
 from paddle_npu.npu.verifier import seeded_inputs  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
@@ -55,6 +56,7 @@ def layer_diffs(model, target, input_shape=None, feeds=None):
         got_names, got = run_onnx(with_outputs(proto, names), feeds, optimise)
         runs.append(dict(zip(got_names, got)))
     onnx_opt, onnx_plain, low = runs
+    low = tensors_as_nchw(lowered, low)       # tensors the lowered model holds as rows
     return [(op_of[n], n, agreement(low[n], onnx_opt[n])["rel_diff"],
              agreement(onnx_plain[n], onnx_opt[n])["rel_diff"]) for n in names]
 

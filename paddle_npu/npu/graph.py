@@ -15,6 +15,8 @@ spelled:
     device / segment          where partitioning put the node
     source / source_op        the node a lowered node was made from
     quantization(model)       the per-layer scales of an integer lowering (model metadata)
+    set_rows_size             the node's output is a tensor of the model held channels-last
+                              (the layout pass, channels_last.py; proto_rows_size reads it)
     note(node, key, text)     free-form provenance ("folded", "merged")
 """
 import json
@@ -34,6 +36,7 @@ SEGMENT = _PREFIX + "segment"
 SOURCE = _PREFIX + "source"
 SOURCE_OP = _PREFIX + "source_op"
 QUANTIZATION = _PREFIX + "quantization"     # model metadata: per-layer scales (JSON)
+ROWS = _PREFIX + "rows"     # "HxW": the output is an NCHW tensor held as rows [N, H*W, C]
 _NOTES = {"folded", "merged"}
 # what a node's placement marks are: carried to whatever a rewrite or lowering makes of it
 MARK_KEYS = (MARK, MARK_REASON, PRECISION)
@@ -259,6 +262,18 @@ def copy_annotations(src, node):
     for key in (SOURCE, SOURCE_OP, DEVICE, SEGMENT) + MARK_KEYS:
         if key in src.metadata_props:
             node.metadata_props[key] = src.metadata_props[key]
+
+
+def set_rows_size(node, h, w):
+    """The node's output, the model's NCHW tensor of its name, is held as rows [N, H*W, C]
+    of an H x W image."""
+    node.metadata_props[ROWS] = f"{h}x{w}"
+
+
+def proto_rows_size(node_proto):
+    """(H, W) of a saved node whose output is held as rows (set_rows_size), else None."""
+    text = proto_props(node_proto).get(ROWS)
+    return None if text is None else tuple(int(d) for d in text.split("x"))
 
 
 def quantization(model):

@@ -6,7 +6,8 @@
         -> restruct rules -> shapes again -> LSTM / GRU unrolled (rnn.py) -> shapes again
         -> fold what is constant at the fixed sizes
         -> layer normalisations written out fused (a LayerNorm primitive)
-        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> a transpose and the
+        -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> images kept
+        channels-last between NPU layers (channels_last.py) -> a transpose and the
         reshape after it merged into one DimTransform -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
     -> (ir.Model, Report)
@@ -16,6 +17,7 @@ import time
 from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
+from .channels_last import ChannelsLast
 from .context import LowerContext
 from .cost import node_macs, segment_costs
 from .functions import AttachFunctions
@@ -89,6 +91,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
         LowerNodes(ctx),
+        ChannelsLast(),
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
         RemoveUnused(),
         Partition(target, ctx.refusals),

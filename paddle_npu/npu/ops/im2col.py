@@ -5,8 +5,48 @@ from onnx import numpy_helper
 from .base import Arg, Attr, Primitive, config_tag, primitive
 
 
-def _height_width(in_shapes):
+# The layouts of an image a spatial primitive (Im2Col, Pool) reads: "nchw", or "nhwc": the
+# rows of a matrix layer as they come out of it, [N, H*W, C], the height and width in the
+# attribute `image_size` (the layout pass, npu/channels_last.py, keeps images so).
+LAYOUT_ATTRS = (
+    Attr("layout", "string", '"nchw": X is [N, C, H, W]; "nhwc": X is [N, H*W, C], pixel by '
+                             "pixel with their channels last", "nchw"),
+    Attr("image_size", "ints", '[H, W] of an "nhwc" X (unused for "nchw")', [0, 0]),
+)
+
+
+def is_nhwc(a):
+    return a["layout"] == "nhwc"
+
+
+def image_dims(shape, a):
+    """(N, C, H, W) of the image X of a spatial primitive, whichever its layout."""
+    if not is_nhwc(a):
+        return tuple(shape)
+    (h, w), (n, _, c) = a["image_size"], shape
+    return n, c, h, w
+
+
+def as_nchw(x, a):
+    """An image array X as [N, C, H, W], whichever its layout (a view)."""
+    if not is_nhwc(a):
+        return x
+    return x.reshape(x.shape[0], *a["image_size"], x.shape[2]).transpose(0, 3, 1, 2)
+
+
+def check_layout(a, shape):
+    """Raises on a layout the primitive cannot read."""
+    if a["layout"] not in ("nchw", "nhwc"):
+        raise ValueError(f"unknown layout {a['layout']!r} (known: nchw, nhwc)")
+    if is_nhwc(a) and (len(shape) != 3 or min(a["image_size"]) < 1):
+        raise ValueError(f'an "nhwc" image is [N, H*W, C] with image_size [H, W] '
+                         f"(got {list(shape)} and {list(a['image_size'])})")
+
+
+def _height_width(in_shapes, a):
     """The image's height and width as the lowering knows them (a str or None: left open)."""
+    if is_nhwc(a):
+        return tuple(a["image_size"])
     shape = in_shapes[0] if in_shapes else None
     return (shape[2], shape[3]) if shape is not None and len(shape) == 4 else (None, None)
 
@@ -23,7 +63,7 @@ def out_size(size, k, s, d, p0, p1):
 TABLE_LIMIT = 1 << 18
 
 
-def _table_entries(a, h, w):
+def table_entries(a, h, w):
     (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
     (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
     return out_size(h, kh, sh, dh, pt, pb) * out_size(w, kw, sw, dw, pl, pr) * kh * kw
@@ -31,12 +71,13 @@ def _table_entries(a, h, w):
 
 @primitive
 class Im2Col(Primitive):
-    """Unfolds every receptive field of an NCHW image into one row: row oh*OW + ow holds
+    """Unfolds every receptive field of an image into one row: row oh*OW + ow holds
     X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] at column c*KH*KW + kh*KW + kw, zero
     where that falls in the padding. Multiplying the rows by the kernel matrix
-    W.reshape(M, C*KH*KW)^T is the convolution."""
+    W.reshape(M, C*KH*KW)^T is the convolution. The image is NCHW, or (layout "nhwc") the
+    previous matrix layer's rows [N, H*W, C] as they are."""
 
-    inputs = (Arg("X", "image [N, C, H, W]"),)
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
     outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW]"),)
     attributes = (
         Attr("kernel_shape", "ints", "[KH, KW]"),
@@ -44,12 +85,13 @@ class Im2Col(Primitive):
         Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
                              "(ONNX Conv's order)", [0, 0, 0, 0]),
         Attr("dilations", "ints", "[dh, dw]", [1, 1]),
-    )
+    ) + LAYOUT_ATTRS
 
     @classmethod
     def infer(cls, in_shapes, attrs):
         a = cls.attrs_of(attrs)
-        n, c, h, w = in_shapes[0]
+        check_layout(a, in_shapes[0])
+        n, c, h, w = image_dims(in_shapes[0], a)
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
         oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
@@ -60,13 +102,17 @@ class Im2Col(Primitive):
     @classmethod
     def overload(cls, attrs, in_shapes):
         a = cls.attrs_of(attrs)
+        h, w = _height_width(in_shapes, a)
+        nhwc = "nhwc_" if is_nhwc(a) else ""
         if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]):
             sh, sw = a["strides"]
-            return f"pointwise_s{sh}x{sw}"
-        h, w = _height_width(in_shapes)
-        if isinstance(h, int) and isinstance(w, int) and _table_entries(a, h, w) <= TABLE_LIMIT:
-            return f"fixed_{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"], a["pads"],
-                                                   a["dilations"])
+            size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
+            return f"pointwise_{nhwc}s{sh}x{sw}{size}"
+        # an nhwc image always has a fixed size, and its table is held however big
+        if isinstance(h, int) and isinstance(w, int) and (
+                nhwc or table_entries(a, h, w) <= TABLE_LIMIT):
+            return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
+                                                         a["pads"], a["dilations"])
         return ""
 
     @classmethod
@@ -74,15 +120,24 @@ class Im2Col(Primitive):
         overload = cls.overload(attrs, in_shapes)
         if overload.startswith("pointwise"):
             cls._pointwise_body(b, attrs)
+        elif overload.startswith("fixed_nhwc"):
+            cls._nhwc_body(b, attrs)
         elif overload:
-            cls._fixed_size_body(b, attrs, *_height_width(in_shapes))
+            cls._fixed_size_body(b, attrs, *_height_width(in_shapes, attrs))
         else:
             cls._generic_body(b)
 
     @classmethod
     def _pointwise_body(cls, b, attrs):
-        """A 1x1 kernel without padding: the (strided) image moved channels-last."""
+        """A 1x1 kernel without padding: the (strided) image moved channels-last (an nhwc
+        image already is: at stride 1 the rows are the image)."""
         sh, sw = attrs["strides"]
+        if is_nhwc(attrs):
+            if (sh, sw) == (1, 1):
+                b.op("Identity", "X", out="Y")
+            else:
+                cls._nhwc_body(b, attrs)
+            return
         x = "X"
         if (sh, sw) != (1, 1):
             big = np.iinfo(np.int64).max
@@ -113,6 +168,25 @@ class Im2Col(Primitive):
         g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
         t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
         b.op("Reshape", t, b.const([0, oh * ow, -1]), out="Y")
+
+    @classmethod
+    def _nhwc_body(cls, b, attrs):
+        """An nhwc image: one Gather of whole pixels from the rows as they are, by a table
+        [OH*OW, KH*KW] made here; a tap in the padding reads one zero pixel put after the
+        last (no padded copy of the image)."""
+        h, w = attrs["image_size"]
+        index = nhwc_table(attrs, h, w)
+        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if (index == h * w).any() \
+            else "X"                                              # [N, H*W (+1), C]
+        if index.shape[1] == 1:
+            index = index[:, 0]
+        g = b.op("Gather", pixels, b.op("Constant", value=numpy_helper.from_array(
+            index.astype(np.int32))), axis=1)                   # [N, OH*OW, (KH*KW,) C]
+        if index.ndim == 1:
+            b.op("Identity", g, out="Y")
+            return
+        t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
+        b.op("Reshape", t, b.const([0, index.shape[0], -1]), out="Y")
 
     @classmethod
     def _generic_body(cls, b):
@@ -153,7 +227,8 @@ class Im2Col(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        x = inputs[0]
+        check_layout(a, inputs[0].shape)
+        x = as_nchw(inputs[0], a)
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
@@ -174,6 +249,18 @@ class Im2Col(Primitive):
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def nhwc_table(a, h, w):
+    """[OH*OW, KH*KW]: the pixel (row * W + col) of an H x W image each tap of each window
+    reads, H*W where it falls in the padding."""
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
+    oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+    rows = (np.arange(oh) * sh - pt)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
+    cols = (np.arange(ow) * sw - pl)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
+    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+    return np.where(inside, rows * w + cols, h * w).reshape(oh * ow, kh * kw)
 
 
 def kernel_taps(kernel, strides, dilations, out):

@@ -2,7 +2,8 @@
 import numpy as np
 
 from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
-from .im2col import kernel_taps
+from .im2col import LAYOUT_ATTRS, as_nchw, check_layout, image_dims, is_nhwc, kernel_taps
+from .reduce import Reduce
 
 
 def pooled_size(size, k, s, d, p0, p1, ceil):
@@ -24,13 +25,14 @@ class Pool(Primitive):
     """Y[n, c, oh, ow] = max (mode "max") or mean (mode "avg") of X[n, c, oh*sh - pt + kh*dh,
     ow*sw - pl + kw*dw] over the window's taps: the vector unit compares or adds each
     window's KH*KW elements (its cost: KH*KW operations per output element; global pooling
-    is one window the size of the image). Padding is never the maximum; an average divides
+    is one window the size of the image). An "nhwc" image (a matrix layer's rows [N, H*W, C])
+    gives nhwc rows [N, OH*OW, C]. Padding is never the maximum; an average divides
     by the taps inside the image, or by all KH*KW with count_include_pad (windows that
     ceil_mode adds past the padding count only what they cover). The average sums in float64
     and rounds once."""
 
-    inputs = (Arg("X", "image [N, C, H, W]"),)
-    outputs = (Arg("Y", "[N, C, OH, OW]"),)
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
+    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
     attributes = (
         Attr("mode", "string", '"max" or "avg"'),
         Attr("kernel_shape", "ints", "[KH, KW]"),
@@ -39,16 +41,15 @@ class Pool(Primitive):
         Attr("dilations", "ints", "[dh, dw] (max only)", [1, 1]),
         Attr("ceil_mode", "int", "1: the output size rounds up", 0),
         Attr("count_include_pad", "int", "1: an average divides by KH*KW", 0),
-    )
+    ) + LAYOUT_ATTRS
 
     @classmethod
     def infer(cls, in_shapes, attrs):
         a = cls.attrs_of(attrs)
-        n, c, h, w = in_shapes[0]
-        (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
-        pt, pl, pb, pr = a["pads"]
-        oh = pooled_size(h, kh, sh, dh, pt, pb, a["ceil_mode"]) if isinstance(h, int) else None
-        ow = pooled_size(w, kw, sw, dw, pl, pr, a["ceil_mode"]) if isinstance(w, int) else None
+        check_layout(a, in_shapes[0])
+        n, c, oh, ow = _out_dims(image_dims(in_shapes[0], a), a)
+        if is_nhwc(a):
+            return [[n, oh * ow, c]]
         return [[n, c, oh, ow]]
 
     @classmethod
@@ -62,18 +63,42 @@ class Pool(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
+        if not is_nhwc(attrs):
+            cls._nchw_body(b, attrs, "X", "Y")
+            return
+        n, c, oh, ow = _out_dims(image_dims(in_shapes[0], attrs), attrs)
+        if _is_global(attrs):           # the image's pixels are the rows: reduce over them
+            Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
+                            "axes": [1], "keepdims": 1}, in_shapes)
+            return
+        # ONNX pools only NCHW: the window sums run there, between two transposes
+        h, w = attrs["image_size"]
+        x = b.op("Transpose", b.op("Reshape", "X", b.const([0, h, w, -1])), perm=[0, 3, 1, 2])
+        y = cls._nchw_body(b, attrs, x, None)
+        y = b.op("Transpose", y, perm=[0, 2, 3, 1])
+        b.op("Reshape", y, b.const([0, oh * ow, -1]), out="Y")
+
+    @classmethod
+    def _nchw_body(cls, b, attrs, x, out):
         common = dict(kernel_shape=attrs["kernel_shape"], strides=attrs["strides"],
                       pads=attrs["pads"], ceil_mode=attrs["ceil_mode"])
         if attrs["mode"] == "max":
-            b.op("MaxPool", "X", out="Y", dilations=attrs["dilations"], **common)
-        else:
-            b.op("AveragePool", "X", out="Y", count_include_pad=attrs["count_include_pad"],
-                 **common)
+            return b.op("MaxPool", x, out=out, dilations=attrs["dilations"], **common)
+        return b.op("AveragePool", x, out=out, count_include_pad=attrs["count_include_pad"],
+                    **common)
 
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        x = inputs[0]
+        check_layout(a, inputs[0].shape)
+        y = cls._nchw_reference(array, as_nchw(inputs[0], a), a)
+        if is_nhwc(a):
+            n, c = y.shape[:2]
+            y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)
+        return [y]
+
+    @classmethod
+    def _nchw_reference(cls, array, x, a):
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
@@ -85,7 +110,7 @@ class Pool(Primitive):
             y = x64.max(axis=(2, 3), keepdims=True) if is_max else \
                 x64.mean(axis=(2, 3), keepdims=True)
             array.vector_elements += y.size * kh * kw
-            return [y.astype(x.dtype)]
+            return y.astype(x.dtype)
         # pad far enough for every window ceil_mode adds
         eb = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + pt + pb))
         er = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + pl + pr))
@@ -103,4 +128,19 @@ class Pool(Primitive):
         if not is_max:
             y = y / count
         array.vector_elements += y.size * kh * kw
-        return [y.astype(x.dtype)]
+        return y.astype(x.dtype)
+
+
+def _out_dims(image, a):
+    """(N, C, OH, OW) of a Pool on an image of (N, C, H, W)."""
+    n, c, h, w = image
+    (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
+    pt, pl, pb, pr = a["pads"]
+    oh = pooled_size(h, kh, sh, dh, pt, pb, a["ceil_mode"]) if isinstance(h, int) else None
+    ow = pooled_size(w, kw, sw, dw, pl, pr, a["ceil_mode"]) if isinstance(w, int) else None
+    return n, c, oh, ow
+
+
+def _is_global(a):
+    """One window the size of an nhwc image, no padding."""
+    return list(a["kernel_shape"]) == list(a["image_size"]) and not any(a["pads"])

@@ -26,6 +26,7 @@ import onnx
 
 from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
+from ..channels_last import tensors_as_nchw
 from ..ops.quant import qrange
 from ..rnn import unrolled_proto
 from .calibrate import load_table, run_batches, session_with_all
@@ -71,7 +72,7 @@ def layer_report(float_model, quant_model, feeds, records=None):
     outputs = [o.name for o in qproto.graph.output]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     fvals = run_tensors(fproto.SerializeToString(), feeds, names)
-    qvals = run_tensors(qproto.SerializeToString(), feeds, names)
+    qvals = tensors_as_nchw(qproto, run_tensors(qproto.SerializeToString(), feeds, names))
     for k, v in feeds.items():
         fvals.setdefault(k, v)
         qvals.setdefault(k, v)

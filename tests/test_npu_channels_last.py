@@ -1,0 +1,246 @@
+"""The layout pass (npu/channels_last.py): a matrix layer's rows stay channels-last between
+NPU layers, with a move to NCHW only where something needs NCHW. Every model here is run by
+onnxruntime before lowering and against onnxruntime and the NumPy reference after."""
+import numpy as np
+import onnx_ir as ir
+from npu_helpers import assert_close, model, serialized, three_way
+from onnx import helper
+
+from paddle_npu.compare import run_onnx
+from paddle_npu.npu import DOMAIN
+from paddle_npu.npu import graph as g
+from paddle_npu.npu.channels_last import ChannelsLast
+from paddle_npu.npu.context import LowerContext
+from paddle_npu.npu.pipeline import MIN_IR_VERSION, passes, prepare
+from paddle_npu.npu.quant.accuracy import layer_report
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.target import load_target
+
+
+def _rng_weights(seed, *shape):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _conv(name, x, c_in, c_out, k, seed, stride=1, pad=None, group=1):
+    pad = k // 2 if pad is None else pad
+    inits = [(f"{name}.w", _rng_weights(seed, c_out, c_in // group, k, k)),
+             (f"{name}.b", _rng_weights(seed + 100, c_out))]
+    node = helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [name], name=name,
+                            kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                            group=group)
+    return [node], inits
+
+
+def _lower(proto, target="npu256"):
+    """The lowered ir.Model and the layout pass's result."""
+    m = prepare(proto)
+    steps = passes(LowerContext(m, load_target(target), "packed"))
+    steps(m)
+    m.ir_version = max(m.ir_version, MIN_IR_VERSION)
+    return m, steps.result("channels_last")
+
+
+def _of(lowered, op_type):
+    return [n for n in lowered.graph if n.domain == DOMAIN and n.op_type == op_type]
+
+
+def _check(proto, lowered, feeds):
+    want, got, ref, _ = three_way(proto, lowered, feeds, "npu256")
+    for w, o, r in zip(want, got, ref):
+        assert_close(o, w, "onnxruntime")
+        assert_close(r, w, "reference")
+
+
+def _network():
+    """Convs with what sits between them in CNNs: activations, per-channel and scalar
+    constants, a residual Add, a strided 1x1, a max pool, a channel concat, a global
+    pool with a squeeze-excite gate, a flatten; and an activation as a second output."""
+    inits = [("scale", _rng_weights(7, 8, 1, 1)), ("shift", np.float32(0.5)),
+             ("slope", np.abs(_rng_weights(8, 8, 1, 1))),
+             ("lo", np.float32(0)), ("hi", np.float32(6))]
+    steps = [
+        _conv("a", "x", 3, 8, 3, 1),
+        helper.make_node("Relu", ["a"], ["relu"], name="relu"),
+        helper.make_node("Mul", ["relu", "scale"], ["m1"], name="per_channel"),
+        helper.make_node("Add", ["m1", "shift"], ["s1"], name="scalar"),
+        helper.make_node("Relu", ["s1"], ["side"], name="side"),
+        _conv("b", "s1", 8, 8, 3, 2, stride=2),
+        helper.make_node("Clip", ["b", "lo", "hi"], ["r"], name="clip"),
+        _conv("c", "r", 8, 8, 1, 3),
+        helper.make_node("Add", ["c", "r"], ["res"], name="residual"),
+        helper.make_node("PRelu", ["res", "slope"], ["p"], name="prelu"),
+        _conv("d", "p", 8, 8, 1, 4, stride=2),
+        _conv("dw", "d", 8, 8, 3, 5, group=8),
+        helper.make_node("MaxPool", ["dw"], ["mp"], name="maxpool", kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["mp", "d"], ["cat"], name="concat", axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"], name="gap"),
+        _conv("e", "g", 16, 16, 1, 6),
+        helper.make_node("Sigmoid", ["e"], ["gate"], name="gate"),
+        helper.make_node("Mul", ["cat", "gate"], ["se"], name="excite"),
+        helper.make_node("Flatten", ["se"], ["y"], name="flatten"),
+    ]
+    nodes = []
+    for step in steps:
+        if isinstance(step, tuple):
+            nodes += step[0]
+            inits += step[1]
+        else:
+            nodes.append(step)
+    return model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16 * 2 * 2]), ("side", [1, 8, 8, 8])],
+                 inits)
+
+
+def test_rows_stay_channels_last_between_layers():
+    proto = _network()
+    lowered, result = _lower(proto)
+    # six convs moved their rows to NCHW; now the rows of two values: the flatten's input,
+    # and `s1` (read by b's Im2Col as rows, by `side`, a graph output, as NCHW)
+    assert result.info == {"moves_before": 6, "moves_after": 2}
+    assert len(_of(lowered, "DimTransform")) == 2
+    layouts = sorted(n.attributes["layout"].value if "layout" in n.attributes else "nchw"
+                     for n in _of(lowered, "Im2Col"))
+    # a reads the model's input; b, d (strided 1x1) and dw read rows; c and e (1x1) need none
+    assert layouts == ["nchw", "nhwc", "nhwc", "nhwc"]
+    assert all(n.attributes["layout"].value == "nhwc" for n in _of(lowered, "Pool"))
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_rows_with_an_open_batch():
+    proto = _network()
+    for v in list(proto.graph.input) + list(proto.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_param = "N"
+    lowered, result = _lower(proto)
+    assert result.info["moves_after"] == 2
+    x = np.random.default_rng(1).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_channel_crops_and_pixel_means_run_on_rows():
+    """A split of channels (Crop) and a mean over the pixels (Reduce) run on the rows' axes,
+    and the 1x1 conv after them reads the rows; a reduction over channels keeps NCHW."""
+    nodes, inits = _conv("a", "x", 3, 8, 3, 1)
+    inits += [("starts", np.array([0], np.int64)), ("ends", np.array([4], np.int64)),
+              ("axis1", np.array([1], np.int64))]
+    nodes += [
+        helper.make_node("Slice", ["a", "starts", "ends", "axis1"], ["half"], name="half"),
+        helper.make_node("ReduceMean", ["half"], ["pooled"], name="pixels", axes=[2, 3],
+                         keepdims=1),
+        helper.make_node("ReduceMax", ["a"], ["peak"], name="peak", axes=[1], keepdims=1),
+    ]
+    part = _conv("e", "pooled", 4, 5, 1, 2)
+    proto = model(nodes + part[0], [("x", [2, 3, 6, 6])],
+                  [("e", [2, 5, 1, 1]), ("peak", [2, 1, 6, 6])], inits + part[1])
+    lowered, result = _lower(proto)
+    assert {"half/crop on rows", "pixels/reduce on rows",
+            "e/im2col dropped: its output is the rows"} <= set(result.fired)
+    assert result.refused == {"peak/reduce": "Reduce over these axes has no rows form"}
+    assert result.info == {"moves_before": 2, "moves_after": 2}   # a's for peak; e's output
+    x = np.random.default_rng(6).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_what_needs_nchw_gets_it():
+    """A reshape (its element order depends on the layout), an operand that is NCHW and a
+    constant varying over height alone keep NCHW, with the reason; so does an activation
+    making a graph output (the conv's move stays before it). The Relu before the reshape runs
+    on rows: the move after it merges with the reshape."""
+    nodes, inits = [], []
+    for c in "abcd":
+        part = _conv(c, "x", 3, 4, 3, ord(c))
+        nodes += part[0]
+        inits += part[1]
+    inits += [("to", np.array([1, 4, 16], np.int64)), ("rows_of_h", _rng_weights(2, 1, 1, 4, 1))]
+    nodes += [
+        helper.make_node("Relu", ["a"], ["relu"], name="relu"),
+        helper.make_node("Reshape", ["relu", "to"], ["flat"], name="flat"),
+        helper.make_node("Add", ["b", "z"], ["plus_input"], name="plus_input"),
+        helper.make_node("Mul", ["c", "rows_of_h"], ["by_h"], name="by_h"),
+        helper.make_node("Sigmoid", ["d"], ["d_out"], name="d_out"),
+        helper.make_node("Relu", ["d_out"], ["also_nchw"], name="also_nchw"),
+    ]
+    proto = model(nodes, [("x", [1, 3, 4, 4]), ("z", [1, 4, 4, 4])],
+                  [("flat", [1, 4, 16]), ("plus_input", [1, 4, 4, 4]), ("by_h", [1, 4, 4, 4]),
+                   ("d_out", [1, 4, 4, 4]), ("also_nchw", [1, 4, 4, 4])], inits)
+    lowered, result = _lower(proto)
+    assert result.refused == {
+        "flat/dim_transform": "DimTransform reads NCHW (its element order depends on the "
+                              "layout)",
+        "plus_input": "operand z is NCHW, not a matrix layer's rows",
+        "by_h": "constant rows_of_h of shape [1, 1, 4, 1] has no rows form",
+        "d_out/lut": "its output is needed in NCHW, and no Im2Col reads it"}
+    assert result.fired[0] == "relu on rows"
+    assert "flat/dim_transform/merged" in [n.name for n in _of(lowered, "DimTransform")]
+    assert result.info == {"moves_before": 4, "moves_after": 4}
+    rng = np.random.default_rng(2)
+    _check(proto, lowered, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32),
+                            "z": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)})
+
+
+def test_conv_transpose_reads_the_rows():
+    """ConvTranspose multiplies each pixel's channels: the move of its input to rows goes
+    when the input already is rows, and with it the conv's move to NCHW."""
+    nodes, inits = _conv("a", "x", 3, 4, 3, 1)
+    inits.append(("up.w", _rng_weights(2, 4, 2, 3, 3)))
+    nodes += [helper.make_node("Relu", ["a"], ["relu"], name="relu"),
+              helper.make_node("ConvTranspose", ["relu", "up.w"], ["y"], name="up",
+                               strides=[2, 2], pads=[1, 1, 1, 1])]
+    proto = model(nodes, [("x", [1, 3, 5, 5])], [("y", [1, 2, 9, 9])], inits)
+    lowered, result = _lower(proto)
+    assert "up/to_rows dropped: its output is the rows" in result.fired
+    assert result.info == {"moves_before": 1, "moves_after": 0}
+    assert _of(lowered, "DimTransform") == []
+    x = np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_a_big_image_keeps_its_gather_from_nchw():
+    """Past Im2Col's TABLE_LIMIT (a 3x3 kernel at 176x176) the rows go back to NCHW for
+    the gather computed at run time rather than a table of megabytes."""
+    nodes, inits = _conv("a", "x", 1, 2, 3, 1)
+    part = _conv("b", "a", 2, 2, 3, 2)
+    proto = model(nodes + part[0], [("x", [1, 1, 176, 176])], [("b", [1, 2, 176, 176])],
+                  inits + part[1])
+    lowered, result = _lower(proto)
+    assert result.refused["b/im2col"].startswith("its index table (278784 entries) would be")
+    assert result.info == {"moves_before": 2, "moves_after": 2}
+    x = np.random.default_rng(3).standard_normal((1, 1, 176, 176)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_integer_layers_keep_rows_too(monkeypatch):
+    """int8: the Quantize before each Im2Col runs on rows, the layers stay bit-true between
+    onnxruntime and the reference, close to the float model, and compute the very integers
+    they compute without the pass."""
+    a, b, c = (_conv("a", "x", 3, 8, 3, 1), _conv("b", "ra", 8, 8, 3, 2),
+               _conv("c", "res", 8, 4, 1, 3))
+    nodes = a[0] + [helper.make_node("Relu", ["a"], ["ra"], name="relu_a")] + b[0] + \
+        [helper.make_node("Add", ["b", "ra"], ["res"], name="residual")] + c[0]
+    inits = a[1] + b[1] + c[1]
+    proto = model(nodes, [("x", ["N", 3, 8, 8])], [("c", ["N", 4, 8, 8])], inits)
+    rng = np.random.default_rng(4)
+    table = calibrate(proto.SerializeToString(),
+                      {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)})
+    lowered, _, _ = quantized_lower(proto.SerializeToString(), table)
+    assert len(_of(lowered, "DimTransform")) == 1            # the output's
+    assert any(n.attributes["layout"].value == "nhwc" for n in _of(lowered, "Im2Col")
+               if "layout" in n.attributes)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want, got, ref, _ = three_way(proto, lowered, {"x": x}, "npu256")
+    np.testing.assert_array_equal(got[0], ref[0])            # bit-true
+    cosine = float(np.sum(got[0] * want[0]) / np.linalg.norm(got[0]) / np.linalg.norm(want[0]))
+    assert cosine > 0.99
+    # the layers' outputs ra (ReLU folded) and b are held only as rows, under their names: the
+    # per-layer report reads them back as NCHW
+    proto_low = ir.serde.serialize_model(lowered)
+    held = {n.output[0] for n in proto_low.graph.node if g.proto_rows_size(n) == (8, 8)}
+    assert {"ra", "b"} <= held
+    report = layer_report(proto, proto_low, {"x": x})
+    assert [lay["tensor"] for lay in report["layers"]] == ["ra", "b", "c"]
+    assert all(lay["sqnr_db"] > 20 for lay in report["layers"])
+    monkeypatch.setattr(ChannelsLast, "run", lambda self, m, result: None)
+    plain, _, _ = quantized_lower(proto.SerializeToString(), table)
+    assert len(_of(plain, "DimTransform")) == 3
+    np.testing.assert_array_equal(run_onnx(serialized(plain), {"x": x})[1][0], got[0])
