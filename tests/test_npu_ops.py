@@ -16,12 +16,13 @@ SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False):
+def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False,
+                  shapes=None):
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
-    float32 body)."""
+    float32 body; `shapes`: the input shapes the body is made for, default the inputs')."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
-    shapes = [None if x is None else list(x.shape) for x in inputs]
+    shapes = shapes or [None if x is None else list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
     fn = prim.function_proto(opset, attrs, shapes, float32=float32)
     node.overload = fn.overload
@@ -188,6 +189,28 @@ def test_vmm_default_row_offset_comes_from_the_function():
     w = np.ones((3, 2), dtype=np.float32)
     np.testing.assert_array_equal(run_primitive("VMM", [x, w], {}, consts=(1,)),
                                   x[..., :3] @ w)
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("off,cols,overload,nodes", [
+    (0, 5, "whole", 1),                   # the array reads all of X: a bare MatMul
+    (2, 9, "rows_2_5", 5),                # a fixed part of it: one Slice of constant bounds
+    (2, "C", "", 8),                      # X's width open: the bounds computed at every run
+])
+def test_vmm_body_per_overload(off, cols, overload, nodes, float32):
+    rng = np.random.default_rng(3)
+    width = 5 + off if cols == "C" else cols
+    x = rng.standard_normal((2, 3, width)).astype(np.float32)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    shapes = [[2, 3, cols], [5, 4]]
+    prim = get_primitive("VMM")
+    assert prim.overload({"row_offset": off}, shapes) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, {"row_offset": off}, shapes, float32=float32)
+    assert len(fn.node) == nodes + (0 if float32 else 3)       # the exact body's 3 casts
+    want = x[..., off:off + 5].astype(np.float64) @ w.astype(np.float64)
+    got = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,), float32=float32,
+                        shapes=shapes)
+    assert agreement(got, want)["rel_diff"] <= (1e-6 if float32 else 1e-7)
 
 
 @pytest.mark.parametrize("bias", [False, True])

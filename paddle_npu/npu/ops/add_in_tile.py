@@ -67,7 +67,12 @@ class AddInTile(Primitive):
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
             total = b.op("Add", total, "B" if float32 else b.op("Cast", "B", to=DOUBLE))
-        b.op("CastLike", total, "P0", out="Y")
+        if not float32:
+            b.op("CastLike", total, "P0", out="Y")
+        elif b.nodes and b.nodes[-1].output[0] == total:    # float32 all along: no cast
+            b.nodes[-1].output[0] = "Y"
+        else:                                               # one partial, no bias
+            b.op("Identity", total, out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
