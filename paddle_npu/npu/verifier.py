@@ -83,10 +83,11 @@ def float_noise_floor(model, feeds, nudge=NUDGE):
     for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
                  lambda v: rng.choice([-1, 1], v.shape)):
         runs.append(run_onnx(model, nudged(sign))[1])
-    return [max(_rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
+    return [max(rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
 
 
-def _rel_diff(got, want):
+def rel_diff(got, want):
+    """Relative difference of one output (compare.agreement); exact for integer outputs."""
     if not np.issubdtype(np.asarray(want).dtype, np.floating):
         return 0.0 if np.array_equal(got, want) else float("inf")
     return agreement(got, want)["rel_diff"]
@@ -171,7 +172,7 @@ def _as_close_to_recorded(outputs, recorded, want, got_ort, got_ref, tolerance):
     for entry, rec, w, o, r in zip(outputs, recorded, want, got_ort, got_ref):
         if rec is None:
             return False
-        entry["from_recorded"] = {k: _rel_diff(got, rec) for k, got in
+        entry["from_recorded"] = {k: rel_diff(got, rec) for k, got in
                                   (("original", w), ("onnxruntime", o), ("reference", r))}
         d = entry["from_recorded"]
         ok = ok and max(d["onnxruntime"], d["reference"]) <= max(tolerance, d["original"])
