@@ -46,6 +46,14 @@ class AddInTile(Primitive):
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
         layout, width = _layout(attrs, in_shapes)
+        # Two addends per output (a partial and the bias, or two partials): their sum rounded
+        # once in their own type is already the exact one (float64 holds it exactly), so the
+        # exact body needs no casts.
+        terms = [0] * width
+        for o, w in layout:
+            for c in range(o, o + w):
+                terms[c] += 1
+        float32 = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
         groups = {}                     # partials at the same place are summed first
         for i, place in enumerate(layout):
             groups.setdefault(place, []).append(f"P{i}" if float32 else
@@ -67,12 +75,10 @@ class AddInTile(Primitive):
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
             total = b.op("Add", total, "B" if float32 else b.op("Cast", "B", to=DOUBLE))
-        if not float32:
-            b.op("CastLike", total, "P0", out="Y")
-        elif b.nodes and b.nodes[-1].output[0] == total:    # float32 all along: no cast
-            b.nodes[-1].output[0] = "Y"
-        else:                                               # one partial, no bias
+        if float32:                     # in P's type all along: no cast
             b.op("Identity", total, out="Y")
+        else:
+            b.op("CastLike", total, "P0", out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):

@@ -24,13 +24,15 @@ class VMM(Primitive):
 
     @classmethod
     def overload(cls, attrs, in_shapes):
-        """"whole" when the array reads all of X's columns, "rows_<offset>_<R>" when the
-        columns it reads are known at lowering, else "" (the slice computed at every run)."""
+        """"whole" when the array reads all of X's columns, "rows_<offset>_<R>_rank<n>" when
+        the columns it reads are known at lowering (the Slice bounds one per axis of X),
+        else "" (the slice computed at every run)."""
         span = cls._static_span(attrs, in_shapes)
         if span is None:
             return ""
         offset, r, total = span
-        return "whole" if offset == 0 and r == total else f"rows_{offset}_{r}"
+        return "whole" if offset == 0 and r == total else \
+            f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
@@ -60,7 +62,9 @@ class VMM(Primitive):
             offset, r, total = span
             if offset == 0 and r == total:
                 return "X"
-            return b.op("Slice", "X", b.const([offset]), b.const([offset + r]), b.const([-1]))
+            lead = len(in_shapes[0]) - 1        # bounds for every axis: no axes constant
+            return b.op("Slice", "X", b.const([0] * lead + [offset]),
+                        b.const([np.iinfo(np.int64).max] * lead + [offset + r]))
         offset = b.attr("row_offset", "int")                   # a scalar
         start = b.op("Add", offset, b.const([0]))               # [row_offset]
         end = b.op("Add", offset, b.op("Shape", "W", end=1))    # [row_offset + R]
