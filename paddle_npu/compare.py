@@ -54,6 +54,12 @@ def load_reference(path, input_names, output_names):
 def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
     """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
     graph as written (their difference is part of a model's float-noise floor)."""
+    names, (outputs,) = run_onnx_on(model_bytes_or_path, [feeds], graph_optimizations)
+    return names, outputs
+
+
+def run_onnx_on(model_bytes_or_path, feeds_list, graph_optimizations=True):
+    """(output names, [outputs per feeds]): run_onnx on several inputs, one session."""
     import onnxruntime as ort   # heavy, and only for running a model
 
     opts = ort.SessionOptions()
@@ -62,4 +68,4 @@ def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    return names, sess.run(None, feeds)
+    return names, [sess.run(None, feeds) for feeds in feeds_list]

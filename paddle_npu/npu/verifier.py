@@ -2,7 +2,7 @@
 model (function bodies), and the NumPy reference, on the same seeded input."""
 import numpy as np
 
-from ..compare import agreement, run_onnx
+from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
 from ..onnx_io import load_proto
 from .ops import DOMAIN
@@ -78,11 +78,10 @@ def float_noise_floor(model, feeds, nudge=NUDGE):
                 (v.astype(np.float64) * (1 + sign(v) * nudge)).astype(v.dtype)
                 for k, v in feeds.items()}
 
-    _, plain = run_onnx(model, feeds)
-    runs = [run_onnx(model, feeds, graph_optimizations=False)[1]]
-    for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
-                 lambda v: rng.choice([-1, 1], v.shape)):
-        runs.append(run_onnx(model, nudged(sign))[1])
+    signs = (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
+             lambda v: rng.choice([-1, 1], v.shape))
+    _, (plain, *runs) = run_onnx_on(model, [feeds] + [nudged(sign) for sign in signs])
+    runs.append(run_onnx(model, feeds, graph_optimizations=False)[1])
     return [max(rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
 
 
