@@ -53,10 +53,10 @@ class AddInTile(Primitive):
         for o, w in layout:
             for c in range(o, o + w):
                 terms[c] += 1
-        float32 = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
+        native = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
         groups = {}                     # partials at the same place are summed first
         for i, place in enumerate(layout):
-            groups.setdefault(place, []).append(f"P{i}" if float32 else
+            groups.setdefault(place, []).append(f"P{i}" if native else
                                                 b.op("Cast", f"P{i}", to=DOUBLE))
         spans = sorted(groups)
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
@@ -74,8 +74,8 @@ class AddInTile(Primitive):
                 padded.append(b.op("Pad", sums[(o, w)], b.const(pads)))
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
-            total = b.op("Add", total, "B" if float32 else b.op("Cast", "B", to=DOUBLE))
-        if float32:                     # in P's type all along: no cast
+            total = b.op("Add", total, "B" if native else b.op("Cast", "B", to=DOUBLE))
+        if native:                      # in P's type all along: no cast
             b.op("Identity", total, out="Y")
         else:
             b.op("CastLike", total, "P0", out="Y")

@@ -62,7 +62,7 @@ class Primitive:
     # The bodies that sum products accumulate exactly (float64, as the NumPy reference does);
     # their `float32_body` (same signature as `body`, float32 inputs only) sums in float32,
     # as fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are
-    # (within 1e-5 of the model before lowering on most models, not on all)
+    # (not within 1e-5 of the model before lowering on every model: npu/bodies.py chooses)
     float32_body = None
 
     @classmethod

@@ -44,13 +44,13 @@ class VMM(Primitive):
     def float32_body(cls, b, attrs, in_shapes):
         b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
 
-    @staticmethod
-    def _static_span(attrs, in_shapes):
+    @classmethod
+    def _static_span(cls, attrs, in_shapes):
         """(row_offset, R, X's columns) when X's last size and W's rows are fixed, else None."""
         x, w = in_shapes[0], in_shapes[1]
         if not x or not w or not isinstance(x[-1], int) or not isinstance(w[0], int):
             return None
-        return VMM.attrs_of(attrs)["row_offset"], w[0], x[-1]
+        return cls.attrs_of(attrs)["row_offset"], w[0], x[-1]
 
     @classmethod
     def _rows(cls, b, attrs, in_shapes):
