@@ -9,16 +9,16 @@ tolerance (MARGIN), or, where exact sums miss the tolerance too, within the mode
 accepts them); otherwise it takes the exact bodies, for the whole model. The report says
 which it chose and why. The NumPy reference always sums exactly.
 """
+import onnx
 import onnx_ir as ir
 
 from ..compare import run_onnx
 from ..errors import ConversionError
-from ..onnx_io import load_proto
 from .functions import attach_functions, sums_in_float32
 from .ops import DOMAIN
 from .passes import Pass, with_input_shapes
 from .preprocess_fusion import fused_reference
-from .verifier import TOLERANCE, float_noise_floor, rel_diff, seeded_inputs
+from .verifier import TOLERANCE, float_noise_floor, rel_diff, seeded_feeds
 
 BODIES = ("auto", "float32", "exact")
 # One seeded input is a sample: on the zoo's own inputs, float32 sums measured up to 1.6x
@@ -85,12 +85,11 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     "exact_rel_diff" and, when those are beyond the tolerance too, the model's "floor":
     float32 sums are then accepted within the floor, as `verify` accepts the exact ones;
     never where exact sums agree within the tolerance and float32 ones may not."""
-    if isinstance(original, ir.Model):      # fused_reference may rewrite one in place
-        original = ir.serde.serialize_model(original)
-    original = load_proto(fused_reference(original, preprocess)).SerializeToString()
-    if input_shape:
-        original = with_input_shapes(original, input_shape).SerializeToString()
-    feeds = seeded_inputs(original)
+    original = _runnable(original, preprocess, input_shape)
+    graph = lowered.graph        # its inputs are the model's, at the sizes it was lowered at
+    feeds = seeded_feeds([(v.name, int(v.dtype), [d if isinstance(d, int) else None
+                                                   for d in v.shape.dims])
+                          for v in graph.inputs if v.name not in graph.initializers])
     _, want = run_onnx(original, feeds)
 
     def diffs():
@@ -108,6 +107,20 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     out["floor"] = floor = float_noise_floor(original, feeds)
     ok = all(d <= max(tolerance, f) for d, f in zip(out["rel_diff"], floor))
     return {**out, "within": "floor" if ok else None}
+
+
+def _runnable(original, preprocess, input_shape):
+    """The model before lowering as onnxruntime runs it beside the lowered one (preprocessing
+    fused, sizes fixed as `lower` did): a path or serialized bytes, copied only when changed."""
+    if isinstance(original, ir.Model):      # fused_reference may rewrite one in place
+        original = ir.serde.serialize_model(original)
+    if preprocess is not None:
+        original = fused_reference(original, preprocess)
+    if input_shape:
+        original = with_input_shapes(original, input_shape)
+    if isinstance(original, onnx.ModelProto):
+        original = original.SerializeToString()
+    return original
 
 
 class ChooseBodies(Pass):

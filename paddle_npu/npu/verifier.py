@@ -27,22 +27,27 @@ def seeded_inputs(model, seed=0, batch=1):
     random booleans; symbolic dims are `batch`."""
     proto = load_proto(model)
     inits = {i.name for i in proto.graph.initializer}
+    return seeded_feeds([(i.name, i.type.tensor_type.elem_type,
+                          [d.dim_value if d.HasField("dim_value") else None
+                           for d in i.type.tensor_type.shape.dim])
+                         for i in proto.graph.input if i.name not in inits], seed, batch)
+
+
+def seeded_feeds(specs, seed=0, batch=1):
+    """seeded_inputs for (name, ONNX element type, dims: None for a size not fixed)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for i in proto.graph.input:
-        if i.name in inits:
-            continue
-        t = i.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else batch for d in t.shape.dim]
-        dtype = _NP.get(t.elem_type)
+    for name, elem_type, dims in specs:
+        shape = [batch if d is None else d for d in dims]
+        dtype = _NP.get(elem_type)
         if dtype is None:
-            raise ValueError(f"input {i.name!r}: element type {t.elem_type} is not supported")
+            raise ValueError(f"input {name!r}: element type {elem_type} is not supported")
         if dtype == np.bool_:
-            feeds[i.name] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         elif np.issubdtype(dtype, np.integer):
-            feeds[i.name] = rng.integers(0, 2, size=shape).astype(dtype)
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
         else:
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
     return feeds
 
 
