@@ -116,3 +116,18 @@ def test_cli_exact_and_float32_bodies_exclude_each_other(tmp_path):
     assert calls == {"whole"}
     res = cli("lower", plain, "-o", lowered, "--exact-bodies", "--float32-bodies")
     assert res.returncode == 2 and "not allowed with argument" in res.stderr
+
+
+@pytest.mark.parametrize("options", [
+    {"input_shape": {"x": [1, 3, 8, 8]}},
+    {"preprocess": {"mean": [123.675, 116.28, 103.53], "std": [58.395, 57.12, 57.375],
+                    "pixel_format": "bgr", "channel_format": "nhwc"}},
+    {"preprocess": {"mean": [0.0, 0.0, 0.0], "std": [255.0, 255.0, 255.0],
+                    "channel_format": "nhwc"}, "input_shape": {"x": [1, 3, 8, 8]}},
+])
+def test_the_check_runs_the_model_as_lowered(options):
+    """Fixed sizes and fused preprocessing (raw uint8 images in) are applied to the model the
+    float32 bodies are checked against, as `lower` applies them: the check runs."""
+    lowered, report = lower(small_conv(), "npu256", **options)
+    assert report.bodies["bodies"] == "float32", report.bodies["why"]
+    assert report.bodies["within"] == "tolerance"

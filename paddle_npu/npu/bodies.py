@@ -114,10 +114,10 @@ def _runnable(original, preprocess, input_shape):
     fused, sizes fixed as `lower` did): a path or serialized bytes, copied only when changed."""
     if isinstance(original, ir.Model):      # fused_reference may rewrite one in place
         original = ir.serde.serialize_model(original)
+    if input_shape:                         # as lower does: the sizes, then the fusion
+        original = with_input_shapes(original, input_shape)
     if preprocess is not None:
         original = fused_reference(original, preprocess)
-    if input_shape:
-        original = with_input_shapes(original, input_shape)
     if isinstance(original, onnx.ModelProto):
         original = original.SerializeToString()
     return original
