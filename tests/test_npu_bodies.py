@@ -131,3 +131,15 @@ def test_the_check_runs_the_model_as_lowered(options):
     lowered, report = lower(small_conv(), "npu256", **options)
     assert report.bodies["bodies"] == "float32", report.bodies["why"]
     assert report.bodies["within"] == "tolerance"
+
+
+def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
+    """`lower --verify` runs the model as lower changed it: sizes fixed, then raw images."""
+    from test_npu_e2e import cli
+
+    plain, lowered = tmp_path / "conv.onnx", tmp_path / "conv.npu.onnx"
+    onnx.save(small_conv(), str(plain))
+    res = cli("lower", plain, "-o", lowered, "--input-shape", "x:1,3,8,8", "--fuse-preprocess",
+              "--mean", "0,0,0", "--std", "255,255,255", "--channel-format", "nhwc", "--verify")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "agrees within 1e-05" in res.stdout

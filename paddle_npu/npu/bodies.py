@@ -61,8 +61,8 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
     choice.update(measured)
     worst = max(measured["rel_diff"], default=0.0)
     if measured["within"] == "tolerance":
-        why = f"float32 sums agree within {tolerance / MARGIN:g} (worst relative diff " \
-              f"{worst:.1e})"
+        why = f"float32 sums agree within {tolerance / MARGIN:g}: worst relative diff " \
+              f"{worst:.1e}"
     elif measured["within"] == "floor":
         why = (f"float32 sums {worst:.1e} from the model, exact ones "
                f"{max(measured['exact_rel_diff']):.1e}: both beyond {tolerance:g}, float32 "

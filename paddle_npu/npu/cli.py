@@ -169,15 +169,18 @@ def _lower_and_save(source, output, args, quiet=False):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from .preprocess_fusion import fused_reference  # the library loads when it runs
+        from .passes import with_input_shapes   # the library loads when it runs
+        from .preprocess_fusion import fused_reference
         spec = spec_from_args(args, args.target)
-        original = fused_reference(args.model, spec)   # raw uint8 input too
+        shapes = parse_input_shapes(args.input_shape)
+        # as lower did: the sizes fixed, then raw uint8 images fused in
+        original = fused_reference(with_input_shapes(args.model, shapes) if shapes
+                                   else args.model, spec)
         # An integer plan is checked on the inputs it is meant for when --data gives them
         # (random ones fall outside the calibrated ranges); raw images have none.
         data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \
             else None
-        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False,
-                                   parse_input_shapes(args.input_shape))
+        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False)
     return 0
 
 
