@@ -5,9 +5,9 @@ in float64 and rounds once, as the NumPy reference does; the float32 one sums in
 fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. "auto"
 (the default of `lower`) keeps float32 when the lowered model then agrees with the model
 before lowering, on the seeded input `verify` uses by default, within half the 1e-5
-tolerance (MARGIN), or, where exact sums miss the tolerance too, within the model's own float-noise floor (as `verify`
-accepts them); otherwise it takes the exact bodies, for the whole model. The report says
-which it chose and why. The NumPy reference always sums exactly.
+tolerance (MARGIN), or, where exact sums miss the tolerance too, within the model's own
+float-noise floor (as `verify` accepts them); otherwise the whole model gets the exact
+bodies. The report says which and why. The NumPy reference always sums exactly.
 """
 import onnx
 import onnx_ir as ir
@@ -37,8 +37,8 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
                   tolerance=TOLERANCE):
     """Attach the function bodies of `lowered` (an ir.Model, changed in place) and return the
     choice: {"bodies": "float32" | "exact", "asked": bodies, "float32_nodes": nodes that can
-    sum in float32, "why": one line}, with "rel_diff" (per output, float32 bodies against the
-    model) and "floor" when "auto" measured them.
+    sum in float32, "why": one line}, and what "auto" measured (`_measure`: "rel_diff",
+    "within", "exact_rel_diff", "floor").
     original: the model before lowering (path, bytes, ModelProto or ir.Model); preprocess and
     input_shape: as given to `lower`, so that the model is run as the lowered one is."""
     check_bodies(bodies)
