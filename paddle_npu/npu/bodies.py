@@ -92,15 +92,18 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
                           for v in graph.inputs if v.name not in graph.initializers])
     _, want = run_onnx(original, feeds)
 
-    def diffs():
-        _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), feeds)
+    def diffs(graph_optimizations=True):
+        _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), feeds,
+                          graph_optimizations)
         return [rel_diff(g, w) for g, w in zip(got, want)]
 
     out = {"rel_diff": diffs()}
     if max(out["rel_diff"], default=0.0) <= tolerance / MARGIN:
         return {**out, "within": "tolerance"}
     attach_functions(lowered)
-    out["exact_rel_diff"] = diffs()
+    # the exact bodies run without onnxruntime's graph optimisations: their sums are exact
+    # either way, and no float64 copy of every weight is made (the folded Cast of W)
+    out["exact_rel_diff"] = diffs(graph_optimizations=False)
     attach_functions(lowered, float32=True)
     if max(out["exact_rel_diff"]) <= tolerance:
         return {**out, "within": None}
