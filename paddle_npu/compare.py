@@ -54,9 +54,15 @@ def load_reference(path, input_names, output_names):
 def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
     """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
     graph as written (their difference is part of a model's float-noise floor)."""
+    names, (outputs,) = run_onnx_on(model_bytes_or_path, [feeds], graph_optimizations)
+    return names, outputs
+
+
+def run_onnx_on(model_bytes_or_path, feeds_list, graph_optimizations=True):
+    """(output names, [outputs per feeds]): run_onnx on several inputs, one session."""
     sess = onnx_session(model_bytes_or_path, graph_optimizations)
     names = [o.name for o in sess.get_outputs()]
-    return names, sess.run(None, feeds)
+    return names, [sess.run(None, feeds) for feeds in feeds_list]
 
 
 def onnx_session(model_bytes_or_path, graph_optimizations=True):

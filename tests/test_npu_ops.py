@@ -16,12 +16,13 @@ SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False):
+def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False,
+                  shapes=None):
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
-    float32 body)."""
+    float32 body; `shapes`: the input shapes the body is made for, default the inputs')."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
-    shapes = [None if x is None else list(x.shape) for x in inputs]
+    shapes = shapes or [None if x is None else list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
     fn = prim.function_proto(opset, attrs, shapes, float32=float32)
     node.overload = fn.overload
@@ -243,6 +244,34 @@ def test_vmm_default_row_offset_comes_from_the_function():
                                   x[..., :3] @ w)
 
 
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("off,cols,overload,nodes", [
+    (0, 5, "whole", 1),                   # the array reads all of X: a bare MatMul
+    (2, 9, "rows_2_5_rank3", 4),          # a fixed part of it: one Slice of constant bounds
+    (2, "C", "", 8),                      # X's width open: the bounds computed at every run
+])
+def test_vmm_body_per_overload(off, cols, overload, nodes, float32):
+    rng = np.random.default_rng(3)
+    width = 5 + off if cols == "C" else cols
+    x = rng.standard_normal((2, 3, width)).astype(np.float32)
+    w = rng.standard_normal((5, 4)).astype(np.float32)
+    shapes = [[2, 3, cols], [5, 4]]
+    prim = get_primitive("VMM")
+    assert prim.overload({"row_offset": off}, shapes) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, {"row_offset": off}, shapes, float32=float32)
+    assert len(fn.node) == nodes + (0 if float32 else 3)       # the exact body's 3 casts
+    want = x[..., off:off + 5].astype(np.float64) @ w.astype(np.float64)
+    got = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,), float32=float32,
+                        shapes=shapes)
+    assert agreement(got, want)["rel_diff"] <= (1e-6 if float32 else 1e-7)
+    # the same columns of a matrix (an FC layer's rows) call a body sliced for its rank
+    if overload.startswith("rows"):
+        flat = run_primitive("VMM", [x[0], w], {"row_offset": off}, consts=(1,),
+                             float32=float32)
+        assert prim.overload({"row_offset": off}, [[3, cols], [5, 4]]) == "rows_2_5_rank2"
+        assert agreement(flat, want[0])["rel_diff"] <= (1e-6 if float32 else 1e-7)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("layout", [
     [(0, 5), (0, 5), (0, 5)],             # row-tile partials of one output
@@ -269,6 +298,46 @@ def test_add_in_tile_places_and_sums(layout, bias):
     np.testing.assert_allclose(body, want, rtol=1e-6, atol=1e-6)
     fast = run_primitive("AddInTile", [b] + parts, attrs, float32=True)
     np.testing.assert_allclose(fast, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout, bias, casts", [
+    ([(0, 4), (4, 3)], True, False),      # column tiles and the bias: two addends each
+    ([(0, 5), (0, 5)], False, False),     # two row tiles
+    ([(0, 5), (0, 5)], True, True),       # two row tiles and the bias: three
+])
+def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts):
+    """Two float32 addends rounded once in float32 are the exact sum rounded once, so the
+    exact body adds them as they are; past two it sums in float64."""
+    rng = np.random.default_rng(4)
+    width = max(o + w for o, w in layout)
+    parts = [(rng.standard_normal((2, 3, w)) * 10.0 ** rng.integers(-4, 4, (2, 3, w)))
+             .astype(np.float32) for _, w in layout]
+    b = rng.standard_normal(width).astype(np.float32) if bias else None
+    attrs = {"offsets": [o for o, _ in layout], "width": width}
+    shapes = [None if b is None else [width]] + [list(p.shape) for p in parts]
+    fn = get_primitive("AddInTile").function_proto(MIN_BODY_OPSET, attrs, shapes)
+    assert any(n.op_type == "Cast" for n in fn.node) == casts
+    want = np.zeros((2, 3, width))
+    for (o, w), p in zip(layout, parts):
+        want[..., o:o + w] += p
+    if bias:
+        want += b
+    np.testing.assert_array_equal(run_primitive("AddInTile", [b] + parts, attrs),
+                                  want.astype(np.float32))
+
+
+def test_bodies_write_their_outputs_without_a_copy():
+    """A body's last op writes the function output itself: no Identity is left to inline
+    at every call, unless the output is an input as it is."""
+    lut = get_primitive("Lut").function_proto(
+        MIN_BODY_OPSET, {"function": "sigmoid", "alpha": 0.0, "beta": 0.0}, [[2, 3]])
+    assert [n.op_type for n in lut.node] == ["Sigmoid"] and list(lut.node[0].output) == ["Y"]
+    add = get_primitive("AddInTile")
+    one = add.function_proto(MIN_BODY_OPSET, {"offsets": [0], "width": 3}, [None, [2, 3]])
+    assert [n.op_type for n in one.node] == ["Identity"]          # Y is P0 as it is
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run_primitive("AddInTile", [None, x],
+                                                {"offsets": [0], "width": 3}), x)
 
 
 @SETTINGS

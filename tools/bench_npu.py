@@ -4,8 +4,9 @@ For each model (zoo exports, converted by stage 1): arrays used, utilisation and
 invocations under both plans and their ratio, the lowering time of each plan, and the
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
-the ONNX model's, with their ratios (target: <= 1.5x), with the exact function bodies and with
-the float32 ones (`lower --float32-bodies`), and how far each is from the ONNX model's outputs.
+the ONNX model's, with their ratios (target: <= 1.5x), with the exact function bodies, the
+float32 ones (`lower --float32-bodies`) and the ones `lower` chooses by default (auto=..., with
+the seconds choosing took), and how far each is from the ONNX model's outputs.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
@@ -61,13 +62,17 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def ort_timing(model, feeds, iters):
-    """(InferenceSession creation seconds, median latency seconds) of a serialized model."""
+def ort_timing(model, feeds, iters, sessions=3):
+    """(median InferenceSession creation seconds over `sessions`, median latency seconds) of
+    a serialized model."""
     import onnxruntime as ort
 
-    t0 = time.perf_counter()
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    created = time.perf_counter() - t0
+    made = []
+    for _ in range(sessions):
+        t0 = time.perf_counter()
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        made.append(time.perf_counter() - t0)
+    created = statistics.median(made)
     session.run(None, feeds)                       # warm-up
     times = []
     for _ in range(iters):
@@ -168,7 +173,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             lowered, report, _ = quantized_lower(onnx_bytes, table, int(quantize[3:]), target,
                                                  plan, input_shape=shapes)
         else:
-            lowered, report = lower(onnx_bytes, target, plan, input_shape=shapes)
+            lowered, report = lower(onnx_bytes, target, plan, input_shape=shapes,
+                                   bodies="exact")
         seconds = time.perf_counter() - t0
         totals = report.totals()
         entry = {"lower_seconds": round(seconds, 3), "nodes": len(list(lowered.graph)),
@@ -185,12 +191,20 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             from paddle_npu.npu.functions import attach_functions
 
             want = run_onnx(onnx_bytes, feeds)[1]
-            for bodies in ("exact", "float32"):
-                attach_functions(lowered, float32=bodies == "float32")
+            for bodies in ("exact", "float32", "auto"):
+                extra = {}
+                if bodies == "auto":        # what `lower` chooses, and what choosing costs
+                    stages = {}
+                    lowered, chosen = lower(onnx_bytes, target, plan,
+                                            progress=lambda stage, s: stages.update({stage: s}))
+                    extra = {"chosen": chosen.bodies["bodies"],
+                             "choice_seconds": round(stages["functions"], 2)}
+                else:
+                    attach_functions(lowered, float32=bodies == "float32")
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
                 created, latency = ort_timing(serialized, feeds, iters)
-                entry.setdefault("ort", {})[bodies] = {
+                entry.setdefault("ort", {})[bodies] = {**extra,
                     "session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3),
                     "session_ratio": round(created / row["onnx"]["session_seconds"], 2),
                     "latency_ratio": round(latency * 1e3 / row["onnx"]["latency_ms"], 2),
@@ -280,15 +294,18 @@ def render(rows):
     timed = [(r, plan, bodies, t) for r in rows for plan, e in r["plans"].items()
              for bodies, t in e.get("ort", {}).items()]
     if timed:
-        head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<8} {'session s':>9} {'ONNX s':>7} "
-                f"{'ratio':>6} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} {'rel diff':>9}")
+        head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
+                f"{'ONNX s':>7} {'ratio':>6} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} "
+                f"{'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
         for r, plan, bodies, e in timed:
             o = r["onnx"]
-            lines.append(f"{r['model']:<20} {plan:<12} {bodies:<8} {e['session_seconds']:>9.3f} "
+            label = f"auto={e['chosen']}" if "chosen" in e else bodies
+            choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
+            lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
                          f"{o['session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {o['latency_ms']:>8.2f} "
-                         f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e}")
+                         f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
     measured = [r for r in rows if "process" in r]
     if measured:
         head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'cpu s':>6} "

@@ -90,10 +90,16 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--progress", action="store_true",
                    help="one line per lowering stage on stderr (the default on a terminal; "
                         "never with convert's -q)")
-    p.add_argument("--float32-bodies", action="store_true",
-                   help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
-                        "model's own Conv / MatMul (the default sums exactly, in float64, as "
-                        "the NumPy reference does)")
+    bodies = p.add_mutually_exclusive_group()
+    bodies.add_argument("--float32-bodies", dest="bodies", action="store_const",
+                        const="float32", default="auto",
+                        help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
+                             "model's own Conv / MatMul (default: float32 when the lowered "
+                             "model then agrees with the model on a seeded input as `verify` "
+                             "requires, else exact)")
+    bodies.add_argument("--exact-bodies", dest="bodies", action="store_const", const="exact",
+                        help="onnxruntime sums VMM and AddInTile exactly (float64, rounded "
+                             "once), as the NumPy reference does")
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
@@ -137,10 +143,8 @@ def _lower_and_save(source, output, args, quiet=False):
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
-                          input_shape=parse_input_shapes(args.input_shape), progress=show)
-    if getattr(args, "float32_bodies", False):
-        from .functions import attach_functions
-        attach_functions(model, float32=True)
+                          input_shape=parse_input_shapes(args.input_shape), progress=show,
+                          bodies=args.bodies)
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:
@@ -165,15 +169,18 @@ def _lower_and_save(source, output, args, quiet=False):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from .preprocess_fusion import fused_reference  # the library loads when it runs
+        from .passes import with_input_shapes   # the library loads when it runs
+        from .preprocess_fusion import fused_reference
         spec = spec_from_args(args, args.target)
-        original = fused_reference(args.model, spec)   # raw uint8 input too
+        shapes = parse_input_shapes(args.input_shape)
+        # as lower did: the sizes fixed, then raw uint8 images fused in
+        original = fused_reference(with_input_shapes(args.model, shapes) if shapes
+                                   else args.model, spec)
         # An integer plan is checked on the inputs it is meant for when --data gives them
         # (random ones fall outside the calibrated ranges); raw images have none.
         data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \
             else None
-        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False,
-                                   parse_input_shapes(args.input_shape))
+        return _print_verification(original, args.output, args.target, data, 0, 1e-5, False)
     return 0
 
 

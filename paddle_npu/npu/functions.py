@@ -22,8 +22,7 @@ def attach_functions(model, float32=False):
         prim = get_primitive(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
         shapes = [g.dims(v) for v in node.inputs]
-        fast = float32 and prim.float32_body is not None and all(
-            v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
+        fast = float32 and sums_in_float32(node)
         overload = prim.overload(attrs, shapes)
         node.overload = float32_overload(overload) if fast else overload
         if (node.op_type, node.overload) in done:
@@ -35,6 +34,14 @@ def attach_functions(model, float32=False):
     if done:
         model.opset_imports[DOMAIN] = VERSION
     return len(done)
+
+
+def sums_in_float32(node):
+    """Whether a node of the NPU domain can call its primitive's float32 body: it has one
+    and every input is float32."""
+    prim = get_primitive(node.op_type)
+    return prim is not None and prim.float32_body is not None and all(
+        v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
 
 
 class AttachFunctions(Pass):

@@ -10,6 +10,7 @@
         channels-last between NPU layers (channels_last.py) -> a transpose and the
         reshape after it merged into one DimTransform -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
+        (float32 sums where they agree with the model, else exact: bodies.py)
     -> (ir.Model, Report)
 """
 import time
@@ -18,9 +19,9 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
 from .channels_last import ChannelsLast
+from .bodies import ChooseBodies, check_bodies
 from .context import LowerContext
 from .cost import node_macs, segment_costs
-from .functions import AttachFunctions
 from .graph import device
 from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
@@ -75,8 +76,10 @@ class LowerNodes(Pass):
         result.refused.update(ctx.refusals)
 
 
-def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None):
-    """The declared stage-2 pass list for a LowerContext (model, target, plan)."""
+def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None,
+           original=None, bodies="exact"):
+    """The declared stage-2 pass list for a LowerContext (model, target, plan); `original`,
+    the model before lowering, is what "auto" bodies are checked against."""
     target = ctx.target
     return Sequence(
         FixInputShapes(input_shape) if input_shape else None,
@@ -95,12 +98,12 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
         RemoveUnused(),
         Partition(target, ctx.refusals),
-        AttachFunctions(),
+        ChooseBodies(original, bodies, preprocess, input_shape),
     )
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None, quantization=None, progress=None):
+          disable=(), input_shape=None, quantization=None, progress=None, bodies="auto"):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -111,16 +114,23 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     dynamic; input_shapes.py), so that layers on inputs of open size can lower.
     quantization: a plan.Quantization to lower matrix layers to integer primitives (their
     records are kept in the model's metadata, `quantization_records`).
-    progress: None, or called with (stage name, seconds) after each stage."""
+    progress: None, or called with (stage name, seconds) after each stage.
+    bodies: the function bodies onnxruntime runs (bodies.py): "auto" float32 sums where the
+    lowered model then agrees with this one on a seeded input, else exact (float64) sums;
+    "float32" or "exact" to force one (an integer plan's "auto" is exact: it must match the
+    NumPy reference bit for bit)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
+    check_bodies(bodies)
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
     if progress is not None:
         progress("load", time.perf_counter() - start)
     ctx = LowerContext(m, target, plan, quantization)
-    steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
+    if quantization is not None and bodies == "auto":
+        bodies = "exact"
+    steps = passes(ctx, preprocess, marks, enable, disable, input_shape, model, bodies)
     steps.progress = progress
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
@@ -144,7 +154,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     preprocess=fused.info["fused"] if fused else None,
                     restruct=restructured, marks=steps.result("marks").info["marks"].as_dict(),
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
-                    cpu_reasons=placed["cpu_reasons"])
+                    cpu_reasons=placed["cpu_reasons"], bodies=steps.result("functions").info)
     return m, report
 
 

@@ -80,6 +80,7 @@ class Report:
     dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
     plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
     cpu_reasons: Optional[dict] = None  # node on the CPU -> why (partition.py)
+    bodies: Optional[dict] = None       # bodies.py: float32 or exact function bodies, and why
 
     def npu_mac_share(self):
         """The arrays' share of the model's multiply-accumulates (1.0 with none at all)."""
@@ -153,7 +154,8 @@ class Report:
                 "preprocess": self.preprocess, "restruct": self.restruct, "marks": self.marks,
                 "dynamic": self.dynamic, "plain_macs": self.plain_macs,
                 "npu_mac_share": round(self.npu_mac_share(), 6),
-                "estimate": self.estimate(), "cpu_reasons": self.cpu_reasons}
+                "estimate": self.estimate(), "cpu_reasons": self.cpu_reasons,
+                "bodies": self.bodies}
 
     def render(self):
         """The terminal table."""
@@ -237,5 +239,8 @@ class Report:
                          f"{len(self.marks['cpu'])} on the CPU, {len(self.marks['hp'])} at 16 bits")
         if self.dynamic:
             lines += ["", self.dynamic_line()]
+        if self.bodies and self.bodies["float32_nodes"]:
+            lines.append(f"function bodies: {self.bodies['bodies']} sums in onnxruntime "
+                         f"({self.bodies['why']}; the NumPy reference sums exactly)")
         lines.append(f"\nlowered in {self.seconds:.2f} s")
         return "\n".join(lines)

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from ..compare import agreement, onnx_session, run_onnx
+from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
 from ..onnx_io import load_header, load_proto
 from .ops import DOMAIN
@@ -30,22 +30,27 @@ def seeded_inputs(model, seed=0, batch=1):
     random booleans; symbolic dims are `batch`."""
     proto = load_header(model)
     inits = {i.name for i in proto.graph.initializer}
+    return seeded_feeds([(i.name, i.type.tensor_type.elem_type,
+                          [d.dim_value if d.HasField("dim_value") else None
+                           for d in i.type.tensor_type.shape.dim])
+                         for i in proto.graph.input if i.name not in inits], seed, batch)
+
+
+def seeded_feeds(specs, seed=0, batch=1):
+    """seeded_inputs for (name, ONNX element type, dims: None for a size not fixed)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for i in proto.graph.input:
-        if i.name in inits:
-            continue
-        t = i.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else batch for d in t.shape.dim]
-        dtype = _NP.get(t.elem_type)
+    for name, elem_type, dims in specs:
+        shape = [batch if d is None else d for d in dims]
+        dtype = _NP.get(elem_type)
         if dtype is None:
-            raise ValueError(f"input {i.name!r}: element type {t.elem_type} is not supported")
+            raise ValueError(f"input {name!r}: element type {elem_type} is not supported")
         if dtype == np.bool_:
-            feeds[i.name] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         elif np.issubdtype(dtype, np.integer):
-            feeds[i.name] = rng.integers(0, 2, size=shape).astype(dtype)
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
         else:
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
     return feeds
 
 
@@ -84,17 +89,15 @@ def float_noise_floor(model, feeds, nudge=NUDGE):
                 (v.astype(np.float64) * (1 + sign(v) * nudge)).astype(v.dtype)
                 for k, v in feeds.items()}
 
-    runs = [run_onnx(model, feeds, graph_optimizations=False)[1]]
-    session = onnx_session(model)           # one session for the plain and nudged runs
-    plain = session.run(None, feeds)
-    for sign in (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
-                 lambda v: rng.choice([-1, 1], v.shape)):
-        runs.append(session.run(None, nudged(sign)))
-    del session
-    return [max(_rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
+    signs = (lambda v: 1, lambda v: -1, lambda v: rng.choice([-1, 1], v.shape),
+             lambda v: rng.choice([-1, 1], v.shape))
+    _, (plain, *runs) = run_onnx_on(model, [feeds] + [nudged(sign) for sign in signs])
+    runs.append(run_onnx(model, feeds, graph_optimizations=False)[1])
+    return [max(rel_diff(r[i], p) for r in runs) for i, p in enumerate(plain)]
 
 
-def _rel_diff(got, want):
+def rel_diff(got, want):
+    """Relative difference of one output (compare.agreement); exact for integer outputs."""
     if not np.issubdtype(np.asarray(want).dtype, np.floating):
         return 0.0 if np.array_equal(got, want) else float("inf")
     return agreement(got, want)["rel_diff"]
@@ -181,7 +184,7 @@ def _as_close_to_recorded(outputs, recorded, want, got_ort, got_ref, tolerance):
     for entry, rec, w, o, r in zip(outputs, recorded, want, got_ort, got_ref):
         if rec is None:
             return False
-        entry["from_recorded"] = {k: _rel_diff(got, rec) for k, got in
+        entry["from_recorded"] = {k: rel_diff(got, rec) for k, got in
                                   (("original", w), ("onnxruntime", o), ("reference", r))}
         d = entry["from_recorded"]
         ok = ok and max(d["onnxruntime"], d["reference"]) <= max(tolerance, d["original"])

@@ -46,9 +46,17 @@ class AddInTile(Primitive):
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
         layout, width = _layout(attrs, in_shapes)
+        # Two addends per output (a partial and the bias, or two partials): their sum rounded
+        # once in their own type is already the exact one (float64 holds it exactly), so the
+        # exact body needs no casts.
+        terms = [0] * width
+        for o, w in layout:
+            for c in range(o, o + w):
+                terms[c] += 1
+        native = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
         groups = {}                     # partials at the same place are summed first
         for i, place in enumerate(layout):
-            groups.setdefault(place, []).append(f"P{i}" if float32 else
+            groups.setdefault(place, []).append(f"P{i}" if native else
                                                 b.op("Cast", f"P{i}", to=DOUBLE))
         spans = sorted(groups)
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
@@ -66,8 +74,11 @@ class AddInTile(Primitive):
                 padded.append(b.op("Pad", sums[(o, w)], b.const(pads)))
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
-            total = b.op("Add", total, "B" if float32 else b.op("Cast", "B", to=DOUBLE))
-        b.op("CastLike", total, "P0", out="Y")
+            total = b.op("Add", total, "B" if native else b.op("Cast", "B", to=DOUBLE))
+        if native:                      # in P's type all along: no cast
+            b.op("Identity", total, out="Y")
+        else:
+            b.op("CastLike", total, "P0", out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):

@@ -62,7 +62,7 @@ class Primitive:
     # The bodies that sum products accumulate exactly (float64, as the NumPy reference does);
     # their `float32_body` (same signature as `body`, float32 inputs only) sums in float32,
     # as fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are
-    # (within 1e-5 of the model before lowering on most models, not on all)
+    # (not within 1e-5 of the model before lowering on every model: npu/bodies.py chooses)
     float32_body = None
 
     @classmethod
@@ -103,6 +103,8 @@ class Primitive:
         (`float32`: the float32 body, under the overload `float32_overload` names)."""
         b = Body(opset)
         (cls.float32_body if float32 else cls.body)(b, cls.attrs_of(attrs), in_shapes)
+        outputs = [a.name for a in cls.outputs]
+        b.drop_output_identities(outputs)
         overload = cls.overload(attrs, in_shapes)
         generic = overload == ""
         inputs = [a.name for a in cls.inputs if not a.variadic]
@@ -110,7 +112,7 @@ class Primitive:
         if variadic:   # specialised to a count: P0, P1, ...
             inputs += [f"{variadic[0].name}{i}" for i in range(len(in_shapes) - len(inputs))]
         f = helper.make_function(
-            DOMAIN, cls.op_type, inputs, [a.name for a in cls.outputs], b.nodes,
+            DOMAIN, cls.op_type, inputs, outputs, b.nodes,
             [helper.make_opsetid("", opset)],
             attributes=[a.name for a in cls.attributes if a.default is None] if generic else [],
             attribute_protos=[helper.make_attribute(a.name, a.default) for a in cls.attributes
@@ -176,6 +178,21 @@ class Body:
                           "float": AttributeProto.FLOAT}[ref.type]
         self.nodes.append(node)
         return out
+
+    def drop_output_identities(self, outputs):
+        """Identity nodes copying a value made in the body to a function output: the node
+        making it writes the output instead (every call inlines one node fewer)."""
+        made = {o: n for n in self.nodes for o in n.output}
+        for node in list(self.nodes):
+            if node.op_type != "Identity" or node.output[0] not in outputs:
+                continue
+            source = node.input[0]
+            producer = made.get(source)
+            readers = [n for n in self.nodes if source in n.input]
+            if producer is None or source in outputs or len(readers) != 1:
+                continue
+            producer.output[list(producer.output).index(source)] = node.output[0]
+            self.nodes.remove(node)
 
     def const(self, value, out=None):
         """An int64 constant (a scalar stays a scalar)."""

@@ -23,18 +23,48 @@ class VMM(Primitive):
         return [list(in_shapes[0][:-1]) + [in_shapes[1][1]]]
 
     @classmethod
+    def overload(cls, attrs, in_shapes):
+        """"whole" when the array reads all of X's columns, "rows_<offset>_<R>_rank<n>" when
+        the columns it reads are known at lowering (the Slice bounds one per axis of X),
+        else "" (the slice computed at every run)."""
+        span = cls._static_span(attrs, in_shapes)
+        if span is None:
+            return ""
+        offset, r, total = span
+        return "whole" if offset == 0 and r == total else \
+            f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
+
+    @classmethod
     def body(cls, b, attrs, in_shapes):
-        y = b.op("MatMul", b.op("Cast", cls._rows(b), to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        y = b.op("MatMul", b.op("Cast", cls._rows(b, attrs, in_shapes), to=DOUBLE),
+                 b.op("Cast", "W", to=DOUBLE))
         b.op("CastLike", y, "X", out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
-        b.op("MatMul", cls._rows(b), "W", out="Y")
+        b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
 
-    @staticmethod
-    def _rows(b):
-        """X[..., row_offset : row_offset + R], in as few nodes as it takes (every VMM node
-        inlines them: a per-channel plan has thousands)."""
+    @classmethod
+    def _static_span(cls, attrs, in_shapes):
+        """(row_offset, R, X's columns) when X's last size and W's rows are fixed, else None."""
+        x, w = in_shapes[0], in_shapes[1]
+        if not x or not w or not isinstance(x[-1], int) or not isinstance(w[0], int):
+            return None
+        return cls.attrs_of(attrs)["row_offset"], w[0], x[-1]
+
+    @classmethod
+    def _rows(cls, b, attrs, in_shapes):
+        """X[..., row_offset : row_offset + R] in as few nodes as it takes: every VMM node
+        inlines them, and a per-channel plan has thousands (X itself when the array reads
+        all of it; one Slice of constant bounds when the sizes are fixed)."""
+        span = cls._static_span(attrs, in_shapes)
+        if span is not None:
+            offset, r, total = span
+            if offset == 0 and r == total:
+                return "X"
+            lead = len(in_shapes[0]) - 1        # bounds for every axis: no axes constant
+            return b.op("Slice", "X", b.const([0] * lead + [offset]),
+                        b.const([np.iinfo(np.int64).max] * lead + [offset + r]))
         offset = b.attr("row_offset", "int")                   # a scalar
         start = b.op("Add", offset, b.const([0]))               # [row_offset]
         end = b.op("Add", offset, b.op("Shape", "W", end=1))    # [row_offset + R]

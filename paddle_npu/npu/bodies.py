@@ -1,0 +1,141 @@
+"""Which function bodies onnxruntime runs a lowered model with: float32 or exact sums.
+
+The primitives that sum products (VMM, AddInTile) have two bodies: the exact one accumulates
+in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
+fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. "auto"
+(the default of `lower`) keeps float32 when the lowered model then agrees with the model
+before lowering, on the seeded input `verify` uses by default, within half the 1e-5
+tolerance (MARGIN), or, where exact sums miss the tolerance too, within the model's own
+float-noise floor (as `verify` accepts them); otherwise the whole model gets the exact
+bodies. The report says which and why. The NumPy reference always sums exactly.
+"""
+import onnx
+import onnx_ir as ir
+
+from ..compare import run_onnx
+from ..errors import ConversionError
+from .functions import attach_functions, sums_in_float32
+from .ops import DOMAIN
+from .passes import Pass, with_input_shapes
+from .preprocess_fusion import fused_reference
+from .verifier import TOLERANCE, float_noise_floor, rel_diff, seeded_feeds
+
+BODIES = ("auto", "float32", "exact")
+# One seeded input is a sample: on the zoo's own inputs, float32 sums measured up to 1.6x
+# farther from the model than on it (MobileNetV2 7.2e-6 -> 1.2e-5), so "auto" takes float32
+# by the tolerance alone only within half of it.
+MARGIN = 2.0
+
+
+def check_bodies(bodies):
+    if bodies not in BODIES:
+        raise ConversionError(f"unknown function bodies {bodies!r} (known: "
+                              f"{', '.join(BODIES)})")
+
+
+def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape=None,
+                  tolerance=TOLERANCE):
+    """Attach the function bodies of `lowered` (an ir.Model, changed in place) and return the
+    choice: {"bodies": "float32" | "exact", "asked": bodies, "float32_nodes": nodes that can
+    sum in float32, "why": one line}, and what "auto" measured (`_measure`: "rel_diff",
+    "within", "exact_rel_diff", "floor").
+    original: the model before lowering (path, bytes, ModelProto or ir.Model); preprocess and
+    input_shape: as given to `lower`, so that the model is run as the lowered one is."""
+    check_bodies(bodies)
+    nodes = sum(1 for n in lowered.graph if n.domain == DOMAIN and sums_in_float32(n))
+    choice = {"asked": bodies, "float32_nodes": nodes}
+    if nodes == 0 or bodies == "exact":
+        attach_functions(lowered)
+        why = "asked for" if nodes else "no VMM / AddInTile sums float32 tensors"
+        return {**choice, "bodies": "exact", "why": why}
+    attach_functions(lowered, float32=True)
+    if bodies == "float32":
+        return {**choice, "bodies": "float32", "why": "asked for"}
+    try:
+        measured = _measure(lowered, original, preprocess, input_shape, tolerance)
+    except Exception as e:      # noqa: BLE001 - any failure to run the check keeps exact sums
+        attach_functions(lowered)
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        return {**choice, "bodies": "exact",
+                "why": f"float32 sums could not be checked ({first})"}
+    choice.update(measured)
+    worst = max(measured["rel_diff"], default=0.0)
+    if measured["within"] == "tolerance":
+        why = f"float32 sums agree within {tolerance / MARGIN:g}: worst relative diff " \
+              f"{worst:.1e}"
+    elif measured["within"] == "floor":
+        why = (f"float32 sums {worst:.1e} from the model, exact ones "
+               f"{max(measured['exact_rel_diff']):.1e}: both beyond {tolerance:g}, float32 "
+               f"within the model's float-noise floor {max(measured['floor']):.1e}")
+    else:
+        attach_functions(lowered)
+        exact = max(measured["exact_rel_diff"])
+        bound = f"{tolerance / MARGIN:g}, where exact sums are {exact:.1e}" \
+            if exact <= tolerance else \
+            f"the model's float-noise floor {max(measured['floor']):.1e}"
+        return {**choice, "bodies": "exact",
+                "why": f"float32 sums were {worst:.1e} from the model, beyond {bound}"}
+    return {**choice, "bodies": "float32", "why": why}
+
+
+def _measure(lowered, original, preprocess, input_shape, tolerance):
+    """How the lowered model (float32 bodies attached) agrees with the original in
+    onnxruntime on `verify`'s default seeded input: {"rel_diff": per output, "within":
+    "tolerance" | "floor" | None}. Beyond tolerance / MARGIN, also the exact bodies'
+    "exact_rel_diff" and, when those are beyond the tolerance too, the model's "floor":
+    float32 sums are then accepted within the floor, as `verify` accepts the exact ones;
+    never where exact sums agree within the tolerance and float32 ones may not."""
+    original = _runnable(original, preprocess, input_shape)
+    graph = lowered.graph        # its inputs are the model's, at the sizes it was lowered at
+    feeds = seeded_feeds([(v.name, int(v.dtype), [d if isinstance(d, int) else None
+                                                   for d in v.shape.dims])
+                          for v in graph.inputs if v.name not in graph.initializers])
+    _, want = run_onnx(original, feeds)
+
+    def diffs(graph_optimizations=True):
+        _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), feeds,
+                          graph_optimizations)
+        return [rel_diff(g, w) for g, w in zip(got, want)]
+
+    out = {"rel_diff": diffs()}
+    if max(out["rel_diff"], default=0.0) <= tolerance / MARGIN:
+        return {**out, "within": "tolerance"}
+    attach_functions(lowered)
+    # the exact bodies run without onnxruntime's graph optimisations: their sums are exact
+    # either way, and no float64 copy of every weight is made (the folded Cast of W)
+    out["exact_rel_diff"] = diffs(graph_optimizations=False)
+    attach_functions(lowered, float32=True)
+    if max(out["exact_rel_diff"]) <= tolerance:
+        return {**out, "within": None}
+    out["floor"] = floor = float_noise_floor(original, feeds)
+    ok = all(d <= max(tolerance, f) for d, f in zip(out["rel_diff"], floor))
+    return {**out, "within": "floor" if ok else None}
+
+
+def _runnable(original, preprocess, input_shape):
+    """The model before lowering as onnxruntime runs it beside the lowered one (preprocessing
+    fused, sizes fixed as `lower` did): a path or serialized bytes, copied only when changed."""
+    if isinstance(original, ir.Model):      # fused_reference may rewrite one in place
+        original = ir.serde.serialize_model(original)
+    if input_shape:                         # as lower does: the sizes, then the fusion
+        original = with_input_shapes(original, input_shape)
+    if preprocess is not None:
+        original = fused_reference(original, preprocess)
+    if isinstance(original, onnx.ModelProto):
+        original = original.SerializeToString()
+    return original
+
+
+class ChooseBodies(Pass):
+    """The primitives' function bodies, float32 or exact sums (`choose_bodies`)."""
+    name = "functions"
+
+    def __init__(self, original, bodies="auto", preprocess=None, input_shape=None):
+        super().__init__()
+        self.original, self.bodies = original, bodies
+        self.preprocess, self.input_shape = preprocess, input_shape
+
+    def run(self, model, result):
+        result.info.update(choose_bodies(model, self.original, self.bodies, self.preprocess,
+                                         self.input_shape))
+        result.modified = True

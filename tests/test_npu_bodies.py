@@ -1,0 +1,145 @@
+"""Which function bodies `lower` gives a lowered model (npu/bodies.py): float32 sums where the
+lowered model then agrees with the model before lowering, exact (float64) sums where float32
+ones miss the bound; either forced."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npu_helpers import serialized
+from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.errors import ConversionError
+from paddle_npu.npu import DOMAIN, lower, verify
+from paddle_npu.npu.bodies import MARGIN
+from paddle_npu.npu.verifier import seeded_inputs
+
+K, M = 128, 4
+
+
+def cancelling_matmul():
+    """ones(1, K) @ W, W's column sums cancelling across the two 64-row tiles of an npu64
+    array: tile 0 sums to -(2^24 - 1), tile 1 to 2^24 + 2, both representable in float32,
+    so the exact bodies (each tile summed exactly, rounded once, then the tiles added) give
+    the true 3; summed in float32, tile 1 passes 2^24 + 1, rounds to 2^24 and twice loses
+    1, giving 1. The model before lowering sums all 128 rows in order, its running sums
+    staying below 2^24: exactly 3 as well. The ones come from Sign(Abs(x)), so the model's
+    float-noise floor (its output under one-ulp input nudges) is 0."""
+    w = np.zeros((K, M), np.float32)
+    w[0], w[64], w[65], w[66] = -(2.0 ** 24 - 1), 2.0 ** 24 - 1, 2.0, 1.0
+    w *= 2.0 ** -np.arange(M, dtype=np.float32)     # each column a power of two smaller
+    graph = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Sign", ["a"], ["ones"]),
+         helper.make_node("MatMul", ["ones", "w"], ["y"])], "cancelling",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, M])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString(), w.astype(np.float64).sum(0)
+
+
+def small_conv():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def overloads(lowered):
+    """The overloads the main graph's VMM / AddInTile nodes call."""
+    return {n.overload for n in lowered.graph
+            if n.domain == DOMAIN and n.op_type in ("VMM", "AddInTile")}
+
+
+def test_float32_missing_the_bound_gets_exact_bodies():
+    original, exact_sums = cancelling_matmul()
+    feeds = seeded_inputs(original)
+    _, (want,) = run_onnx(original, feeds)
+    np.testing.assert_array_equal(want[0], exact_sums)      # the model itself sums exactly
+
+    forced, report = lower(original, "npu64", bodies="float32")
+    assert report.bodies["bodies"] == "float32" and report.bodies["why"] == "asked for"
+    assert all(o.endswith("f32") for o in overloads(forced))
+    _, (fast,) = run_onnx(serialized(forced), feeds)
+    assert agreement(fast, want)["rel_diff"] > 0.5           # 1 for 3: far beyond 1e-5
+
+    lowered, report = lower(original, "npu64")
+    choice = report.bodies
+    assert choice["asked"] == "auto" and choice["bodies"] == "exact"
+    assert choice["rel_diff"][0] > 0.5 and choice["exact_rel_diff"] == [0.0]
+    assert "float32 sums were 6.7e-01 from the model" in choice["why"]
+    assert not any(o.endswith("f32") for o in overloads(lowered))
+    assert "function bodies: exact sums" in report.render()
+    _, (got,) = run_onnx(serialized(lowered), feeds)
+    np.testing.assert_array_equal(got[0], exact_sums)
+    result = verify(original, lowered, "npu64")
+    assert result["ok"] and result["within"] == "tolerance"
+
+
+def test_float32_within_the_bound_is_kept():
+    original = small_conv()
+    lowered, report = lower(original, "npu256")
+    choice = report.bodies
+    assert choice["bodies"] == "float32" and choice["within"] == "tolerance"
+    assert max(choice["rel_diff"]) <= 1e-5 / MARGIN
+    assert overloads(lowered) and all(o.endswith("f32") for o in overloads(lowered))
+    assert {(f.name, f.overload) for f in lowered.functions.values()} >= \
+        {("VMM", "whole_f32")}
+    result = verify(original, lowered, "npu256")
+    assert result["ok"] and result["worst_rel_diff"] <= 1e-5
+
+
+def test_exact_bodies_forced_and_unknown_refused():
+    original = small_conv()
+    lowered, report = lower(original, "npu256", bodies="exact")
+    assert report.bodies == {"asked": "exact", "float32_nodes": 1, "bodies": "exact",
+                             "why": "asked for"}
+    assert overloads(lowered) and not any(o.endswith("f32") for o in overloads(lowered))
+    assert report.as_dict()["bodies"]["bodies"] == "exact"
+    with pytest.raises(ConversionError, match="unknown function bodies 'fast'"):
+        lower(original, "npu256", bodies="fast")
+
+
+def test_cli_exact_and_float32_bodies_exclude_each_other(tmp_path):
+    from test_npu_e2e import cli
+
+    plain, lowered = tmp_path / "conv.onnx", tmp_path / "conv.npu.onnx"
+    onnx.save(small_conv(), str(plain))
+    res = cli("lower", plain, "-o", lowered, "--exact-bodies")
+    assert res.returncode == 0, res.stderr
+    assert "function bodies: exact sums in onnxruntime (asked for" in res.stdout
+    calls = {n.overload for n in onnx.load(str(lowered)).graph.node if n.op_type == "VMM"}
+    assert calls == {"whole"}
+    res = cli("lower", plain, "-o", lowered, "--exact-bodies", "--float32-bodies")
+    assert res.returncode == 2 and "not allowed with argument" in res.stderr
+
+
+@pytest.mark.parametrize("options", [
+    {"input_shape": {"x": [1, 3, 8, 8]}},
+    {"preprocess": {"mean": [123.675, 116.28, 103.53], "std": [58.395, 57.12, 57.375],
+                    "pixel_format": "bgr", "channel_format": "nhwc"}},
+    {"preprocess": {"mean": [0.0, 0.0, 0.0], "std": [255.0, 255.0, 255.0],
+                    "channel_format": "nhwc"}, "input_shape": {"x": [1, 3, 8, 8]}},
+])
+def test_the_check_runs_the_model_as_lowered(options):
+    """Fixed sizes and fused preprocessing (raw uint8 images in) are applied to the model the
+    float32 bodies are checked against, as `lower` applies them: the check runs."""
+    lowered, report = lower(small_conv(), "npu256", **options)
+    assert report.bodies["bodies"] == "float32", report.bodies["why"]
+    assert report.bodies["within"] == "tolerance"
+
+
+def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
+    """`lower --verify` runs the model as lower changed it: sizes fixed, then raw images."""
+    from test_npu_e2e import cli
+
+    plain, lowered = tmp_path / "conv.onnx", tmp_path / "conv.npu.onnx"
+    onnx.save(small_conv(), str(plain))
+    res = cli("lower", plain, "-o", lowered, "--input-shape", "x:1,3,8,8", "--fuse-preprocess",
+              "--mean", "0,0,0", "--std", "255,255,255", "--channel-format", "nhwc", "--verify")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "agrees within 1e-05" in res.stdout
