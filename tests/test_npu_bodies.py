@@ -67,7 +67,7 @@ def test_float32_missing_the_bound_gets_exact_bodies():
     _, (fast,) = run_onnx(serialized(forced), feeds)
     assert agreement(fast, want)["rel_diff"] > 0.5           # 1 for 3: far beyond 1e-5
 
-    lowered, report = lower(original, "npu64")
+    lowered, report = lower(original, "npu64", bodies="auto")
     choice = report.bodies
     assert choice["asked"] == "auto" and choice["bodies"] == "exact"
     assert choice["rel_diff"][0] > 0.5 and choice["exact_rel_diff"] == [0.0]
@@ -82,7 +82,7 @@ def test_float32_missing_the_bound_gets_exact_bodies():
 
 def test_float32_within_the_bound_is_kept():
     original = small_conv()
-    lowered, report = lower(original, "npu256")
+    lowered, report = lower(original, "npu256", bodies="auto")
     choice = report.bodies
     assert choice["bodies"] == "float32" and choice["within"] == "tolerance"
     assert max(choice["rel_diff"]) <= 1e-5 / MARGIN
@@ -97,7 +97,7 @@ def test_exact_bodies_forced_and_unknown_refused():
     original = small_conv()
     lowered, report = lower(original, "npu256", bodies="exact")
     assert report.bodies == {"asked": "exact", "float32_nodes": 1, "bodies": "exact",
-                             "why": "asked for"}
+                             "why": "asked for (lower's default; --verify checks float32 ones)"}
     assert overloads(lowered) and not any(o.endswith("f32") for o in overloads(lowered))
     assert report.as_dict()["bodies"]["bodies"] == "exact"
     with pytest.raises(ConversionError, match="unknown function bodies 'fast'"):
@@ -128,7 +128,7 @@ def test_cli_exact_and_float32_bodies_exclude_each_other(tmp_path):
 def test_the_check_runs_the_model_as_lowered(options):
     """Fixed sizes and fused preprocessing (raw uint8 images in) are applied to the model the
     float32 bodies are checked against, as `lower` applies them: the check runs."""
-    lowered, report = lower(small_conv(), "npu256", **options)
+    lowered, report = lower(small_conv(), "npu256", bodies="auto", **options)
     assert report.bodies["bodies"] == "float32", report.bodies["why"]
     assert report.bodies["within"] == "tolerance"
 
@@ -143,3 +143,4 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
               "--mean", "0,0,0", "--std", "255,255,255", "--channel-format", "nhwc", "--verify")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "agrees within 1e-05" in res.stdout
+    assert "function bodies: float32 sums" in res.stdout     # --verify lets lower choose

@@ -2,8 +2,8 @@
 
 The primitives that sum products (VMM, AddInTile) have two bodies: the exact one accumulates
 in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
-fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. "auto"
-(the default of `lower`) keeps float32 when the lowered model then agrees with the model
+fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. `lower`
+writes exact ones unless asked; "auto" (`lower --verify`'s default) keeps float32 when the lowered model then agrees with the model
 before lowering, on the seeded input `verify` uses by default, within half the 1e-5
 tolerance (MARGIN), or, where exact sums miss the tolerance too, within the model's own
 float-noise floor (as `verify` accepts them); otherwise the whole model gets the exact
@@ -46,7 +46,8 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
     choice = {"asked": bodies, "float32_nodes": nodes}
     if nodes == 0 or bodies == "exact":
         attach_functions(lowered)
-        why = "asked for" if nodes else "no VMM / AddInTile sums float32 tensors"
+        why = "asked for (lower's default; --verify checks float32 ones)" if nodes \
+            else "no VMM / AddInTile sums float32 tensors"
         return {**choice, "bodies": "exact", "why": why}
     attach_functions(lowered, float32=True)
     if bodies == "float32":

@@ -92,11 +92,11 @@ def add_lowering_options(p, target_flag="--target"):
                         "never with convert's -q)")
     bodies = p.add_mutually_exclusive_group()
     bodies.add_argument("--float32-bodies", dest="bodies", action="store_const",
-                        const="float32", default="auto",
+                        const="float32", default=None,
                         help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
-                             "model's own Conv / MatMul (default: float32 when the lowered "
-                             "model then agrees with the model on a seeded input as `verify` "
-                             "requires, else exact)")
+                             "model's own Conv / MatMul (default: exact; with --verify, "
+                             "float32 when the lowered model then agrees with the model on a "
+                             "seeded input as `verify` requires, else exact)")
     bodies.add_argument("--exact-bodies", dest="bodies", action="store_const", const="exact",
                         help="onnxruntime sums VMM and AddInTile exactly (float64, rounded "
                              "once), as the NumPy reference does")
@@ -144,7 +144,7 @@ def _lower_and_save(source, output, args, quiet=False):
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape), progress=show,
-                          bodies=args.bodies)
+                          bodies=args.bodies or _default_bodies(args))
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:
@@ -164,6 +164,13 @@ def _lower_and_save(source, output, args, quiet=False):
         from .report_svg import render_svg      # (start-up time, as above)
         write_text(args.report_svg, render_svg(report))
     return model
+
+
+def _default_bodies(args):
+    """Exact sums unless the lowered model is run in onnxruntime anyway (--verify): checking
+    that float32 sums agree costs a run of both models, seconds and memory that `lower` alone
+    does not spend."""
+    return "auto" if getattr(args, "verify", False) else "exact"
 
 
 def cmd_lower(args):

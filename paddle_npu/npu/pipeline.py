@@ -103,7 +103,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None, quantization=None, progress=None, bodies="auto"):
+          disable=(), input_shape=None, quantization=None, progress=None, bodies="exact"):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -115,10 +115,11 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     quantization: a plan.Quantization to lower matrix layers to integer primitives (their
     records are kept in the model's metadata, `quantization_records`).
     progress: None, or called with (stage name, seconds) after each stage.
-    bodies: the function bodies onnxruntime runs (bodies.py): "auto" float32 sums where the
-    lowered model then agrees with this one on a seeded input, else exact (float64) sums;
-    "float32" or "exact" to force one (an integer plan's "auto" is exact: it must match the
-    NumPy reference bit for bit)."""
+    bodies: the function bodies onnxruntime runs (bodies.py): "exact" (float64) sums, as the
+    NumPy reference; "auto" float32 sums where the lowered model then agrees with this one on
+    a seeded input (onnxruntime runs both: seconds and memory), else exact; "float32"
+    without the check (an integer plan's "auto" is exact: it must match the NumPy reference
+    bit for bit)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     check_bodies(bodies)
