@@ -17,14 +17,15 @@ SETTINGS = settings(max_examples=25, deadline=None,
 
 
 def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False,
-                  shapes=None):
+                  shapes=None, derived=None):
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
-    float32 body; `shapes`: the input shapes the body is made for, default the inputs')."""
+    float32 body; `shapes`: the input shapes the body is made for, default the inputs';
+    `derived`: what `Primitive.weight_attrs` found, for the body only)."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     shapes = shapes or [None if x is None else list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
-    fn = prim.function_proto(opset, attrs, shapes, float32=float32)
+    fn = prim.function_proto(opset, {**attrs, **(derived or {})}, shapes, float32=float32)
     node.overload = fn.overload
     feeds = {n: x for n, x, k in zip(names, inputs, range(len(inputs)))
              if x is not None and k not in consts}

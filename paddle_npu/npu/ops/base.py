@@ -83,6 +83,13 @@ class Primitive:
         return ""
 
     @classmethod
+    def weight_attrs(cls, inputs):
+        """Facts a node's body specialises on that follow from its constant inputs (`inputs`:
+        the node's onnx_ir values), keyed with a leading "_": they are not attributes of the
+        NPU program, only of the function body onnxruntime runs. {} by default."""
+        return {}
+
+    @classmethod
     def work(cls, attrs, in_shapes, out_shapes):
         """Element operations of the node on its unit when they are not one per output
         element (cost.py's estimate), else None; shapes static."""
@@ -102,7 +109,9 @@ class Primitive:
         """The FunctionProto a node with these attributes and input shapes calls
         (`float32`: the float32 body, under the overload `float32_overload` names)."""
         b = Body(opset)
-        (cls.float32_body if float32 else cls.body)(b, cls.attrs_of(attrs), in_shapes)
+        derived = {k: v for k, v in attrs.items() if k.startswith("_")}   # weight_attrs
+        (cls.float32_body if float32 else cls.body)(b, {**cls.attrs_of(attrs), **derived},
+                                                    in_shapes)
         outputs = [a.name for a in cls.outputs]
         b.drop_output_identities(outputs)
         overload = cls.overload(attrs, in_shapes)

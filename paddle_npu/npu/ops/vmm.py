@@ -1,4 +1,6 @@
 """VMM: row vectors times a constant matrix programmed into a crossbar array."""
+import math
+
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
@@ -11,7 +13,8 @@ class VMM(Primitive):
     W one array tile (R <= rows, M <= cols); a bigger W is split over several arrays by the
     reference, their partial products summed. An ideal array sums its R products exactly:
     each output is rounded to X's type once (the body and the reference accumulate in
-    float64)."""
+    float64). A block-diagonal W (a depthwise or grouped layer's tile) gets a function body
+    that multiplies only its diagonal blocks (`diagonal_blocks`); the array still holds W."""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset)"),
               Arg("W", "constant weight tile [R, M]"))
@@ -31,18 +34,64 @@ class VMM(Primitive):
         if span is None:
             return ""
         offset, r, total = span
-        return "whole" if offset == 0 and r == total else \
+        name = "whole" if offset == 0 and r == total else \
             f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
+        blocks = attrs.get("_blocks")
+        return name if blocks is None else name + "_blocks{}x{}x{}".format(*blocks)
+
+    @classmethod
+    def weight_attrs(cls, inputs):
+        """{"_blocks": (n, k, m)} when W is a constant made of n diagonal blocks of k rows by
+        m columns, zero elsewhere (`diagonal_blocks`), else {}."""
+        w = inputs[1] if len(inputs) > 1 else None
+        if w is None or w.const_value is None:
+            return {}
+        blocks = diagonal_blocks(w.const_value.numpy())
+        return {} if blocks is None else {"_blocks": blocks}
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        y = b.op("MatMul", b.op("Cast", cls._rows(b, attrs, in_shapes), to=DOUBLE),
-                 b.op("Cast", "W", to=DOUBLE))
+        rows = cls._rows(b, attrs, in_shapes)
+        if cls._blocks(attrs, in_shapes):
+            y = cls._block_products(b, attrs, in_shapes, b.op("Cast", rows, to=DOUBLE),
+                                    lambda w: b.op("Cast", w, to=DOUBLE))
+        else:
+            y = b.op("MatMul", b.op("Cast", rows, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
         b.op("CastLike", y, "X", out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
-        b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
+        rows = cls._rows(b, attrs, in_shapes)
+        if cls._blocks(attrs, in_shapes):
+            cls._block_products(b, attrs, in_shapes, rows, lambda w: w, out="Y")
+        else:
+            b.op("MatMul", rows, "W", out="Y")
+
+    @classmethod
+    def _blocks(cls, attrs, in_shapes):
+        """W's diagonal blocks (n, k, m) when the body can use them (X's rank fixed)."""
+        return attrs.get("_blocks") if cls._static_span(attrs, in_shapes) else None
+
+    @classmethod
+    def _block_products(cls, b, attrs, in_shapes, rows, cast, out=None):
+        """rows [..., n*k] times W's n diagonal blocks [k, m], skipping W's zero blocks:
+        block j of the rows times W's block j, for every j at once. The blocks are gathered
+        from W with constant indices (onnxruntime folds that once, at session creation);
+        `cast` converts them to the sums' type. The exact body adds in float64 what the
+        dense one adds, less exact zeros."""
+        n, k, m = attrs["_blocks"]
+        keep = [0] * (len(in_shapes[0]) - 1)          # X's leading axes, as they are
+        cols = in_shapes[1][1]
+        j, i, c = np.ogrid[:n, :k, :m]
+        index = (j * k + i) * cols + j * m + c         # W[j*k + i, j*m + c], W flattened
+        flat = b.op("Reshape", "W", b.const([-1]))
+        if m == 1:      # depthwise: each output column sums its own k rows
+            w = cast(b.op("Gather", flat, b.const(index[..., 0])))            # [n, k]
+            x = b.op("Reshape", rows, b.const(keep + [n, k]))
+            return b.op("ReduceSum", b.op("Mul", x, w), b.const([-1]), keepdims=0, out=out)
+        w = cast(b.op("Gather", flat, b.const(index)))                        # [n, k, m]
+        x = b.op("Reshape", rows, b.const(keep + [n, 1, k]))
+        return b.op("Reshape", b.op("MatMul", x, w), b.const(keep + [n * m]), out=out)
 
     @classmethod
     def _static_span(cls, attrs, in_shapes):
@@ -79,3 +128,29 @@ class VMM(Primitive):
             raise ValueError(f"VMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
         return [array.vmm(attrs.get("_node"), x, w, off, np.float64).astype(x.dtype)]
+
+
+def diagonal_blocks(w):
+    """(n, k, m) when the tile w [R, M] is n >= 2 blocks of k rows by m columns along its
+    diagonal (block j: rows [j*k, (j+1)*k), columns [j*m, (j+1)*m)) and zero elsewhere, the
+    most such blocks; else None. Checked on the values: every weight a compact body skips is
+    an exact zero. A split into n blocks implies one into each divisor of n, so a divisor
+    that fails rules out its multiples (a dense tile costs one check)."""
+    if w.ndim != 2:
+        return None
+    r, cols = w.shape
+    g = math.gcd(r, cols)
+    nonzero = None
+    found, failed = None, []
+    for n in range(2, g + 1):
+        if g % n or any(n % d == 0 for d in failed):
+            continue
+        if nonzero is None:
+            nonzero = np.count_nonzero(w)
+        j = np.arange(n)
+        diagonal = w.reshape(n, r // n, n, cols // n)[j, :, j, :]
+        if np.count_nonzero(diagonal) == nonzero:
+            found = (n, r // n, cols // n)
+        else:
+            failed.append(n)
+    return found

@@ -1,0 +1,115 @@
+"""VMM tiles of depthwise and grouped layers: their weight is block-diagonal, and the
+function body onnxruntime runs multiplies only the blocks (the NPU program keeps the whole
+tile). Bodies against the NumPy reference, lowered layers against the model before."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from npu_helpers import assert_close, checked, model, three_way
+from paddle_npu.compare import agreement
+from paddle_npu.npu import DOMAIN, get_primitive, lower
+from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
+from paddle_npu.npu.ops.vmm import diagonal_blocks
+from paddle_npu.npu.target import Target
+from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
+from test_npu_ops import run_primitive
+
+BIG = Target("big", rows=256, cols=256)
+
+VMM = get_primitive("VMM")
+
+
+def block_tile(n, k, m, seed=0):
+    """n diagonal blocks of k x m random weights, zero elsewhere."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros((n * k, n * m), dtype=np.float32)
+    for j in range(n):
+        w[j * k:(j + 1) * k, j * m:(j + 1) * m] = rng.standard_normal((k, m))
+    return w
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("n,k,m,off,extra", [
+    (28, 9, 1, 0, 0),        # a 3x3 depthwise layer's full tile on a 256-row array
+    (4, 9, 1, 252, 0),       # the layer's last tile: fewer channels, rows read at an offset
+    (5, 25, 1, 3, 7),        # 5x5 taps, in the middle of X's columns
+    (3, 4, 2, 0, 0),         # grouped: 2 output channels per group
+    (6, 1, 3, 2, 4),         # one row per block (a grouped 1x1 layer)
+])
+def test_block_body_matches_the_reference(n, k, m, off, extra, float32):
+    w = block_tile(n, k, m, seed=n + k)
+    assert diagonal_blocks(w) == (n, k, m)
+    x = np.random.default_rng(1).standard_normal((2, 5, off + n * k + extra)).astype(np.float32)
+    shapes = [list(x.shape), list(w.shape)]
+    attrs = {"row_offset": off}
+    derived = {"_blocks": (n, k, m)}      # as functions.attach_functions finds them
+    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    assert f"blocks{n}x{k}x{m}" in fn.overload
+    assert not any(node.op_type == "MatMul" and "W" in node.input for node in fn.node)
+    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
+                        derived=derived)
+    ref = VMM.reference(ArrayModel(256, 256), [x, w], attrs)[0]
+    if float32:
+        assert agreement(got, ref)["rel_diff"] <= 1e-6
+    else:       # the exact body: float64 sums of the same products, rounded once
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_tiles_of_a_depthwise_layer_are_found_block_diagonal():
+    """The packed plan's tiles of a depthwise layer (the last one holding fewer channels)."""
+    geo = Geometry(groups=32, channels=1, taps=9, outputs=1)
+    w = np.random.default_rng(0).standard_normal((32, 1, 3, 3)).astype(np.float32)
+    tiles = plan_tiles(geo, "packed", 256, 256)
+    assert [diagonal_blocks(tile_weight(w, geo, t)) for t in tiles] == [(28, 9, 1), (4, 9, 1)]
+
+
+@pytest.mark.parametrize("w", [
+    np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32),   # dense
+    block_tile(2, 3, 2) + np.eye(6, 4, k=2, dtype=np.float32),            # one weight off
+    np.ones((7, 3), dtype=np.float32),                                      # no common split
+])
+def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
+    assert diagonal_blocks(w) is None
+    x = np.random.default_rng(1).standard_normal((3, w.shape[0])).astype(np.float32)
+    original = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(x.shape))],
+                     [("y", [3, w.shape[1]])], [("w", w)])
+    for bodies in ("exact", "float32"):
+        lowered = lower(original, BIG, bodies=bodies)[0]
+        vmm = [n for n in lowered.graph if n.op_type == "VMM"]
+        assert vmm and all("blocks" not in n.overload for n in vmm)
+        want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+        assert_close(got[0], want[0], f"onnxruntime on the lowered model ({bodies})")
+
+
+@pytest.mark.parametrize("bodies", ["exact", "float32"])
+@pytest.mark.parametrize("channels,mult,kernel", [
+    (32, 1, 3),        # MobileNet's depthwise 3x3: tiles of 28 channels and of 4
+    (40, 1, 5),        # 5x5 taps: 10 channels a tile
+    (12, 2, 3),        # a channel multiplier of 2: blocks of 9 rows by 2 columns
+])
+def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
+    rng = np.random.default_rng(channels)
+    wt = rng.standard_normal((channels * mult, 1, kernel, kernel)).astype(np.float32)
+    bias = rng.standard_normal(channels * mult).astype(np.float32)
+    pad = kernel // 2
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=channels,
+                            kernel_shape=[kernel, kernel], pads=[pad] * 4, strides=[1, 1])
+    original = model([conv], [("x", [1, channels, 10, 9])],
+                     [("y", [1, channels * mult, 10, 9])], [("w", wt), ("b", bias)])
+    lowered = lower(original, BIG, bodies=bodies)[0]
+    checked(lowered)
+    vmm = [n for n in lowered.graph if n.op_type == "VMM"]
+    per = 256 // (kernel * kernel)                 # channels a 256-row tile holds
+    assert len(vmm) == -(-channels // per)
+    assert all(n.overload.endswith(("_blocks{}x{}x{}".format(min(per, channels - i * per),
+                                                            kernel * kernel, mult),
+                                    "_blocks{}x{}x{}_f32".format(
+                                        min(per, channels - i * per), kernel * kernel, mult)))
+               for i, n in enumerate(vmm))
+    # the NPU program keeps the whole tile: the array holds the block-diagonal weight
+    first = vmm[0].inputs[1].const_value.numpy()
+    assert first.shape == (min(per, channels) * kernel * kernel, min(per, channels) * mult)
+    x = rng.standard_normal((1, channels, 10, 9)).astype(np.float32)
+    want, got, ref_out, ref = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
