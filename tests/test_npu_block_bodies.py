@@ -113,3 +113,44 @@ def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
     want, got, ref_out, ref = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
     assert_close(ref_out[0], want[0], "NumPy reference")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("kernel,stride,pads", [([3, 3], [1, 1], [1, 1, 1, 1]),
+                                                ([3, 3], [2, 2], [0, 1, 1, 0]),
+                                                ([2, 5], [1, 2], [0, 2, 1, 2])])
+def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel, stride, pads):
+    """A float image's fixed-size Im2Col body moves taps behind channels with an Einsum (an
+    int8 one keeps the Transpose): the same rows as the reference, bit for bit."""
+    n, c, h, w = 2, 5, 7, 9
+    x = np.random.default_rng(4).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads}
+    prim = get_primitive("Im2Col")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    if layout == "nhwc":
+        attrs = dict(attrs, layout="nhwc", image_size=[h, w])
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
+    shapes = [list(x.shape)]
+    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
+    assert fn.overload.endswith("_einsum")
+    assert {"Einsum"} <= {node.op_type for node in fn.node}
+    # only the NCHW image itself is moved channels-last by a Transpose
+    assert [node.op_type for node in fn.node].count("Transpose") == (layout == "nchw")
+    got = run_primitive("Im2Col", [x], attrs, shapes=shapes, derived={"_float": True})
+    np.testing.assert_array_equal(got, want)
+    plain = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    assert "Einsum" not in {node.op_type for node in plain.node}
+
+
+def test_lowered_float_convs_call_the_einsum_im2col():
+    rng = np.random.default_rng(6)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
+    original = model([conv], [("x", [1, 4, 6, 6])], [("y", [1, 8, 6, 6])],
+                     [("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))])
+    lowered = lower(original, BIG)[0]
+    checked(lowered)
+    im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
+    assert im2col and all(n.overload.endswith("_einsum") for n in im2col)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")

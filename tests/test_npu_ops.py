@@ -20,7 +20,7 @@ def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float
                   shapes=None, derived=None):
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
     float32 body; `shapes`: the input shapes the body is made for, default the inputs';
-    `derived`: what `Primitive.weight_attrs` found, for the body only)."""
+    `derived`: what `Primitive.input_attrs` found, for the body only)."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     shapes = shapes or [None if x is None else list(x.shape) for x in inputs]

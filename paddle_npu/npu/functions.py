@@ -10,7 +10,7 @@ from .passes import Pass
 def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
-    `Primitive.weight_attrs` reads from constant inputs); import the NPU domain. Functions
+    `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
     attached before are replaced. float32: nodes whose primitive has a float32 body and whose
     inputs are all float32 call it (`Primitive.float32_body`)."""
     opset = model.opset_imports.get("", None)
@@ -22,7 +22,7 @@ def attach_functions(model, float32=False):
             continue
         prim = get_primitive(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
-        attrs.update(prim.weight_attrs(node.inputs))
+        attrs.update(prim.input_attrs(node.inputs))
         shapes = [g.dims(v) for v in node.inputs]
         fast = float32 and sums_in_float32(node)
         overload = prim.overload(attrs, shapes)

@@ -83,10 +83,11 @@ class Primitive:
         return ""
 
     @classmethod
-    def weight_attrs(cls, inputs):
-        """Facts a node's body specialises on that follow from its constant inputs (`inputs`:
-        the node's onnx_ir values), keyed with a leading "_": they are not attributes of the
-        NPU program, only of the function body onnxruntime runs. {} by default."""
+    def input_attrs(cls, inputs):
+        """Facts a node's body specialises on that follow from its inputs (`inputs`: the
+        node's onnx_ir values: a constant's values, an element type), keyed with a leading
+        "_": they are not attributes of the NPU program, only of the function body
+        onnxruntime runs. {} by default."""
         return {}
 
     @classmethod
@@ -109,7 +110,7 @@ class Primitive:
         """The FunctionProto a node with these attributes and input shapes calls
         (`float32`: the float32 body, under the overload `float32_overload` names)."""
         b = Body(opset)
-        derived = {k: v for k, v in attrs.items() if k.startswith("_")}   # weight_attrs
+        derived = {k: v for k, v in attrs.items() if k.startswith("_")}   # input_attrs
         (cls.float32_body if float32 else cls.body)(b, {**cls.attrs_of(attrs), **derived},
                                                     in_shapes)
         outputs = [a.name for a in cls.outputs]

@@ -40,7 +40,7 @@ class VMM(Primitive):
         return name if blocks is None else name + "_blocks{}x{}x{}".format(*blocks)
 
     @classmethod
-    def weight_attrs(cls, inputs):
+    def input_attrs(cls, inputs):
         """{"_blocks": (n, k, m)} when W is a constant made of n diagonal blocks of k rows by
         m columns, zero elsewhere (`diagonal_blocks`), else {}."""
         w = inputs[1] if len(inputs) > 1 else None
