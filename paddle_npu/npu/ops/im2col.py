@@ -119,8 +119,9 @@ class Im2Col(Primitive):
     @classmethod
     def input_attrs(cls, inputs):
         """{"_float": True} when X is float32 or float64: the fixed-size bodies then swap
-        taps and channels with an Einsum (onnxruntime's has no int8 kernel; measured 1.1x
-        to 4x faster than its Transpose on the 3x3 layers of MobileNet and ResNet)."""
+        taps and channels with an Einsum, not a Transpose: on the image sizes of MobileNet
+        and ResNet onnxruntime's Einsum measured up to several times faster, never clearly
+        slower (it has no int8 kernel: an int8 image keeps the Transpose)."""
         x = inputs[0] if inputs else None
         floats = (TensorProto.FLOAT, TensorProto.DOUBLE)
         return {"_float": True} if x is not None and x.dtype is not None and \
