@@ -6,10 +6,10 @@ import onnx
 import onnx_ir as ir
 from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 
+from . import npu  # its `lower` (npu/pipeline.py) loads on first use: convert alone needs none
 from .errors import ConversionError, PaddleFormatError
 from .exporter import choose_opset, name_free_dims, program_to_onnx
 from .frontend import default_params_file, find_program_file, load
-from .npu.pipeline import lower as lower_ir
 from .onnx_io import StreamedModel
 from .optimize import optimize as optimize_model
 from .outputs import check_output, write_with
@@ -200,5 +200,5 @@ def lower(model, target=None, plan="packed", **options):
     as (onnx.ModelProto, Report): what `onnx.save` takes, and the cost report. `options` are
     `paddle_npu.npu.lower`'s (preprocess, marks, enable, disable)."""
 
-    lowered, report = lower_ir(model, target, plan, **options)
+    lowered, report = npu.lower(model, target, plan, **options)
     return ir.serde.serialize_model(lowered), report
