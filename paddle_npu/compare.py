@@ -60,17 +60,12 @@ def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
 
 def run_onnx_on(model_bytes_or_path, feeds_list, graph_optimizations=True):
     """(output names, [outputs per feeds]): run_onnx on several inputs, one session."""
-    sess = onnx_session(model_bytes_or_path, graph_optimizations)
-    names = [o.name for o in sess.get_outputs()]
-    return names, [sess.run(None, feeds) for feeds in feeds_list]
-
-
-def onnx_session(model_bytes_or_path, graph_optimizations=True):
-    """The onnxruntime CPU session run_onnx runs (for several runs of one model)."""
     import onnxruntime as ort   # heavy, and only for running a model
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if not graph_optimizations:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return names, [sess.run(None, feeds) for feeds in feeds_list]
