@@ -16,7 +16,7 @@ from ..compare import run_onnx
 from ..errors import ConversionError
 from .functions import attach_functions, sums_in_float32
 from .ops import DOMAIN
-from .passes import Pass, with_input_shapes
+from .passes import Pass
 from .preprocess_fusion import fused_reference
 from .verifier import TOLERANCE, float_noise_floor, rel_diff, seeded_feeds
 
@@ -118,10 +118,7 @@ def _runnable(original, preprocess, input_shape):
     fused, sizes fixed as `lower` did): a path or serialized bytes, copied only when changed."""
     if isinstance(original, ir.Model):      # fused_reference may rewrite one in place
         original = ir.serde.serialize_model(original)
-    if input_shape:                         # as lower does: the sizes, then the fusion
-        original = with_input_shapes(original, input_shape)
-    if preprocess is not None:
-        original = fused_reference(original, preprocess)
+    original = fused_reference(original, preprocess, input_shape)
     if isinstance(original, onnx.ModelProto):
         original = original.SerializeToString()
     return original

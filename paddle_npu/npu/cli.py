@@ -176,13 +176,10 @@ def _default_bodies(args):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from .passes import with_input_shapes   # the library loads when it runs
-        from .preprocess_fusion import fused_reference
-        spec = spec_from_args(args, args.target)
-        shapes = parse_input_shapes(args.input_shape)
+        from .preprocess_fusion import fused_reference   # the library loads when it runs
         # as lower did: the sizes fixed, then raw uint8 images fused in
-        original = fused_reference(with_input_shapes(args.model, shapes) if shapes
-                                   else args.model, spec)
+        original = fused_reference(args.model, spec_from_args(args, args.target),
+                                   parse_input_shapes(args.input_shape))
         # An integer plan is checked on the inputs it is meant for when --data gives them
         # (random ones fall outside the calibrated ranges); raw images have none.
         data = args.data if args.quantize and not getattr(args, "fuse_preprocess", False) \

@@ -15,7 +15,7 @@ from ..onnx_io import load_model
 from ..preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
 from .functions import AttachFunctions
 from .ops import DOMAIN, MIN_BODY_OPSET, get_primitive
-from .passes import Pass, Sequence
+from .passes import Pass, Sequence, with_input_shapes
 
 MIN_IR_VERSION = 10     # function overloads
 _FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -56,9 +56,12 @@ def fuse_preprocess(model, spec, mode=None, primitives=False):
     return m, steps.result("preprocess").info["fused"]
 
 
-def fused_reference(model, spec):
-    """What a lowered model with fused preprocessing is verified against: the model fused
-    with standard ONNX ops (a ModelProto), or the model itself when spec is None."""
+def fused_reference(model, spec, input_shape=None):
+    """What a lowered model is verified against: the model as `lower` changed it before
+    lowering, its inputs' sizes fixed (`input_shape`), then preprocessing fused with standard
+    ONNX ops (a ModelProto); the model itself when neither is given."""
+    if input_shape:
+        model = with_input_shapes(model, input_shape)
     if spec is None:
         return model
     return ir.serde.serialize_model(fuse_preprocess(model, spec)[0])
