@@ -250,3 +250,24 @@ def test_selection_check_needs_one_topk():
     model = helper.make_model(graph).SerializeToString()
     with pytest.raises(ValueError, match="one TopK node, the model has 0"):
         zoo.with_selection(model, held=True)
+
+
+def test_photo_like_inputs():
+    """The image-like batches some detectors are tested and calibrated on: seeded, in the
+    range ImageNet normalisation gives pixels in 0..1, and smooth from pixel to pixel as
+    photographs are (normal noise changes by more than its std from one pixel to the next)."""
+    gen = zoo._photo_like(96, 128)
+    a, b = gen(np.random.default_rng(7), 2)["x"], gen(np.random.default_rng(7), 2)["x"]
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2, 3, 96, 128) and a.dtype == np.float32
+    mean, std = (np.reshape(v, (1, 3, 1, 1)) for v in (zoo.IMAGENET_MEAN, zoo.IMAGENET_STD))
+    pixels = a * std + mean
+    assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6 and pixels.std() > 0.1
+    assert not np.array_equal(a[0], a[1])
+    step = np.abs(np.diff(a, axis=3)).mean() / a.std(axis=(2, 3)).mean()
+    assert step < 0.1, step
+    noise = np.random.default_rng(7).standard_normal(a.shape)
+    assert np.abs(np.diff(noise, axis=3)).mean() / noise.std() > 1
+    rtdetr = zoo.test_inputs("rtdetr_r18vd_160")["x"]
+    np.testing.assert_array_equal(rtdetr, zoo._photo_like(160, 160)(
+        np.random.default_rng(zoo.MODELS["rtdetr_r18vd_160"].seed), 1)["x"])
