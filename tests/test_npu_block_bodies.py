@@ -2,10 +2,11 @@
 function body onnxruntime runs multiplies only the blocks (the NPU program keeps the whole
 tile). Bodies against the NumPy reference, lowered layers against the model before."""
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
-from npu_helpers import assert_close, checked, model, three_way
+from npu_helpers import assert_close, checked, model, serialized, three_way
 from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
@@ -151,3 +152,63 @@ def test_lowered_float_convs_call_the_einsum_im2col():
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("n,k,m,off,extra,aligned", [
+    (28, 9, 1, 252, 27, True),    # a middle tile of a 3x3 depthwise layer
+    (3, 4, 2, 4, 8, True),        # grouped, 2 outputs per group
+    (5, 25, 1, 3, 7, False),      # rows off X's grid of 25 columns
+    (3, 4, 2, 4, 7, False),       # X's width not whole blocks
+])
+def test_block_tiles_on_the_grid_of_x_reshape_all_of_x(n, k, m, off, extra, aligned, float32):
+    """A tile whose blocks lie on X's grid of k columns reads all of X as [..., C, k] and
+    slices its blocks from that (the same Reshape in every tile of a layer); off the grid
+    it slices its columns first. Same values either way, bit for bit in the exact body."""
+    w = block_tile(n, k, m, seed=k)
+    x = np.random.default_rng(2).standard_normal((1, 6, off + n * k + extra)).astype(np.float32)
+    shapes, attrs = [list(x.shape), list(w.shape)], {"row_offset": off}
+    derived = {"_blocks": (n, k, m)}
+    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    reads_x = [node.op_type for node in fn.node if node.input[:1] == ["X"]]
+    assert reads_x == (["Reshape"] if aligned else ["Slice"])
+    assert (f"_of{x.shape[-1]}" in fn.overload) == aligned
+    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
+                        derived=derived)
+    ref = VMM.reference(ArrayModel(256, 256), [x, w], attrs)[0]
+    if float32:
+        assert agreement(got, ref)["rel_diff"] <= 1e-6
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("bodies", ["exact", "float32"])
+def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
+    """The tiles of a lowered layer slice the same rows along one axis: onnxruntime merges
+    their Slices into Splits (and a depthwise layer's Reshapes of X into one), so a model
+    of many tiles runs fewer nodes. A depthwise 3x3 conv of 64 channels (tiles of 28, 28
+    and 8) then a dense 3x3 conv of 64 inputs (576 rows: three row tiles)."""
+    import onnxruntime as ort   # heavy, and only for running a model
+
+    rng = np.random.default_rng(9)
+    dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    dense = rng.standard_normal((8, 64, 3, 3)).astype(np.float32)
+    original = model(
+        [helper.make_node("Conv", ["x", "dw"], ["h"], group=64, kernel_shape=[3, 3],
+                          pads=[1] * 4),
+         helper.make_node("Conv", ["h", "dense"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)],
+        [("x", [1, 64, 6, 5])], [("y", [1, 8, 6, 5])], [("dw", dw), ("dense", dense)])
+    lowered = lower(original, BIG, bodies=bodies)[0]
+    checked(lowered)
+    vmm = [n for n in lowered.graph if n.op_type == "VMM"]
+    assert len(vmm) == 6 and sum("blocks" in n.overload for n in vmm) == 3
+    x = rng.standard_normal((1, 64, 6, 5)).astype(np.float32)
+    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(serialized(lowered), opts, providers=["CPUExecutionProvider"])
+    ran = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
+    assert ran.count("Slice") == 0 and ran.count("Split") == 2, sorted(ran)
