@@ -250,7 +250,9 @@ class Im2Col(Primitive):
                 if any(attrs["pads"]) else "X"
             channels = np.arange(c) * hp * wp
         table = b.op("Add", _int32(b, taps[:, None, :]), _int32(b, channels[None, :, None]))
-        table = b.op("Expand", b.op("Reshape", table, b.const([1, -1])), b.const([n, 1]))
+        table = b.op("Reshape", table, b.const([1, -1]))
+        if n > 1:
+            table = b.op("Expand", table, b.const([n, 1]))
         g = b.op("GatherElements", b.op("Reshape", x, b.const([n, -1])), table, axis=1)
         b.op("Reshape", g, b.const([n, taps.shape[0], -1]), out="Y")
 
