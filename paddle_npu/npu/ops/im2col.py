@@ -115,16 +115,16 @@ class Im2Col(Primitive):
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
+        if not (isinstance(h, int) and isinstance(w, int)):
+            return ""
+        fixed = f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
+                                                      a["pads"], a["dilations"])
+        n, c = _batch_channels(in_shapes, a)
+        if n is not None and n * c * table_entries(a, h, w) <= ELEMENT_LIMIT:
+            return fixed + f"_n{n}c{c}_elements"
         # an nhwc image always has a fixed size, and its table is held however big
-        if isinstance(h, int) and isinstance(w, int) and (
-                nhwc or table_entries(a, h, w) <= TABLE_LIMIT):
-            n, c = _batch_channels(in_shapes, a)
-            if n is not None and n * c * table_entries(a, h, w) <= ELEMENT_LIMIT:
-                how = f"_n{n}c{c}_elements"
-            else:
-                how = "_einsum" if attrs.get("_float") else ""
-            return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
-                                                         a["pads"], a["dilations"]) + how
+        if nhwc or table_entries(a, h, w) <= TABLE_LIMIT:
+            return fixed + ("_einsum" if attrs.get("_float") else "")
         return ""
 
     @classmethod
@@ -223,38 +223,41 @@ class Im2Col(Primitive):
     @classmethod
     def _gather_elements(cls, b, attrs, in_shapes):
         """Batch, channels, height and width fixed: the rows in one GatherElements from the
-        (padded) image flattened per batch entry, each element by its own index, so no
+        padded image flattened per batch entry, each element by its own index, so no
         Transpose of the KH*KW times larger rows follows (the Gather + Einsum pair moves
-        them twice; this measured about a third faster at 224x224). Element (p, c, t) of an
-        image's rows reads its tap t of window p at channel c: the table is the sum of a tap
-        term [OH*OW, 1, KH*KW] and a channel term [1, C, 1], two small constants that
-        onnxruntime adds once, at session creation (ELEMENT_LIMIT bounds what it holds)."""
+        them twice; this measured about a third faster at 224x224). Element (oh, ow, c, kh,
+        kw) of an image's rows reads row oh*sh + kh*dh, column ow*sw + kw*dw, channel c of
+        the padded image: the table is the sum of a row, a column and a channel term, three
+        small constants that onnxruntime adds once, at session creation (ELEMENT_LIMIT
+        bounds what it then holds); the model file holds only the terms."""
         h, w = _height_width(in_shapes, attrs)
         n, c = _batch_channels(in_shapes, attrs)
-        if is_nhwc(attrs):          # pixel by pixel, channels last; padding: one zero pixel
-            taps = nhwc_table(attrs, h, w)
-            x = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if (taps == h * w).any() \
-                else "X"
-            taps, channels = taps * c, np.arange(c)
-        else:                       # channel planes of the padded image
-            (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
-            (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
-            oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
-            hp, wp = h + pt + pb, w + pl + pr
-            rows = (np.arange(oh) * sh)[:, None, None, None] + \
-                (np.arange(kh) * dh)[None, None, :, None]
-            cols = (np.arange(ow) * sw)[None, :, None, None] + \
-                (np.arange(kw) * dw)[None, None, None, :]
-            taps = (rows * wp + cols).reshape(oh * ow, kh * kw)
-            x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) \
-                if any(attrs["pads"]) else "X"
-            channels = np.arange(c) * hp * wp
-        table = b.op("Add", _int32(b, taps[:, None, :]), _int32(b, channels[None, :, None]))
+        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
+        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
+        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        wp = w + pl + pr
+        if is_nhwc(attrs):          # [N, Hp, Wp, C]
+            x = b.op("Reshape", "X", b.const([n, h, w, c]))
+            pads = [0, pt, pl, 0, 0, pb, pr, 0]
+            row_step, col_step, channel_step = wp * c, c, 1
+        else:                       # [N, C, Hp, Wp]
+            x = "X"
+            pads = [0, 0, pt, pl, 0, 0, pb, pr]
+            row_step, col_step, channel_step = wp, 1, (h + pt + pb) * wp
+        if any(pads):
+            x = b.op("Pad", x, b.const(pads))
+        rows = (np.arange(oh) * sh)[:, None, None, None, None] + \
+            (np.arange(kh) * dh)[None, None, None, :, None]          # [OH, 1, 1, KH, 1]
+        cols = (np.arange(ow) * sw)[None, :, None, None, None] + \
+            (np.arange(kw) * dw)[None, None, None, None, :]          # [1, OW, 1, 1, KW]
+        channels = np.arange(c)[None, None, :, None, None]             # [1, 1, C, 1, 1]
+        table = b.op("Add", b.op("Add", _int32(b, rows * row_step), _int32(b, cols * col_step)),
+                     _int32(b, channels * channel_step))             # [OH, OW, C, KH, KW]
         table = b.op("Reshape", table, b.const([1, -1]))
         if n > 1:
             table = b.op("Expand", table, b.const([n, 1]))
         g = b.op("GatherElements", b.op("Reshape", x, b.const([n, -1])), table, axis=1)
-        b.op("Reshape", g, b.const([n, taps.shape[0], -1]), out="Y")
+        b.op("Reshape", g, b.const([n, oh * ow, -1]), out="Y")
 
     @classmethod
     def _generic_body(cls, b):
