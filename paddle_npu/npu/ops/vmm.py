@@ -79,20 +79,18 @@ class VMM(Primitive):
     def _block_products(cls, b, attrs, in_shapes, cast, out=None):
         """The rows the tile reads times W's n diagonal blocks [k, m], skipping W's zero
         blocks: block j of the rows times W's block j, for every j at once. The blocks are
-        gathered from W with constant indices (onnxruntime folds that once, at session
-        creation); `cast` converts rows and blocks to the sums' type. The exact body adds in
+        gathered from W by one GatherND of constant indices (onnxruntime folds that once, at
+        session creation); `cast` converts rows and blocks to the sums' type. The exact body adds in
         float64 what the dense one adds, less exact zeros."""
         n, k, m = attrs["_blocks"]
-        cols = in_shapes[1][1]
         j, i, c = np.ogrid[:n, :k, :m]
-        index = (j * k + i) * cols + j * m + c         # W[j*k + i, j*m + c], W flattened
-        flat = b.op("Reshape", "W", b.const([-1]))
+        at = np.stack(np.broadcast_arrays(j * k + i, j * m + c), axis=-1)  # W[j*k + i, j*m + c]
         keep = [0] * (len(in_shapes[0]) - 1)          # X's leading axes, as they are
         if m == 1:      # depthwise: each output column sums its own k rows
-            w = cast(b.op("Gather", flat, b.const(index[..., 0])))            # [n, k]
+            w = cast(b.op("GatherND", "W", b.const(at[:, :, 0])))             # [n, k]
             x = cast(cls._block_rows(b, attrs, in_shapes, []))                # [..., n, k]
             return b.op("ReduceSum", b.op("Mul", x, w), b.const([-1]), keepdims=0, out=out)
-        w = cast(b.op("Gather", flat, b.const(index)))                        # [n, k, m]
+        w = cast(b.op("GatherND", "W", b.const(at)))                          # [n, k, m]
         x = cast(cls._block_rows(b, attrs, in_shapes, [1]))                   # [..., n, 1, k]
         return b.op("Reshape", b.op("MatMul", x, w), b.const(keep + [n * m]), out=out)
 
