@@ -13,7 +13,8 @@ beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
-                              [--ort-plans packed] [--iters 20] [--process-runs 3]
+                              [--ort-plans packed] [--iters 20] [--spinning]
+                              [--process-runs 3]
                               [--input-shape x:1,3,224,224] [--quantize int8]
 
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
@@ -62,17 +63,21 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def ort_timing(models, feeds, iters, sessions=3):
+def ort_timing(models, feeds, iters, sessions=3, spinning=False):
     """{label: (median InferenceSession creation seconds over `sessions`, median latency
     seconds)} of serialized models, timed side by side: sessions made in turn, then each
     warmed up, then one run of each in turn per iteration, so that a ratio between them is
-    not taken minutes apart on a shared machine. The intra-op threads do not spin between
-    runs (a session's spinning threads would take the cores from the next one's run)."""
+    not taken minutes apart on a shared machine. Unless `spinning`, the intra-op threads do
+    not spin between runs: a session's spinning threads take the cores from the next one's
+    run (at load 2 on 2 cores ResNet-50's ONNX model measured 17-22 ms with spinning, 6.3-6.6
+    without), while waking them costs a tiny model's every parallel node (MobileNetV1 at
+    64x64: 0.21 ms without spinning, 0.09-0.12 with), so ratios of tiny models read lower."""
     import onnxruntime as ort   # heavy, and only for timing
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     made = {label: [] for label in models}
     for _ in range(sessions):
         for label, model in models.items():
@@ -154,7 +159,7 @@ def _lower_met(entry):
 
 
 def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
-                input_shape=None, quantize=None, process_runs=0):
+                input_shape=None, quantize=None, process_runs=0, spinning=False):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
@@ -212,7 +217,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
                 # the ONNX model timed beside each lowered one, runs in turn
-                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters)
+                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters,
+                                   spinning=spinning)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
@@ -347,6 +353,9 @@ def main(argv=None):
                     help="plans whose lowered model onnxruntime times beside the ONNX model "
                          "(comma-separated; empty: none)")
     ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
+    ap.add_argument("--spinning", action="store_true",
+                    help="let onnxruntime's threads spin between runs, its default (see "
+                         "ort_timing: steadier for tiny models on an idle machine only)")
     ap.add_argument("--process-runs", type=int, default=3,
                     help="`paddle-npu lower` runs (fresh processes) per model, the median is "
                          "kept (0: none)")
@@ -371,7 +380,7 @@ def main(argv=None):
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
                                     args.iters, parse_input_shapes(args.input_shape),
-                                    args.quantize, args.process_runs))
+                                    args.quantize, args.process_runs, args.spinning))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays; {load_note()}")
     print(render_whole(rows) if args.whole else render(rows))
