@@ -5,8 +5,9 @@ invocations under both plans and their ratio, the lowering time of each plan, an
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
 the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.5x), with the
-exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower --verify` chooses (auto=..., with
-the seconds choosing took), and how far each is from the ONNX model's outputs.
+exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
+--verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
+ONNX model's outputs.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
