@@ -227,9 +227,9 @@ class Im2Col(Primitive):
         Transpose of the KH*KW times larger rows follows (the Gather + Einsum pair moves
         them twice; this took about a third less time in MobileNetV3 at 224x224). Element
         (oh, ow, c, kh, kw) of an image's rows reads row oh*sh + kh*dh, column ow*sw + kw*dw,
-        channel c of the padded image: the table is the sum of a row, a column and a channel term, three
-        small constants that onnxruntime adds once, at session creation (ELEMENT_LIMIT
-        bounds what it then holds); the model file holds only the terms."""
+        channel c of the padded image: the table is the sum of a row, a column and a
+        channel term, three small constants that onnxruntime adds once, at session creation
+        (ELEMENT_LIMIT bounds what it then holds); the model file holds only the terms."""
         h, w = _height_width(in_shapes, attrs)
         n, c = _batch_channels(in_shapes, attrs)
         (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
