@@ -2,11 +2,12 @@
 function body onnxruntime runs multiplies only the blocks (the NPU program keeps the whole
 tile). Bodies against the NumPy reference, lowered layers against the model before."""
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
-from npu_helpers import assert_close, checked, model, three_way
-from paddle_npu.compare import agreement
+from npu_helpers import assert_close, checked, model, serialized, three_way
+from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.vmm import diagonal_blocks
@@ -117,8 +118,9 @@ def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
                                                 ([3, 3], [2, 2], [0, 1, 1, 0]),
                                                 ([2, 5], [1, 2], [0, 2, 1, 2])])
 def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel, stride, pads):
-    """A float image's fixed-size Im2Col body moves taps behind channels with an Einsum (an
-    int8 one keeps the Transpose): the same rows as the reference, bit for bit."""
+    """A float image's fixed-size Im2Col body, its batch left open, moves taps behind
+    channels with an Einsum (an int8 one keeps the Transpose; a fixed batch gathers the
+    elements instead): the same rows as the reference, bit for bit."""
     n, c, h, w = 2, 5, 7, 9
     x = np.random.default_rng(4).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads}
@@ -127,7 +129,7 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
     if layout == "nhwc":
         attrs = dict(attrs, layout="nhwc", image_size=[h, w])
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
-    shapes = [list(x.shape)]
+    shapes = [["N"] + list(x.shape[1:])]
     fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
     assert fn.overload.endswith("_einsum")
     assert {"Einsum"} <= {node.op_type for node in fn.node}
@@ -140,9 +142,10 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
 
 
 def test_lowered_float_convs_call_the_einsum_im2col():
+    """(the batch left open: a fixed one gathers the elements)"""
     rng = np.random.default_rng(6)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
-    original = model([conv], [("x", [1, 4, 6, 6])], [("y", [1, 8, 6, 6])],
+    original = model([conv], [("x", ["N", 4, 6, 6])], [("y", ["N", 8, 6, 6])],
                      [("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))])
     lowered = lower(original, BIG)[0]
     checked(lowered)
@@ -151,3 +154,175 @@ def test_lowered_float_convs_call_the_einsum_im2col():
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("n,k,m,off,extra,aligned", [
+    (28, 9, 1, 252, 27, True),    # a middle tile of a 3x3 depthwise layer
+    (3, 4, 2, 4, 8, True),        # grouped, 2 outputs per group
+    (5, 25, 1, 3, 7, False),      # rows off X's grid of 25 columns
+    (3, 4, 2, 4, 7, False),       # X's width not whole blocks
+])
+def test_block_tiles_on_the_grid_of_x_reshape_all_of_x(n, k, m, off, extra, aligned, float32):
+    """A tile whose blocks lie on X's grid of k columns reads all of X as [..., C, k] and
+    slices its blocks from that (the same Reshape in every tile of a layer); off the grid
+    it slices its columns first. Same values either way, bit for bit in the exact body."""
+    w = block_tile(n, k, m, seed=k)
+    x = np.random.default_rng(2).standard_normal((1, 6, off + n * k + extra)).astype(np.float32)
+    shapes, attrs = [list(x.shape), list(w.shape)], {"row_offset": off}
+    derived = {"_blocks": (n, k, m)}
+    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    reads_x = [node.op_type for node in fn.node if node.input[:1] == ["X"]]
+    assert reads_x == (["Reshape"] if aligned else ["Slice"])
+    assert (f"_of{x.shape[-1]}" in fn.overload) == aligned
+    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
+                        derived=derived)
+    ref = VMM.reference(ArrayModel(256, 256), [x, w], attrs)[0]
+    if float32:
+        assert agreement(got, ref)["rel_diff"] <= 1e-6
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("bodies", ["exact", "float32"])
+def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
+    """The tiles of a lowered layer slice the same rows along one axis: onnxruntime merges
+    their Slices into Splits (and a depthwise layer's Reshapes of X into one), so a model
+    of many tiles runs fewer nodes. A depthwise 3x3 conv of 64 channels (tiles of 28, 28
+    and 8) then a dense 3x3 conv of 64 inputs (576 rows: three row tiles)."""
+    import onnxruntime as ort   # heavy, and only for running a model
+
+    rng = np.random.default_rng(9)
+    dw = rng.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    dense = rng.standard_normal((8, 64, 3, 3)).astype(np.float32)
+    original = model(
+        [helper.make_node("Conv", ["x", "dw"], ["h"], group=64, kernel_shape=[3, 3],
+                          pads=[1] * 4),
+         helper.make_node("Conv", ["h", "dense"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)],
+        [("x", [1, 64, 6, 5])], [("y", [1, 8, 6, 5])], [("dw", dw), ("dense", dense)])
+    lowered = lower(original, BIG, bodies=bodies)[0]
+    checked(lowered)
+    vmm = [n for n in lowered.graph if n.op_type == "VMM"]
+    assert len(vmm) == 6 and sum("blocks" in n.overload for n in vmm) == 3
+    x = rng.standard_normal((1, 64, 6, 5)).astype(np.float32)
+    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(serialized(lowered), opts, providers=["CPUExecutionProvider"])
+    ran = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
+    assert ran.count("Slice") == 0 and ran.count("Split") == 2, sorted(ran)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("kernel,stride,pads,dilations", [
+    ([3, 3], [1, 1], [1, 1, 1, 1], [1, 1]),
+    ([3, 3], [2, 2], [0, 1, 1, 0], [1, 1]),
+    ([2, 5], [1, 2], [0, 2, 1, 2], [1, 1]),
+    ([3, 3], [1, 1], [2, 2, 2, 2], [2, 2]),
+    ([5, 5], [2, 2], [0, 0, 0, 0], [1, 1]),     # no padding: no Pad
+])
+def test_im2col_of_a_fixed_batch_gathers_each_element(layout, n, kernel, stride, pads,
+                                                      dilations):
+    """Batch and channels fixed: one GatherElements reads every element of the rows from the
+    padded image by a table onnxruntime folds (no Transpose, no Einsum), the same rows as
+    the reference, bit for bit."""
+    c, h, w = 5, 7, 9
+    x = np.random.default_rng(5).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "dilations": dilations}
+    prim = get_primitive("Im2Col")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    if layout == "nhwc":
+        attrs = dict(attrs, layout="nhwc", image_size=[h, w])
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
+    for derived in ({}, {"_float": True}):      # the same body whatever the element type
+        fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [list(x.shape)])
+        assert fn.overload.endswith(f"_n{n}c{c}_elements")
+        ops = [node.op_type for node in fn.node]
+        assert "GatherElements" in ops and not {"Transpose", "Einsum", "Gather"} & set(ops)
+        assert ("Pad" in ops) == any(pads)
+        got = run_primitive("Im2Col", [x], attrs, derived=derived)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_im2col_past_the_element_limit_keeps_the_einsum(monkeypatch):
+    """The folded table holds one int32 per element of the rows: past ELEMENT_LIMIT the
+    body gathers pixels and moves taps with the Einsum, as for an open batch."""
+    from paddle_npu.npu.ops import im2col
+
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_float": True}
+    prim = get_primitive("Im2Col")
+    shapes = [[1, 4, 6, 6]]                 # 6 * 6 windows x 4 channels x 9 taps
+    assert prim.overload(attrs, shapes).endswith("_n1c4_elements")
+    monkeypatch.setattr(im2col, "ELEMENT_LIMIT", 6 * 6 * 4 * 9 - 1)
+    assert prim.overload(attrs, shapes).endswith("_einsum")
+    x = np.random.default_rng(3).standard_normal(shapes[0]).astype(np.float32)
+    got = run_primitive("Im2Col", [x], attrs, derived={"_float": True})
+    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])
+
+
+@pytest.mark.parametrize("bodies", ["exact", "float32"])
+def test_lowered_convs_of_a_fixed_batch_gather_elements(bodies):
+    """A conv on the NCHW image then a depthwise one on its rows (nhwc), batch 2 fixed."""
+    rng = np.random.default_rng(8)
+    original = model(
+        [helper.make_node("Conv", ["x", "w"], ["h"], kernel_shape=[3, 3], pads=[1] * 4,
+                          strides=[2, 2]),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Conv", ["r", "dw"], ["y"], group=8, kernel_shape=[3, 3],
+                          pads=[1] * 4)],
+        [("x", [2, 3, 12, 10])], [("y", [2, 8, 6, 5])],
+        [("w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+         ("dw", rng.standard_normal((8, 1, 3, 3)).astype(np.float32))])
+    lowered = lower(original, BIG, bodies=bodies)[0]
+    checked(lowered)
+    im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
+    assert [n.overload.split("_")[1] for n in im2col] == ["12x10", "nhwc"]
+    assert all(n.overload.endswith("_elements") for n in im2col)
+    x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
+    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+
+
+def test_im2col_of_a_fixed_batch_gathers_int8_elements():
+    """onnxruntime's GatherElements takes an int8 image (a quantized layer's) as it is."""
+    x = np.random.default_rng(0).integers(-128, 128, (1, 3, 6, 6)).astype(np.int8)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    prim = get_primitive("Im2Col")
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [list(x.shape)])
+    assert fn.overload.endswith("_n1c3_elements")
+    node = helper.make_node("Im2Col", ["x"], ["y"], domain=DOMAIN, **attrs)
+    node.overload = fn.overload
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.INT8, x.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT8, [1, 36, 27])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET),
+                                                helper.make_opsetid(DOMAIN, 1)],
+                          functions=[fn])
+    m.ir_version = 10
+    got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
+    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])
+
+
+def test_im2col_past_the_table_limit_gathers_elements_when_the_batch_is_fixed(monkeypatch):
+    """The elements body's model holds only a row, a column and a channel term: an NCHW
+    image whose pixel table would pass TABLE_LIMIT (the generic body, its table computed at
+    every run) gathers elements when its batch is fixed, the same rows bit for bit."""
+    from paddle_npu.npu.ops import im2col
+
+    monkeypatch.setattr(im2col, "TABLE_LIMIT", 10)
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    prim = get_primitive("Im2Col")
+    x = np.random.default_rng(7).standard_normal((1, 3, 9, 8)).astype(np.float32)
+    assert prim.overload(attrs, [["N", 3, 9, 8]]) == ""
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [list(x.shape)])
+    assert fn.overload.endswith("_n1c3_elements")
+    biggest = max(int(np.prod(node.attribute[0].t.dims)) for node in fn.node
+                  if node.op_type == "Constant")
+    assert biggest == 5 * 3         # the row term (5 windows x 3 taps), not the table (540)
+    got = run_primitive("Im2Col", [x], attrs)
+    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])

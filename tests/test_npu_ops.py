@@ -248,7 +248,8 @@ def test_vmm_default_row_offset_comes_from_the_function():
 @pytest.mark.parametrize("float32", [False, True])
 @pytest.mark.parametrize("off,cols,overload,nodes", [
     (0, 5, "whole", 1),                   # the array reads all of X: a bare MatMul
-    (2, 9, "rows_2_5_rank3", 4),          # a fixed part of it: one Slice of constant bounds
+    (2, 9, "rows_2_5_rank3", 5),          # a fixed part of it: one Slice of constant bounds
+                                          # on its one axis (starts, ends, axes)
     (2, "C", "", 8),                      # X's width open: the bounds computed at every run
 ])
 def test_vmm_body_per_overload(off, cols, overload, nodes, float32):

@@ -4,16 +4,18 @@ For each model (zoo exports, converted by stage 1): arrays used, utilisation and
 invocations under both plans and their ratio, the lowering time of each plan, and the
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
-the ONNX model's, with their ratios (target: <= 1.5x), with the exact function bodies, the
-float32 ones (`lower --float32-bodies`) and the ones `lower --verify` chooses (auto=..., with
-the seconds choosing took), and how far each is from the ONNX model's outputs.
+the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.5x), with the
+exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
+--verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
+ONNX model's outputs.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
-                              [--ort-plans packed] [--iters 20] [--process-runs 3]
+                              [--ort-plans packed] [--iters 20] [--spinning]
+                              [--process-runs 3]
                               [--input-shape x:1,3,224,224] [--quantize int8]
 
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
@@ -62,24 +64,39 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def ort_timing(model, feeds, iters, sessions=3):
-    """(median InferenceSession creation seconds over `sessions`, median latency seconds) of
-    a serialized model."""
-    import onnxruntime as ort
+def ort_timing(models, feeds, iters, sessions=3, spinning=False):
+    """{label: (median InferenceSession creation seconds over `sessions`, median latency
+    seconds)} of serialized models, timed side by side: sessions made in turn, then each
+    warmed up, then one run of each in turn per iteration, so that a ratio between them is
+    not taken minutes apart on a shared machine. Unless `spinning`, the intra-op threads do
+    not spin between runs: a session's spinning threads take the cores from the next one's
+    run (at load 2 on 2 cores ResNet-50's ONNX model measured 17-22 ms with spinning, 6.3-6.6
+    without), while waking them costs a tiny model's every parallel node (MobileNetV1 at
+    64x64: 0.21 ms without spinning, 0.09-0.12 with), so ratios of tiny models read lower."""
+    import onnxruntime as ort   # heavy, and only for timing
 
-    made = []
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    made = {label: [] for label in models}
     for _ in range(sessions):
-        t0 = time.perf_counter()
-        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-        made.append(time.perf_counter() - t0)
-    created = statistics.median(made)
-    session.run(None, feeds)                       # warm-up
-    times = []
+        for label, model in models.items():
+            t0 = time.perf_counter()
+            ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            made[label].append(time.perf_counter() - t0)
+    live = {label: ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            for label, model in models.items()}
+    for session in live.values():
+        session.run(None, feeds)                   # warm-up
+    times = {label: [] for label in models}
     for _ in range(iters):
-        t0 = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - t0)
-    return created, statistics.median(times)
+        for label, session in live.items():
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            times[label].append(time.perf_counter() - t0)
+    return {label: (statistics.median(made[label]), statistics.median(times[label]))
+            for label in models}
 
 
 def _reference_speed(lowered, target, feeds, macs, repeat):
@@ -143,7 +160,7 @@ def _lower_met(entry):
 
 
 def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
-                input_shape=None, quantize=None, process_runs=0):
+                input_shape=None, quantize=None, process_runs=0, spinning=False):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
@@ -164,9 +181,6 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
            "quantize": quantize}
     if process_runs and not (quantize or input_shape):
         row["process"] = lower_process(onnx_bytes, target.name, process_runs)
-    if ort_plans:
-        created, latency = ort_timing(onnx_bytes, feeds, iters)
-        row["onnx"] = {"session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3)}
     for plan in ("packed", "per-channel"):
         t0 = time.perf_counter()
         if quantize:
@@ -203,11 +217,17 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     attach_functions(lowered, float32=bodies == "float32")
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
-                created, latency = ort_timing(serialized, feeds, iters)
+                # the ONNX model timed beside each lowered one, runs in turn
+                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters,
+                                   spinning=spinning)
+                (onnx_created, onnx_latency), (created, latency) = \
+                    timed["onnx"], timed["lowered"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
                     "session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3),
-                    "session_ratio": round(created / row["onnx"]["session_seconds"], 2),
-                    "latency_ratio": round(latency * 1e3 / row["onnx"]["latency_ms"], 2),
+                    "onnx_session_seconds": round(onnx_created, 3),
+                    "onnx_latency_ms": round(onnx_latency * 1e3, 3),
+                    "session_ratio": round(created / onnx_created, 2),
+                    "latency_ratio": round(latency / onnx_latency, 2),
                     "worst_rel_diff": max(agreement(a, b)["rel_diff"] for a, b in zip(got, want))}
         row["plans"][plan] = entry
     pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
@@ -299,12 +319,11 @@ def render(rows):
                 f"{'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
         for r, plan, bodies, e in timed:
-            o = r["onnx"]
             label = f"auto={e['chosen']}" if "chosen" in e else bodies
             choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
-                         f"{o['session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
-                         f"{e['latency_ms']:>10.2f} {o['latency_ms']:>8.2f} "
+                         f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
+                         f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
     measured = [r for r in rows if "process" in r]
     if measured:
@@ -335,6 +354,9 @@ def main(argv=None):
                     help="plans whose lowered model onnxruntime times beside the ONNX model "
                          "(comma-separated; empty: none)")
     ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
+    ap.add_argument("--spinning", action="store_true",
+                    help="let onnxruntime's threads spin between runs, its default (see "
+                         "ort_timing: steadier for tiny models on an idle machine only)")
     ap.add_argument("--process-runs", type=int, default=3,
                     help="`paddle-npu lower` runs (fresh processes) per model, the median is "
                          "kept (0: none)")
@@ -359,7 +381,7 @@ def main(argv=None):
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
                                     args.iters, parse_input_shapes(args.input_shape),
-                                    args.quantize, args.process_runs))
+                                    args.quantize, args.process_runs, args.spinning))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays; {load_note()}")
     print(render_whole(rows) if args.whole else render(rows))

@@ -37,7 +37,11 @@ class VMM(Primitive):
         name = "whole" if offset == 0 and r == total else \
             f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
         blocks = attrs.get("_blocks")
-        return name if blocks is None else name + "_blocks{}x{}x{}".format(*blocks)
+        if blocks is None:
+            return name
+        name += "_blocks{}x{}x{}".format(*blocks)
+        # the aligned block body reshapes all of X: its width is part of the specialisation
+        return name + f"_of{total}" if cls._aligned(attrs, in_shapes) else name
 
     @classmethod
     def input_attrs(cls, inputs):
@@ -51,21 +55,20 @@ class VMM(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        rows = cls._rows(b, attrs, in_shapes)
+        def double(v):
+            return b.op("Cast", v, to=DOUBLE)
         if cls._blocks(attrs, in_shapes):
-            y = cls._block_products(b, attrs, in_shapes, b.op("Cast", rows, to=DOUBLE),
-                                    lambda w: b.op("Cast", w, to=DOUBLE))
+            y = cls._block_products(b, attrs, in_shapes, double)
         else:
-            y = b.op("MatMul", b.op("Cast", rows, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+            y = b.op("MatMul", double(cls._rows(b, attrs, in_shapes)), double("W"))
         b.op("CastLike", y, "X", out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
-        rows = cls._rows(b, attrs, in_shapes)
         if cls._blocks(attrs, in_shapes):
-            cls._block_products(b, attrs, in_shapes, rows, lambda w: w, out="Y")
+            cls._block_products(b, attrs, in_shapes, lambda v: v, out="Y")
         else:
-            b.op("MatMul", rows, "W", out="Y")
+            b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
 
     @classmethod
     def _blocks(cls, attrs, in_shapes):
@@ -73,25 +76,51 @@ class VMM(Primitive):
         return attrs.get("_blocks") if cls._static_span(attrs, in_shapes) else None
 
     @classmethod
-    def _block_products(cls, b, attrs, in_shapes, rows, cast, out=None):
-        """rows [..., n*k] times W's n diagonal blocks [k, m], skipping W's zero blocks:
-        block j of the rows times W's block j, for every j at once. The blocks are gathered
-        from W with constant indices (onnxruntime folds that once, at session creation);
-        `cast` converts them to the sums' type. The exact body adds in float64 what the
-        dense one adds, less exact zeros."""
+    def _block_products(cls, b, attrs, in_shapes, cast, out=None):
+        """The rows the tile reads times W's n diagonal blocks [k, m], skipping W's zero
+        blocks: block j of the rows times W's block j, for every j at once. The blocks are
+        gathered from W by one GatherND of constant indices (onnxruntime folds that once, at
+        session creation); `cast` converts rows and blocks to the sums' type. The exact body adds in
+        float64 what the dense one adds, less exact zeros."""
         n, k, m = attrs["_blocks"]
-        keep = [0] * (len(in_shapes[0]) - 1)          # X's leading axes, as they are
-        cols = in_shapes[1][1]
         j, i, c = np.ogrid[:n, :k, :m]
-        index = (j * k + i) * cols + j * m + c         # W[j*k + i, j*m + c], W flattened
-        flat = b.op("Reshape", "W", b.const([-1]))
+        at = np.stack(np.broadcast_arrays(j * k + i, j * m + c), axis=-1)  # W[j*k + i, j*m + c]
+        keep = [0] * (len(in_shapes[0]) - 1)          # X's leading axes, as they are
         if m == 1:      # depthwise: each output column sums its own k rows
-            w = cast(b.op("Gather", flat, b.const(index[..., 0])))            # [n, k]
-            x = b.op("Reshape", rows, b.const(keep + [n, k]))
+            w = cast(b.op("GatherND", "W", b.const(at[:, :, 0])))             # [n, k]
+            x = cast(cls._block_rows(b, attrs, in_shapes, []))                # [..., n, k]
             return b.op("ReduceSum", b.op("Mul", x, w), b.const([-1]), keepdims=0, out=out)
-        w = cast(b.op("Gather", flat, b.const(index)))                        # [n, k, m]
-        x = b.op("Reshape", rows, b.const(keep + [n, 1, k]))
+        w = cast(b.op("GatherND", "W", b.const(at)))                          # [n, k, m]
+        x = cast(cls._block_rows(b, attrs, in_shapes, [1]))                   # [..., n, 1, k]
         return b.op("Reshape", b.op("MatMul", x, w), b.const(keep + [n * m]), out=out)
+
+    @classmethod
+    def _block_rows(cls, b, attrs, in_shapes, middle):
+        """The columns the tile reads as its n blocks of k: [..., n, *middle, k]. Where the
+        blocks lie on X's grid of k columns (`_aligned`: every tile of a depthwise or grouped
+        layer), all of X is reshaped to [..., X's columns / k, *middle, k] and the tile's
+        blocks sliced from that: the tiles of a layer then make the same Reshape, which
+        onnxruntime merges into one, and their Slices of it into one Split (a Slice and a
+        Reshape per tile fewer)."""
+        n, k, _ = attrs["_blocks"]
+        offset, r, total = cls._static_span(attrs, in_shapes)
+        keep = [0] * (len(in_shapes[0]) - 1)
+        if not cls._aligned(attrs, in_shapes):
+            return b.op("Reshape", cls._rows(b, attrs, in_shapes),
+                        b.const(keep + [n] + middle + [k]))
+        x = b.op("Reshape", "X", b.const(keep + [total // k] + middle + [k]))
+        if r == total:
+            return x
+        return b.op("Slice", x, b.const([offset // k]), b.const([offset // k + n]),
+                    b.const([len(keep)]))
+
+    @classmethod
+    def _aligned(cls, attrs, in_shapes):
+        """Whether a block tile's rows start on X's grid of k columns and X's columns are
+        whole blocks of k (the body then reads X as [..., columns / k, k])."""
+        offset, _, total = cls._static_span(attrs, in_shapes)
+        k = attrs["_blocks"][1]
+        return offset % k == 0 and total % k == 0
 
     @classmethod
     def _static_span(cls, attrs, in_shapes):
@@ -105,15 +134,16 @@ class VMM(Primitive):
     def _rows(cls, b, attrs, in_shapes):
         """X[..., row_offset : row_offset + R] in as few nodes as it takes: every VMM node
         inlines them, and a per-channel plan has thousands (X itself when the array reads
-        all of it; one Slice of constant bounds when the sizes are fixed)."""
+        all of it; one Slice of constant bounds when the sizes are fixed). The Slice names
+        its one axis: onnxruntime then fuses the Slices that a layer's tiles take of the
+        same X into one Split (it fuses no Slice that lists every axis)."""
         span = cls._static_span(attrs, in_shapes)
         if span is not None:
             offset, r, total = span
             if offset == 0 and r == total:
                 return "X"
-            lead = len(in_shapes[0]) - 1        # bounds for every axis: no axes constant
-            return b.op("Slice", "X", b.const([0] * lead + [offset]),
-                        b.const([np.iinfo(np.int64).max] * lead + [offset + r]))
+            return b.op("Slice", "X", b.const([offset]), b.const([offset + r]),
+                        b.const([len(in_shapes[0]) - 1]))
         offset = b.attr("row_offset", "int")                   # a scalar
         start = b.op("Add", offset, b.const([0]))               # [row_offset]
         end = b.op("Add", offset, b.op("Shape", "W", end=1))    # [row_offset + R]
