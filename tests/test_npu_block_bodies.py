@@ -306,23 +306,3 @@ def test_im2col_of_a_fixed_batch_gathers_int8_elements():
     m.ir_version = 10
     got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
     np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])
-
-
-def test_im2col_past_the_table_limit_gathers_elements_when_the_batch_is_fixed(monkeypatch):
-    """The elements body's model holds only a row, a column and a channel term: an NCHW
-    image whose pixel table would pass TABLE_LIMIT (the generic body, its table computed at
-    every run) gathers elements when its batch is fixed, the same rows bit for bit."""
-    from paddle_npu.npu.ops import im2col
-
-    monkeypatch.setattr(im2col, "TABLE_LIMIT", 10)
-    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
-    prim = get_primitive("Im2Col")
-    x = np.random.default_rng(7).standard_normal((1, 3, 9, 8)).astype(np.float32)
-    assert prim.overload(attrs, [["N", 3, 9, 8]]) == ""
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [list(x.shape)])
-    assert fn.overload.endswith("_n1c3_elements")
-    biggest = max(int(np.prod(node.attribute[0].t.dims)) for node in fn.node
-                  if node.op_type == "Constant")
-    assert biggest == 5 * 3         # the row term (5 windows x 3 taps), not the table (540)
-    got = run_primitive("Im2Col", [x], attrs)
-    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])

@@ -63,13 +63,6 @@ def out_size(size, k, s, d, p0, p1):
 TABLE_LIMIT = 1 << 18
 
 
-# A fixed-size body whose batch and channels are fixed too gathers each output element by its
-# own index (`_gather_elements`): onnxruntime folds that table at session creation, one int32
-# per output element, so it is held only up to this many (16 MiB; a 3x3 conv of 64 channels
-# with 56x56 outputs, ResNet-50's at 224x224, needs 1.8 M).
-ELEMENT_LIMIT = 1 << 22
-
-
 def table_entries(a, h, w):
     (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
     (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
@@ -115,16 +108,12 @@ class Im2Col(Primitive):
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
-        if not (isinstance(h, int) and isinstance(w, int)):
-            return ""
-        fixed = f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
-                                                      a["pads"], a["dilations"])
-        n, c = _batch_channels(in_shapes, a)
-        if n is not None and n * c * table_entries(a, h, w) <= ELEMENT_LIMIT:
-            return fixed + f"_n{n}c{c}_elements"
         # an nhwc image always has a fixed size, and its table is held however big
-        if nhwc or table_entries(a, h, w) <= TABLE_LIMIT:
-            return fixed + ("_einsum" if attrs.get("_float") else "")
+        if isinstance(h, int) and isinstance(w, int) and (
+                nhwc or table_entries(a, h, w) <= TABLE_LIMIT):
+            einsum = "_einsum" if attrs.get("_float") else ""
+            return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
+                                                         a["pads"], a["dilations"]) + einsum
         return ""
 
     @classmethod
@@ -150,8 +139,6 @@ class Im2Col(Primitive):
         overload = cls.overload(attrs, in_shapes)
         if overload.startswith("pointwise"):
             cls._pointwise_body(b, attrs)
-        elif overload.endswith("_elements"):
-            cls._gather_elements(b, attrs, in_shapes)
         elif overload.startswith("fixed_nhwc"):
             cls._nhwc_body(b, attrs)
         elif overload:
@@ -221,45 +208,6 @@ class Im2Col(Primitive):
         b.op("Reshape", t, b.const([0, index.shape[0], -1]), out="Y")
 
     @classmethod
-    def _gather_elements(cls, b, attrs, in_shapes):
-        """Batch, channels, height and width fixed: the rows in one GatherElements from the
-        padded image flattened per batch entry, each element by its own index, so no
-        Transpose of the KH*KW times larger rows follows (the Gather + Einsum pair moves
-        them twice; this took about a third less time in MobileNetV3 at 224x224). Element
-        (oh, ow, c, kh, kw) of an image's rows reads row oh*sh + kh*dh, column ow*sw + kw*dw,
-        channel c of the padded image: the table is the sum of a row, a column and a
-        channel term, three small constants that onnxruntime adds once, at session creation
-        (ELEMENT_LIMIT bounds what it then holds); the model file holds only the terms."""
-        h, w = _height_width(in_shapes, attrs)
-        n, c = _batch_channels(in_shapes, attrs)
-        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
-        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
-        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
-        wp = w + pl + pr
-        if is_nhwc(attrs):          # [N, Hp, Wp, C]
-            x = b.op("Reshape", "X", b.const([n, h, w, c]))
-            pads = [0, pt, pl, 0, 0, pb, pr, 0]
-            row_step, col_step, channel_step = wp * c, c, 1
-        else:                       # [N, C, Hp, Wp]
-            x = "X"
-            pads = [0, 0, pt, pl, 0, 0, pb, pr]
-            row_step, col_step, channel_step = wp, 1, (h + pt + pb) * wp
-        if any(pads):
-            x = b.op("Pad", x, b.const(pads))
-        rows = (np.arange(oh) * sh)[:, None, None, None, None] + \
-            (np.arange(kh) * dh)[None, None, None, :, None]          # [OH, 1, 1, KH, 1]
-        cols = (np.arange(ow) * sw)[None, :, None, None, None] + \
-            (np.arange(kw) * dw)[None, None, None, None, :]          # [1, OW, 1, 1, KW]
-        channels = np.arange(c)[None, None, :, None, None]             # [1, 1, C, 1, 1]
-        table = b.op("Add", b.op("Add", _int32(b, rows * row_step), _int32(b, cols * col_step)),
-                     _int32(b, channels * channel_step))             # [OH, OW, C, KH, KW]
-        table = b.op("Reshape", table, b.const([1, -1]))
-        if n > 1:
-            table = b.op("Expand", table, b.const([n, 1]))
-        g = b.op("GatherElements", b.op("Reshape", x, b.const([n, -1])), table, axis=1)
-        b.op("Reshape", g, b.const([n, oh * ow, -1]), out="Y")
-
-    @classmethod
     def _generic_body(cls, b):
         """The receptive fields as one index table into the padded image (a few small ops on
         the attributes and the image's height and width), gathered channels-last: whole
@@ -320,20 +268,6 @@ class Im2Col(Primitive):
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
-
-
-def _batch_channels(in_shapes, a):
-    """(N, C) of the image when both are fixed, else (None, None)."""
-    shape = in_shapes[0] if in_shapes else None
-    if not shape:
-        return None, None
-    n, c = shape[0], shape[2] if is_nhwc(a) else shape[1]
-    return (n, c) if isinstance(n, int) and isinstance(c, int) else (None, None)
-
-
-def _int32(b, values):
-    """An int32 constant in a function body (half the bytes of Body.const's int64)."""
-    return b.op("Constant", value=numpy_helper.from_array(np.asarray(values, dtype=np.int32)))
 
 
 def nhwc_table(a, h, w):
