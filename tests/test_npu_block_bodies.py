@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from npu_helpers import assert_close, checked, model, serialized, three_way
-from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.vmm import diagonal_blocks
@@ -118,9 +118,8 @@ def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
                                                 ([3, 3], [2, 2], [0, 1, 1, 0]),
                                                 ([2, 5], [1, 2], [0, 2, 1, 2])])
 def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel, stride, pads):
-    """A float image's fixed-size Im2Col body, its batch left open, moves taps behind
-    channels with an Einsum (an int8 one keeps the Transpose; a fixed batch gathers the
-    elements instead): the same rows as the reference, bit for bit."""
+    """A float image's fixed-size Im2Col body moves taps behind channels with an Einsum (an
+    int8 one keeps the Transpose): the same rows as the reference, bit for bit."""
     n, c, h, w = 2, 5, 7, 9
     x = np.random.default_rng(4).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads}
@@ -129,7 +128,7 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
     if layout == "nhwc":
         attrs = dict(attrs, layout="nhwc", image_size=[h, w])
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
-    shapes = [["N"] + list(x.shape[1:])]
+    shapes = [list(x.shape)]
     fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
     assert fn.overload.endswith("_einsum")
     assert {"Einsum"} <= {node.op_type for node in fn.node}
@@ -142,10 +141,9 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
 
 
 def test_lowered_float_convs_call_the_einsum_im2col():
-    """(the batch left open: a fixed one gathers the elements)"""
     rng = np.random.default_rng(6)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
-    original = model([conv], [("x", ["N", 4, 6, 6])], [("y", ["N", 8, 6, 6])],
+    original = model([conv], [("x", [1, 4, 6, 6])], [("y", [1, 8, 6, 6])],
                      [("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))])
     lowered = lower(original, BIG)[0]
     checked(lowered)
@@ -214,95 +212,3 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     ort.InferenceSession(serialized(lowered), opts, providers=["CPUExecutionProvider"])
     ran = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
     assert ran.count("Slice") == 0 and ran.count("Split") == 2, sorted(ran)
-
-
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize("n", [1, 2])
-@pytest.mark.parametrize("kernel,stride,pads,dilations", [
-    ([3, 3], [1, 1], [1, 1, 1, 1], [1, 1]),
-    ([3, 3], [2, 2], [0, 1, 1, 0], [1, 1]),
-    ([2, 5], [1, 2], [0, 2, 1, 2], [1, 1]),
-    ([3, 3], [1, 1], [2, 2, 2, 2], [2, 2]),
-    ([5, 5], [2, 2], [0, 0, 0, 0], [1, 1]),     # no padding: no Pad
-])
-def test_im2col_of_a_fixed_batch_gathers_each_element(layout, n, kernel, stride, pads,
-                                                      dilations):
-    """Batch and channels fixed: one GatherElements reads every element of the rows from the
-    padded image by a table onnxruntime folds (no Transpose, no Einsum), the same rows as
-    the reference, bit for bit."""
-    c, h, w = 5, 7, 9
-    x = np.random.default_rng(5).standard_normal((n, c, h, w)).astype(np.float32)
-    attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "dilations": dilations}
-    prim = get_primitive("Im2Col")
-    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
-    if layout == "nhwc":
-        attrs = dict(attrs, layout="nhwc", image_size=[h, w])
-        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
-    for derived in ({}, {"_float": True}):      # the same body whatever the element type
-        fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [list(x.shape)])
-        assert fn.overload.endswith(f"_n{n}c{c}_elements")
-        ops = [node.op_type for node in fn.node]
-        assert "GatherElements" in ops and not {"Transpose", "Einsum", "Gather"} & set(ops)
-        assert ("Pad" in ops) == any(pads)
-        got = run_primitive("Im2Col", [x], attrs, derived=derived)
-        np.testing.assert_array_equal(got, want)
-
-
-def test_im2col_past_the_element_limit_keeps_the_einsum(monkeypatch):
-    """The folded table holds one int32 per element of the rows: past ELEMENT_LIMIT the
-    body gathers pixels and moves taps with the Einsum, as for an open batch."""
-    from paddle_npu.npu.ops import im2col
-
-    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "_float": True}
-    prim = get_primitive("Im2Col")
-    shapes = [[1, 4, 6, 6]]                 # 6 * 6 windows x 4 channels x 9 taps
-    assert prim.overload(attrs, shapes).endswith("_n1c4_elements")
-    monkeypatch.setattr(im2col, "ELEMENT_LIMIT", 6 * 6 * 4 * 9 - 1)
-    assert prim.overload(attrs, shapes).endswith("_einsum")
-    x = np.random.default_rng(3).standard_normal(shapes[0]).astype(np.float32)
-    got = run_primitive("Im2Col", [x], attrs, derived={"_float": True})
-    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])
-
-
-@pytest.mark.parametrize("bodies", ["exact", "float32"])
-def test_lowered_convs_of_a_fixed_batch_gather_elements(bodies):
-    """A conv on the NCHW image then a depthwise one on its rows (nhwc), batch 2 fixed."""
-    rng = np.random.default_rng(8)
-    original = model(
-        [helper.make_node("Conv", ["x", "w"], ["h"], kernel_shape=[3, 3], pads=[1] * 4,
-                          strides=[2, 2]),
-         helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("Conv", ["r", "dw"], ["y"], group=8, kernel_shape=[3, 3],
-                          pads=[1] * 4)],
-        [("x", [2, 3, 12, 10])], [("y", [2, 8, 6, 5])],
-        [("w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
-         ("dw", rng.standard_normal((8, 1, 3, 3)).astype(np.float32))])
-    lowered = lower(original, BIG, bodies=bodies)[0]
-    checked(lowered)
-    im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
-    assert [n.overload.split("_")[1] for n in im2col] == ["12x10", "nhwc"]
-    assert all(n.overload.endswith("_elements") for n in im2col)
-    x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
-    assert_close(got[0], want[0], "onnxruntime on the lowered model")
-    assert_close(ref_out[0], want[0], "NumPy reference")
-
-
-def test_im2col_of_a_fixed_batch_gathers_int8_elements():
-    """onnxruntime's GatherElements takes an int8 image (a quantized layer's) as it is."""
-    x = np.random.default_rng(0).integers(-128, 128, (1, 3, 6, 6)).astype(np.int8)
-    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
-    prim = get_primitive("Im2Col")
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [list(x.shape)])
-    assert fn.overload.endswith("_n1c3_elements")
-    node = helper.make_node("Im2Col", ["x"], ["y"], domain=DOMAIN, **attrs)
-    node.overload = fn.overload
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.INT8, x.shape)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.INT8, [1, 36, 27])])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET),
-                                                helper.make_opsetid(DOMAIN, 1)],
-                          functions=[fn])
-    m.ir_version = 10
-    got = run_onnx(m.SerializeToString(), {"x": x})[1][0]
-    np.testing.assert_array_equal(got, prim.reference(ArrayModel(8, 8), [x], attrs)[0])
