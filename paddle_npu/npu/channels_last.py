@@ -26,7 +26,6 @@ import onnx_ir as ir
 
 from . import graph as g
 from .ops import DOMAIN, get_primitive
-from .ops.im2col import TABLE_LIMIT, table_entries
 from .passes import Pass
 
 # Plain ONNX ops computing element by element, with broadcasting: the same layout change of
@@ -204,7 +203,7 @@ def _plan(graph, pinned):
 def _choose(node, sizes, pinned):
     """(the rewrite of a node reading rows, None), or (None, why it keeps NCHW)."""
     if node.domain == DOMAIN and node.op_type == "Im2Col":
-        return _check_im2col(node, sizes)
+        return _check_im2col(node)
     if _is_to_rows(node):           # ConvTranspose's input: the rows themselves
         return ChannelsLast._drop, None
     rewrite, why = _choose_rows_maker(node, sizes)
@@ -258,15 +257,11 @@ def _rows_axes(node):
     return [1] if axes == (2, 3) and a["keepdims"] else None
 
 
-def _check_im2col(node, sizes):
+def _check_im2col(node):
     a = _attrs(node)
-    h, w = sizes[node.inputs[0]]
     pointwise = list(a["kernel_shape"]) == [1, 1] and not any(a["pads"])
     if pointwise and list(a["strides"]) == [1, 1]:      # the rows are its rows
         return ChannelsLast._drop, None
-    if not pointwise and table_entries(a, h, w) > TABLE_LIMIT:
-        return None, (f"its index table ({table_entries(a, h, w)} entries) would be over "
-                      f"{TABLE_LIMIT}: it gathers from NCHW at run time")
     return ChannelsLast._im2col, None
 
 

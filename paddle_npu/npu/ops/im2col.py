@@ -57,16 +57,31 @@ def out_size(size, k, s, d, p0, p1):
     return (size + p0 + p1 - (d * (k - 1) + 1)) // s + 1
 
 
-# The fixed-size body holds its index table in the model: past this many entries (1 MiB of
-# int32; a 3x3 kernel on a 640x640 image needs 3.7 M) the generic body computes it per run
-# instead of making the file that much larger.
+# The fixed-size bodies hold their index table in the model. Past this many entries (1 MiB of
+# int32; a 3x3 kernel on a 640x640 image needs 3.7 M) they hold its row and column terms
+# instead, which onnxruntime adds up once, at session creation: the file stays small, and no
+# run computes the table (the generic body does, with a Transpose of the whole image).
 TABLE_LIMIT = 1 << 18
 
 
-def table_entries(a, h, w):
-    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
-    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
-    return out_size(h, kh, sh, dh, pt, pb) * out_size(w, kw, sw, dw, pl, pr) * kh * kw
+def index_table(b, rows, cols, shape, inside=None, outside=0):
+    """The Constant (or constant expression) of an int32 index table rows + cols (arrays that
+    broadcast), reshaped to `shape`; with `inside` (a pair of boolean arrays shaped as rows
+    and cols), `outside` where either is False. The table itself up to TABLE_LIMIT entries,
+    else the terms and the ops that make it from them, for onnxruntime to fold."""
+    def const(a):
+        return b.op("Constant", value=numpy_helper.from_array(np.asarray(a, np.int32)))
+
+    if np.prod(np.broadcast_shapes(rows.shape, cols.shape)) <= TABLE_LIMIT:
+        table = rows + cols
+        if inside is not None:
+            table = np.where(inside[0] & inside[1], table, outside)
+        return const(table.reshape(shape))
+    table = b.op("Add", const(rows), const(cols))
+    if inside is not None:
+        mask = b.op("And", *(b.op("Constant", value=numpy_helper.from_array(m)) for m in inside))
+        table = b.op("Where", mask, table, const(outside))
+    return b.op("Reshape", table, b.const(list(shape)))
 
 
 @primitive
@@ -108,9 +123,7 @@ class Im2Col(Primitive):
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
-        # an nhwc image always has a fixed size, and its table is held however big
-        if isinstance(h, int) and isinstance(w, int) and (
-                nhwc or table_entries(a, h, w) <= TABLE_LIMIT):
+        if isinstance(h, int) and isinstance(w, int):       # (an nhwc image always is)
             einsum = "_einsum" if attrs.get("_float") else ""
             return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
                                                          a["pads"], a["dilations"]) + einsum
@@ -175,14 +188,10 @@ class Im2Col(Primitive):
         (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
         oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
         wp = w + pl + pr
-        rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
-        cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
-        index = (rows * wp + cols).reshape(-1)                 # [OH*OW*KH*KW] into Hp*Wp
+        rows, cols = window_coords(attrs, oh, ow)
+        table = index_table(b, rows * wp, cols, [-1])          # [OH*OW*KH*KW] into Hp*Wp
         x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
-        small = index.max(initial=0) <= np.iinfo(np.int32).max     # half the bytes
-        table = b.op("Constant", value=numpy_helper.from_array(
-            index.astype(np.int32 if small else np.int64)))
         g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), table, axis=1)
         g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, -1]))
         t = cls._channels_first(b, attrs, g)                     # [N, OH*OW, C, KH*KW]
@@ -194,18 +203,22 @@ class Im2Col(Primitive):
         [OH*OW, KH*KW] made here; a tap in the padding reads one zero pixel put after the
         last (no padded copy of the image)."""
         h, w = attrs["image_size"]
-        index = nhwc_table(attrs, h, w)
-        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if (index == h * w).any() \
+        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
+        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
+        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        rows, cols = window_coords(attrs, oh, ow, padded=False)
+        inside = (rows >= 0) & (rows < h), (cols >= 0) & (cols < w)
+        padding = not (inside[0].all() and inside[1].all())
+        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if padding \
             else "X"                                              # [N, H*W (+1), C]
-        if index.shape[1] == 1:
-            index = index[:, 0]
-        g = b.op("Gather", pixels, b.op("Constant", value=numpy_helper.from_array(
-            index.astype(np.int32))), axis=1)                   # [N, OH*OW, (KH*KW,) C]
-        if index.ndim == 1:
+        taps = [oh * ow, kh * kw] if kh * kw > 1 else [oh * ow]
+        table = index_table(b, rows * w, cols, taps, inside if padding else None, h * w)
+        g = b.op("Gather", pixels, table, axis=1)               # [N, OH*OW, (KH*KW,) C]
+        if kh * kw == 1:
             b.op("Identity", g, out="Y")
             return
         t = cls._channels_first(b, attrs, g)                     # [N, OH*OW, C, KH*KW]
-        b.op("Reshape", t, b.const([0, index.shape[0], -1]), out="Y")
+        b.op("Reshape", t, b.const([0, oh * ow, -1]), out="Y")
 
     @classmethod
     def _generic_body(cls, b):
@@ -270,16 +283,16 @@ class Im2Col(Primitive):
         return [out.reshape(n, oh * ow, c * kh * kw)]
 
 
-def nhwc_table(a, h, w):
-    """[OH*OW, KH*KW]: the pixel (row * W + col) of an H x W image each tap of each window
-    reads, H*W where it falls in the padding."""
+def window_coords(a, oh, ow, padded=True):
+    """(rows [OH, 1, KH, 1], cols [1, OW, 1, KW]): the row and the column each tap of each
+    window reads, in the padded image (or, padded=False, in the image: negative or past its
+    edge in the padding)."""
     (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
-    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
-    oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+    (dh, dw), (pt, pl, _, _) = a["dilations"], a["pads"]
+    pt, pl = (0, 0) if padded else (pt, pl)
     rows = (np.arange(oh) * sh - pt)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
     cols = (np.arange(ow) * sw - pl)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
-    inside = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
-    return np.where(inside, rows * w + cols, h * w).reshape(oh * ow, kh * kw)
+    return rows, cols
 
 
 def kernel_taps(kernel, strides, dilations, out):
