@@ -223,28 +223,40 @@ def _prepare(array, plan, x, bias, weights):
 
 @dataclass
 class _Stack:
-    """Row groups of one shape: T matrices [R, M] multiplied in one stacked product (BLAS
-    runs each as its own [V, R] x [R, M] product, as for a lone group)."""
+    """Row groups of one shape: T matrices [R, M], each multiplied by its rows of x in a BLAS
+    product [V, R] x [R, M] of the products' type, as for a lone group.
+
+    The matrices are held in the weights' own type (float32: half the bytes of float64), each
+    stored column by column, and copied into one float64 matrix just before its product. On
+    small V the product is bound by reading the weights (ResNet-50 at 64x64: V = 4 and 16), and
+    OpenBLAS copies (packs) a matrix it reads column by column faster than row by row. Neither
+    changes the product's bits: the same float64 values go through the same kernel."""
     row_offsets: list            # each group's first row
     rows: int                    # R
-    matrices: np.ndarray         # [T, R, M]
+    held: np.ndarray             # [T, M, R]: each group's matrix, transposed
+    dtype: type                  # the products' type
     cols: list                   # per group: [(tile, first column, end column)]
     dest: np.ndarray = None      # output column of each of the T * M product columns
+    scratch: np.ndarray = None   # [M, R] of dtype: the matrix being multiplied
 
     def product(self, x):
         """[T, V, M]: each group's rows of x times its matrix."""
-        t, r = len(self.row_offsets), self.rows
-        first = self.row_offsets[0]
-        if self.row_offsets == list(range(first, first + t * r, r)):     # side by side
-            xs = x[:, first:first + t * r].reshape(x.shape[0], t, r)
-        else:
-            xs = np.stack([x[:, off:off + r] for off in self.row_offsets], axis=1)
-        return np.matmul(xs.transpose(1, 0, 2), self.matrices)
+        out = np.empty((len(self.row_offsets), x.shape[0], self.held.shape[1]),
+                       dtype=self.dtype)
+        for g, off in enumerate(self.row_offsets):
+            matrix = self.held[g]
+            if matrix.dtype != self.dtype:
+                if self.scratch is None:
+                    self.scratch = np.empty(matrix.shape, dtype=self.dtype)
+                np.copyto(self.scratch, matrix)
+                matrix = self.scratch
+            np.matmul(x[:, off:off + self.rows], matrix.T, out=out[g])
+        return out
 
 
 def _stacks(plan, weights, dtype):
-    """Tiles reading the same rows side by side in one matrix of `dtype`, and such row
-    groups of equal shape stacked (in the order they first appear). When every output
+    """Tiles reading the same rows side by side in one matrix, and such row groups of equal
+    shape stacked (in the order they first appear), multiplied in `dtype`. When every output
     column receives one partial (a depthwise layer's tiles, or a single row tile), `dest`
     places them all at once."""
     members = {}
@@ -256,15 +268,16 @@ def _stacks(plan, weights, dtype):
         for t in tiles:
             cols.append((t, start, start + weights[t].shape[1]))
             start += weights[t].shape[1]
-        matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(dtype)
+        # transposed: [M, R], each tile's columns one after another
+        matrix = np.concatenate([weights[t].T for t in tiles], axis=0)
         stacks.setdefault(matrix.shape, []).append((off, matrix, cols))
     cover = np.zeros(plan.width, dtype=np.int64)
     for o, w in zip(plan.offsets, weights):
         cover[o:o + w.shape[1]] += 1
     out = []
-    for (r, _), groups in stacks.items():
-        stack = _Stack([g[0] for g in groups], r, np.stack([g[1] for g in groups]),
-                            [g[2] for g in groups])
+    for (_, r), groups in stacks.items():
+        held = np.ascontiguousarray(np.stack([g[1] for g in groups]))
+        stack = _Stack([g[0] for g in groups], r, held, dtype, [g[2] for g in groups])
         if cover.max(initial=0) <= 1:
             stack.dest = np.concatenate([np.arange(plan.offsets[t], plan.offsets[t] + b - a)
                                          for cols in stack.cols for t, a, b in cols])
