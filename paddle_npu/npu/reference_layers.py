@@ -390,10 +390,35 @@ def _integer_products(plan, x, bias, weights):
     cuts.append((start, hi - lo))
     exact32 = all(x_max * int(magnitude[a:b].sum(axis=0).max(initial=0)) < FLOAT32_EXACT
                   for a, b in cuts)
-    dtype = np.float32 if exact32 else np.float64
-    if not exact32:
-        cuts = [(0, hi - lo)]
-    return acc, dtype, [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
+    if exact32:
+        return acc, np.float32, [(lo + a, lo + b, full[a:b].astype(np.float32))
+                                 for a, b in cuts]
+    # float64 products (int16): the weights held as integers, transposed, a quarter of the
+    # bytes; _wide_product widens them piece by piece
+    largest = int(np.abs(full).max(initial=0))
+    narrow = next(t for t in (np.int8, np.int16, np.int32, np.int64)
+                  if largest <= np.iinfo(t).max)
+    return acc, np.float64, [(lo, hi, np.ascontiguousarray(full.T, dtype=narrow))]
+
+
+WIDE_PIECE_ROWS = 256     # a piece widened to float64 in one go: [width, 256] (256 KiB / 512 columns)
+
+
+def _wide_product(x, held):
+    """x [V, R] times the integer weights held transposed [M, R], in float64: each piece of
+    rows widened into a scratch matrix read column by column (the layout OpenBLAS copies
+    fastest), the products summed; all exact, as every partial sum is below 2^53."""
+    y = None
+    scratch = np.empty((held.shape[0], min(WIDE_PIECE_ROWS, held.shape[1])))
+    for a, r in chunks(held.shape[1], WIDE_PIECE_ROWS):
+        matrix = scratch[:, :r]
+        np.copyto(matrix, held[:, a:a + r])
+        part = x[:, a:a + r] @ matrix.T
+        if y is None:
+            y = part
+        else:
+            y += part
+    return y
 
 
 def _integer_sum(prepared, offsets, rows, bias, width):
@@ -402,7 +427,9 @@ def _integer_sum(prepared, offsets, rows, bias, width):
     acc = prepared.acc
     y = None
     for a, b, matrix in prepared.products or ():
-        product = (rows[:, a:b] @ matrix).astype(acc)        # integers: the cast is exact
+        product = rows[:, a:b] @ matrix if matrix.dtype.kind == "f" else \
+            _wide_product(rows[:, a:b], matrix)
+        product = product.astype(acc)                        # integers: the cast is exact
         if y is None:
             y = product
         else:
