@@ -5,21 +5,23 @@ The lowering writes a layer as one VMM node per array tile, all reading the same
 AddInTile. Run node by node, that is hundreds of small BLAS products and as many hand-overs;
 here each layer becomes one node of the reference (never of the lowered model) that
 
-- float (VMM): puts the tiles reading the same rows side by side in one float64 matrix, and
-  stacks such row groups of one shape, so a layer is one or a few BLAS calls. Each output is
-  still the sum of the same R products in the same order: BLAS sums an output over its R rows
-  in one sequence whatever the number of columns or of stacked products (one row is the
-  exception: a matrix-vector product, run tile by tile). Each tile's result is rounded to
-  float32 as VMM rounds it and the partials are added in AddInTile's order in float64; where
-  every output column gets one partial, 0 + p + bias rounds to the float32 sum p + bias
-  (double rounding is innocuous for + from binary64 to binary32), so that runs in float32.
-  `tests/test_reference_layers.py` holds this to the node-by-node path bit for bit.
+- float (VMM): puts the tiles reading the same rows side by side in one matrix, so a layer
+  is one BLAS call per row group (the matrices held in the weights' type, float32, and
+  widened to float64 just before their product). Each output is still the sum of the same R products in the same
+  order: BLAS sums an output over its R rows in one sequence whatever the number of columns
+  (one row is the exception: a matrix-vector product, run tile by tile). Each tile's result
+  is rounded to float32 as VMM rounds it and the partials are added in AddInTile's order in
+  float64 (per column; _additions); where every output column gets one partial, 0 + p + bias
+  rounds to the float32 sum p + bias (double rounding is innocuous for + from binary64 to
+  binary32), so that runs in float32. `tests/test_reference_layers.py` holds this to the
+  node-by-node path bit for bit.
 - integer (QVMM): multiplies the whole layer in as few products as exactness allows. Every
   partial sum of int8 / int16 products is an integer bounded by max|x| * sum over the rows of
   |w[r, m]| (any order, any grouping), so a product whose bound is below 2^24 is exact in
   float32 and below 2^53 in float64; its sum is then the same integer the tiles and
   AddInTile's exact sum give, and it is added in the accumulator's type when the bound with
-  the bias fits it. Layers whose bounds do not allow it (or whose tiles could overflow their
+  the bias fits it (float64 products, int16's, widen integer weights a piece at a time:
+  _wide_product). Layers whose bounds do not allow it (or whose tiles could overflow their
   accumulators, which the tile path reports) run tile by tile.
 
 The counters (arrays, VMM invocations, MACs, AddInTile additions) are the tiles' own.
