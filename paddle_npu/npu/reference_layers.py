@@ -7,14 +7,14 @@ here each layer becomes one node of the reference (never of the lowered model) t
 
 - float (VMM): puts the tiles reading the same rows side by side in one matrix, so a layer
   is one BLAS call per row group (the matrices held in the weights' type, float32, and
-  widened to float64 just before their product). Each output is still the sum of the same R products in the same
-  order: BLAS sums an output over its R rows in one sequence whatever the number of columns
-  (one row is the exception: a matrix-vector product, run tile by tile). Each tile's result
-  is rounded to float32 as VMM rounds it and the partials are added in AddInTile's order in
-  float64 (per column; _additions); where every output column gets one partial, 0 + p + bias
-  rounds to the float32 sum p + bias (double rounding is innocuous for + from binary64 to
-  binary32), so that runs in float32. `tests/test_reference_layers.py` holds this to the
-  node-by-node path bit for bit.
+  widened to float64 just before their product). Each output is still the sum of the same
+  R products in the same order: BLAS sums an output over its R rows in one sequence
+  whatever the number of columns (one row is the exception: a matrix-vector product, run
+  tile by tile). Each tile's result is rounded to float32 as VMM rounds it and the partials
+  are added in AddInTile's order in float64 (per column; _additions); where every output
+  column gets one partial, 0 + p + bias rounds to the float32 sum p + bias (double rounding
+  is innocuous for + from binary64 to binary32), so that runs in float32.
+  `tests/test_reference_layers.py` holds this to the node-by-node path bit for bit.
 - integer (QVMM): multiplies the whole layer in as few products as exactness allows. Every
   partial sum of int8 / int16 products is an integer bounded by max|x| * sum over the rows of
   |w[r, m]| (any order, any grouping), so a product whose bound is below 2^24 is exact in
@@ -403,7 +403,7 @@ def _integer_products(plan, x, bias, weights):
     return acc, np.float64, [(lo, hi, np.ascontiguousarray(full.T, dtype=narrow))]
 
 
-WIDE_PIECE_ROWS = 256     # a piece widened to float64 in one go: [width, 256] (256 KiB / 512 columns)
+WIDE_PIECE_ROWS = 256     # rows widened to float64 at a time: [width, 256], 2 KiB a column
 
 
 def _wide_product(x, held):
