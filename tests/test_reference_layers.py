@@ -261,3 +261,32 @@ def test_per_channel_plan_equals_tile_by_tile(zoo_onnx, quantized):
     else:
         lowered, _ = lower(onnx_bytes, "npu256", "per-channel", input_shape=shapes)
     assert _assert_same_as_tile_by_tile(serialized(lowered), feeds) > 10
+
+
+def test_a_batch_runs_at_once_when_the_batch_is_left_open():
+    """One run of 3 images gives each image's outputs (to float rounding: BLAS may group an
+    output's sum differently for 3 rows than for 1) and counts 3 images' work."""
+    rng = np.random.default_rng(5)
+    onnx_bytes = serialized(_conv_model(rng, 64, 300, 3, 6))
+    lowered, _ = lower(onnx_bytes, "npu256", input_shape={"x": [-1, 64, 6, 6]})
+    ref = Reference(serialized(lowered), "npu256")
+    assert ref.input_sizes == {"x": [None, 64, 6, 6]}
+    x = rng.standard_normal((3, 64, 6, 6)).astype(np.float32)
+    (batch,) = ref.run({"x": x})
+    macs = ref.array.macs
+    for i in range(3):
+        (one,) = ref.run({"x": x[i:i + 1]})
+        np.testing.assert_allclose(batch[i:i + 1], one, rtol=1e-6, atol=1e-6)
+    assert macs == 3 * ref.array.macs > 0
+
+
+def test_a_batch_the_model_was_not_made_for_is_refused_by_name():
+    rng = np.random.default_rng(6)
+    onnx_bytes = serialized(_conv_model(rng, 8, 16, 3, 5))
+    lowered, _ = lower(onnx_bytes, "npu256", input_shape={"x": [1, 8, 5, 5]})
+    ref = Reference(serialized(lowered), "npu256")
+    with pytest.raises(ValueError, match=r"input 'x' is 4x8x5x5, but the lowered model was "
+                                         r"made for 1x8x5x5; .*--input-shape x:-1,8,5,5"):
+        ref.run({"x": np.zeros((4, 8, 5, 5), np.float32)})
+    with pytest.raises(ValueError, match=r"input 'x' is 1x8x6x6, but .* made for 1x8x5x5$"):
+        ref.run({"x": np.zeros((1, 8, 6, 6), np.float32)})
