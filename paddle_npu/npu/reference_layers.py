@@ -353,9 +353,10 @@ def _float_sum(prepared, rows, bias, dtype, width):
 def _integer_products(plan, x, bias, weights):
     """(accumulator type, product type, products): the layer's integer weights placed in one
     [rows, width] matrix cut into row ranges whose products are exact in float32 (else one
-    float64 product, the matrix held as integers [width, rows]), or None as products when that matrix would be mostly zeros (the tiles are
-    grouped as for float layers, each group exact in its type). None when a tile could
-    overflow its accumulator or a sum could pass 2^53: the tile path is then the judge."""
+    float64 product, the matrix held as integers [width, rows]), or None as products when
+    that matrix would be mostly zeros (the tiles are grouped as for float layers, each group
+    exact in its type). None when a tile could overflow its accumulator or a sum could pass
+    2^53: the tile path is then the judge."""
     if x.dtype.kind not in "iu" or any(w.dtype.kind not in "iu" for w in weights):
         return None
     x_max = max(abs(int(np.iinfo(x.dtype).min)), int(np.iinfo(x.dtype).max))
