@@ -3,9 +3,9 @@ model run node by node (every VMM tile, then AddInTile): equal bit for bit, coun
 import numpy as np
 import pytest
 from npu_helpers import model, serialized
-from onnx import helper
+from onnx import helper, numpy_helper
 
-from paddle_npu.npu import Reference, get_primitive, lower
+from paddle_npu.npu import DOMAIN, VERSION, Reference, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.ops.quant import requantize_array
 from paddle_npu.npu.quant.calibrate import calibrate
@@ -88,11 +88,14 @@ def test_integer_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, bi
                                     input_shape={"x": [2, c, size, size]})
     x = rng.standard_normal((2, c, size, size)).astype(np.float32)
     assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+    ref = Reference(serialized(lowered), "npu256")
+    ref.run({"x": x})
+    ((_, prepared),) = next(iter(ref.layers.values())).prepared.values()
     if group > 1:     # block-diagonal tiles: multiplied group by group, not as one matrix
-        ref = Reference(serialized(lowered), "npu256")
-        ref.run({"x": x})
-        ((_, prepared),) = next(iter(ref.layers.values())).prepared.values()
         assert prepared.stacks and prepared.products is None
+    elif bits == 16:  # int16 sums pass 2^24: float64 products of weights held as integers
+        assert prepared.dtype == np.float64
+        assert all(m.dtype.kind == "i" for _, _, m in prepared.products)
 
 
 def test_integer_layer_past_the_float32_bound_is_cut_into_exact_products():
@@ -126,6 +129,55 @@ def test_zoo_models_equal_tile_by_tile(zoo_onnx, name, quantized):
     else:
         lowered, _ = lower(onnx_bytes, "npu256", input_shape=shapes)
     assert _assert_same_as_tile_by_tile(serialized(lowered), feeds) > 10
+
+
+def _hand_layer(rng, tiles, width, rows, bias=True):
+    """One AddInTile over VMM tiles given as (row offset, weight rows, weight columns, output
+    column, scale), in that order: a layer no lowering writes (overlaps, gaps, any order).
+    Tiles of equal (row offset, shape) share their weights times their scale, so that a
+    partial can cancel another and leave what a third lost to rounding."""
+    nodes, inits, base = [], [], {}
+    for i, (off, r, m, _, scale) in enumerate(tiles):
+        w = base.setdefault((off, r, m), rng.standard_normal((r, m))) * scale
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("VMM", ["x", f"w{i}"], [f"p{i}"], name=f"vmm{i}",
+                                      domain=DOMAIN, row_offset=off))
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(width).astype(np.float32),
+                                             "b"))
+    nodes.append(helper.make_node("AddInTile", ["b" if bias else ""] +
+                                  [f"p{i}" for i in range(len(tiles))], ["y"], name="add",
+                                  domain=DOMAIN, offsets=[t[3] for t in tiles], width=width))
+    graph = helper.make_graph(nodes, "layer",
+                              [helper.make_tensor_value_info("x", 1, [None, rows])],
+                              [helper.make_tensor_value_info("y", 1, [None, width])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid(DOMAIN, VERSION)])
+    return m.SerializeToString()
+
+
+BIG = 2.0 ** 40
+
+
+@pytest.mark.parametrize("tiles,width,bias", [
+    # columns 5-29: big + small - big, rounded as added in this order (the small partial
+    # first, or the big ones together, would keep bits this order loses)
+    ([(0, 40, 30, 0, BIG), (40, 50, 35, 5, 1.0), (0, 40, 30, 0, -BIG)], 45, True),
+    # partials overlapping in part, in an order that is neither by rows nor by columns
+    ([(0, 40, 30, 10, 1.0), (40, 50, 20, 0, BIG), (0, 40, 30, 0, 1.0), (90, 10, 25, 15, 1.0),
+      (40, 50, 20, 0, -BIG), (40, 50, 35, 5, 1.0)], 45, True),
+    # a gap of columns no partial writes, and columns reached by one partial only
+    ([(0, 64, 16, 0, 1.0), (64, 36, 16, 0, 1.0), (0, 64, 8, 30, 1.0), (64, 36, 16, 20, 1.0)],
+     40, False),
+])
+@pytest.mark.parametrize("vectors", [2, 3, 7])
+def test_hand_written_layers_equal_tile_by_tile(tiles, width, bias, vectors):
+    """AddInTile adds each column's partials in its order; the fused layer adds them in
+    rounds (each column's k-th partial in round k): the same sums, bit for bit."""
+    rng = np.random.default_rng(len(tiles) * 100 + vectors)
+    x = rng.standard_normal((vectors, 100)).astype(np.float32)
+    assert _assert_same_as_tile_by_tile(_hand_layer(rng, tiles, width, 100, bias),
+                                        {"x": x}) == 1
 
 
 def test_partial_read_elsewhere_is_not_fused():
@@ -209,3 +261,32 @@ def test_per_channel_plan_equals_tile_by_tile(zoo_onnx, quantized):
     else:
         lowered, _ = lower(onnx_bytes, "npu256", "per-channel", input_shape=shapes)
     assert _assert_same_as_tile_by_tile(serialized(lowered), feeds) > 10
+
+
+def test_a_batch_runs_at_once_when_the_batch_is_left_open():
+    """One run of 3 images gives each image's outputs (to float rounding: BLAS may group an
+    output's sum differently for 3 rows than for 1) and counts 3 images' work."""
+    rng = np.random.default_rng(5)
+    onnx_bytes = serialized(_conv_model(rng, 64, 300, 3, 6))
+    lowered, _ = lower(onnx_bytes, "npu256", input_shape={"x": [-1, 64, 6, 6]})
+    ref = Reference(serialized(lowered), "npu256")
+    assert ref.input_sizes == {"x": [None, 64, 6, 6]}
+    x = rng.standard_normal((3, 64, 6, 6)).astype(np.float32)
+    (batch,) = ref.run({"x": x})
+    macs = ref.array.macs
+    for i in range(3):
+        (one,) = ref.run({"x": x[i:i + 1]})
+        np.testing.assert_allclose(batch[i:i + 1], one, rtol=1e-6, atol=1e-6)
+    assert macs == 3 * ref.array.macs > 0
+
+
+def test_a_batch_the_model_was_not_made_for_is_refused_by_name():
+    rng = np.random.default_rng(6)
+    onnx_bytes = serialized(_conv_model(rng, 8, 16, 3, 5))
+    lowered, _ = lower(onnx_bytes, "npu256", input_shape={"x": [1, 8, 5, 5]})
+    ref = Reference(serialized(lowered), "npu256")
+    with pytest.raises(ValueError, match=r"input 'x' is 4x8x5x5, but the lowered model was "
+                                         r"made for 1x8x5x5; .*--input-shape x:-1,8,5,5"):
+        ref.run({"x": np.zeros((4, 8, 5, 5), np.float32)})
+    with pytest.raises(ValueError, match=r"input 'x' is 1x8x6x6, but .* made for 1x8x5x5$"):
+        ref.run({"x": np.zeros((1, 8, 6, 6), np.float32)})

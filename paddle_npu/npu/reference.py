@@ -168,6 +168,7 @@ class Reference:
         del stripped.functions[:]          # the primitives run as NumPy, not as their bodies
         self.array = ArrayModel(target.rows, target.cols)
         self.output_names = [o.name for o in stripped.graph.output]
+        self.input_sizes = _input_sizes(stripped.graph)
         self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
@@ -176,9 +177,39 @@ class Reference:
             + [layer_op_class(self.layers, self.array)] + _standard_overrides())
 
     def run(self, feeds):
+        """The outputs for `feeds` ({input name: array}); a batch runs as one (each layer's
+        weights read once), when the model's batch size is left open or fixed to it."""
+        for name, sizes in self.input_sizes.items():
+            if name in feeds:
+                _check_sizes(name, np.shape(feeds[name]), sizes)
         self.array.reset()
         with _one_blas_thread():
             return self._ev.run(None, feeds)
+
+
+def _input_sizes(graph):
+    """{input name: [size or None (left open)]} of the graph inputs whose rank is known."""
+    weights = {i.name for i in graph.initializer}
+    return {i.name: [d.dim_value if d.dim_value > 0 else None
+                     for d in i.type.tensor_type.shape.dim]
+            for i in graph.input
+            if i.name not in weights and i.type.tensor_type.HasField("shape")}
+
+
+def _check_sizes(name, shape, sizes):
+    """Raises, naming the input, when an array's shape does not fit the sizes the lowered
+    model was made for (the primitives would fail deep inside, or read it wrong)."""
+    if len(shape) == len(sizes) and all(s is None or s == n for s, n in zip(sizes, shape)):
+        return
+    want = "x".join("?" if s is None else str(s) for s in sizes)
+    hint = ""
+    if len(shape) == len(sizes) and sizes[0] is not None and sizes[0] != shape[0] and \
+            all(s is None or s == n for s, n in zip(sizes[1:], shape[1:])):
+        rest = ",".join("-1" if s is None else str(s) for s in sizes[1:])
+        hint = (f"; to run a batch of {shape[0]} at once, lower with the batch left open "
+                f"(--input-shape {name}:-1,{rest})")
+    raise ValueError(f"input {name!r} is {'x'.join(map(str, shape))}, but the lowered model "
+                     f"was made for {want}{hint}")
 
 
 _BLAS_CONTROL = []     # threadpoolctl's controller, made once: making one scans the process

@@ -5,21 +5,23 @@ The lowering writes a layer as one VMM node per array tile, all reading the same
 AddInTile. Run node by node, that is hundreds of small BLAS products and as many hand-overs;
 here each layer becomes one node of the reference (never of the lowered model) that
 
-- float (VMM): puts the tiles reading the same rows side by side in one float64 matrix, and
-  stacks such row groups of one shape, so a layer is one or a few BLAS calls. Each output is
-  still the sum of the same R products in the same order: BLAS sums an output over its R rows
-  in one sequence whatever the number of columns or of stacked products (one row is the
-  exception: a matrix-vector product, run tile by tile). Each tile's result is rounded to
-  float32 as VMM rounds it and the partials are added in AddInTile's order in float64; where
-  every output column gets one partial, 0 + p + bias rounds to the float32 sum p + bias
-  (double rounding is innocuous for + from binary64 to binary32), so that runs in float32.
+- float (VMM): puts the tiles reading the same rows side by side in one matrix, so a layer
+  is one BLAS call per row group (the matrices held in the weights' type, float32, and
+  widened to float64 just before their product). Each output is still the sum of the same
+  R products in the same order: BLAS sums an output over its R rows in one sequence
+  whatever the number of columns (one row is the exception: a matrix-vector product, run
+  tile by tile). Each tile's result is rounded to float32 as VMM rounds it and the partials
+  are added in AddInTile's order in float64 (per column; _additions); where every output
+  column gets one partial, 0 + p + bias rounds to the float32 sum p + bias (double rounding
+  is innocuous for + from binary64 to binary32), so that runs in float32.
   `tests/test_reference_layers.py` holds this to the node-by-node path bit for bit.
 - integer (QVMM): multiplies the whole layer in as few products as exactness allows. Every
   partial sum of int8 / int16 products is an integer bounded by max|x| * sum over the rows of
   |w[r, m]| (any order, any grouping), so a product whose bound is below 2^24 is exact in
   float32 and below 2^53 in float64; its sum is then the same integer the tiles and
   AddInTile's exact sum give, and it is added in the accumulator's type when the bound with
-  the bias fits it. Layers whose bounds do not allow it (or whose tiles could overflow their
+  the bias fits it (float64 products, int16's, widen integer weights a piece at a time:
+  _wide_product). Layers whose bounds do not allow it (or whose tiles could overflow their
   accumulators, which the tile path reports) run tile by tile.
 
 The counters (arrays, VMM invocations, MACs, AddInTile additions) are the tiles' own.
@@ -139,7 +141,7 @@ def run_layer(array, plan, x, bias, weights):
     else:
         if vectors < 2:      # one row: BLAS takes a matrix-vector path, as tile by tile does
             return tile_by_tile(array, plan, x, bias, weights)
-        y = _float_sum(prepared, plan.offsets, rows, bias, x.dtype, plan.width)
+        y = _float_sum(prepared, rows, bias, x.dtype, plan.width)
         out_type = x.dtype
     prepared.count(array, vectors)
     return y.astype(out_type, copy=False).reshape(lead + (plan.width,))
@@ -166,8 +168,10 @@ class _Prepared:
     macs_per_row: int
     adds_per_row: int
     stacks: list = None          # [_Stack] (float; integer layers that are mostly zeros)
+    additions: list = None       # float: AddInTile's additions, see _additions
     acc: type = None             # integer: the type the products' sums are added in
-    products: list = None        # integer: [(first row, end row, weight [rows, width])]
+    products: list = None        # integer: [(first row, end row, float32 weight [rows, width]
+                                 # or integer weight [width, rows]: _wide_product)]
 
     def count(self, array, vectors):
         array.tile_ids.update(self.tile_ids)
@@ -217,34 +221,78 @@ def _prepare(array, plan, x, bias, weights):
             return _Prepared(dtype, tile_ids, macs, adds, acc=acc,
                              stacks=_stacks(plan, weights, dtype))
         return _Prepared(dtype, tile_ids, macs, adds, acc=acc, products=products)
-    return _Prepared(np.float64, tile_ids, macs, adds,
-                     stacks=_stacks(plan, weights, np.float64))
+    stacks = _stacks(plan, weights, np.float64)
+    return _Prepared(np.float64, tile_ids, macs, adds, stacks=stacks,
+                     additions=_additions(plan, stacks))
+
+
+def _additions(plan, stacks):
+    """AddInTile's additions of the partials, as [(stack, group, first product column, end
+    column, first output column)]: grouped in rounds, round k adding each column's k-th
+    partial, so each column still receives its partials in AddInTile's order. The partials
+    of a round land on distinct columns, so neighbours from the same product are one
+    addition (a 3x3 conv's two column tiles per row group: 38 additions -> 19)."""
+    source = {t: (s, g, a, b) for s, stack in enumerate(stacks)
+              for g, cols in enumerate(stack.cols) for t, a, b in cols}
+    last = np.zeros(plan.width, dtype=np.int64)      # per column: its last partial's round
+    rounds = {}
+    for t in range(len(plan.offsets)):
+        s, g, a, b = source[t]
+        o = plan.offsets[t]
+        k = int(last[o:o + b - a].max(initial=0)) + 1
+        last[o:o + b - a] = k
+        rounds.setdefault(k, []).append((s, g, a, b, o))
+    out = []
+    for k in sorted(rounds):
+        merged = []
+        for s, g, a, b, o in sorted(rounds[k], key=lambda e: e[4]):
+            if merged and merged[-1][:2] == (s, g) and merged[-1][3] == a and \
+                    merged[-1][4] + a - merged[-1][2] == o:      # the product's next columns
+                merged[-1] = merged[-1][:3] + (b, merged[-1][4])
+            else:
+                merged.append((s, g, a, b, o))
+        out.extend(merged)
+    return out
 
 
 @dataclass
 class _Stack:
-    """Row groups of one shape: T matrices [R, M] multiplied in one stacked product (BLAS
-    runs each as its own [V, R] x [R, M] product, as for a lone group)."""
+    """Row groups of one shape: T matrices [R, M], each multiplied by its rows of x in a BLAS
+    product [V, R] x [R, M] of the products' type, as for a lone group.
+
+    The matrices are held in the weights' own type (float32: half the bytes of float64), each
+    stored column by column, and copied into one float64 matrix (in cache) just before its
+    product: on few rows V a product is bound by reading its weights (ResNet-50 at 64x64:
+    V = 4 and 16), and OpenBLAS copies (packs) a matrix stored column by column the fastest
+    (its [4, 1024] x [1024, 2048] layer, cold caches: 1.8 ms from float64 held, 1.4 ms so,
+    4.3 ms through a row-major copy). Neither changes the product's bits: the same float64
+    values go through the same kernel."""
     row_offsets: list            # each group's first row
     rows: int                    # R
-    matrices: np.ndarray         # [T, R, M]
+    held: np.ndarray             # [T, M, R]: each group's matrix, transposed
+    dtype: type                  # the products' type
     cols: list                   # per group: [(tile, first column, end column)]
     dest: np.ndarray = None      # output column of each of the T * M product columns
+    scratch: np.ndarray = None   # [M, R] of dtype: the matrix being multiplied
 
     def product(self, x):
         """[T, V, M]: each group's rows of x times its matrix."""
-        t, r = len(self.row_offsets), self.rows
-        first = self.row_offsets[0]
-        if self.row_offsets == list(range(first, first + t * r, r)):     # side by side
-            xs = x[:, first:first + t * r].reshape(x.shape[0], t, r)
-        else:
-            xs = np.stack([x[:, off:off + r] for off in self.row_offsets], axis=1)
-        return np.matmul(xs.transpose(1, 0, 2), self.matrices)
+        out = np.empty((len(self.row_offsets), x.shape[0], self.held.shape[1]),
+                       dtype=self.dtype)
+        for g, off in enumerate(self.row_offsets):
+            matrix = self.held[g]
+            if matrix.dtype != self.dtype:
+                if self.scratch is None:
+                    self.scratch = np.empty(matrix.shape, dtype=self.dtype)
+                np.copyto(self.scratch, matrix)
+                matrix = self.scratch
+            np.matmul(x[:, off:off + self.rows], matrix.T, out=out[g])
+        return out
 
 
 def _stacks(plan, weights, dtype):
-    """Tiles reading the same rows side by side in one matrix of `dtype`, and such row
-    groups of equal shape stacked (in the order they first appear). When every output
+    """Tiles reading the same rows side by side in one matrix, and such row groups of equal
+    shape stacked (in the order they first appear), multiplied in `dtype`. When every output
     column receives one partial (a depthwise layer's tiles, or a single row tile), `dest`
     places them all at once."""
     members = {}
@@ -256,15 +304,16 @@ def _stacks(plan, weights, dtype):
         for t in tiles:
             cols.append((t, start, start + weights[t].shape[1]))
             start += weights[t].shape[1]
-        matrix = np.concatenate([weights[t] for t in tiles], axis=1).astype(dtype)
+        # transposed: [M, R], each tile's columns one after another
+        matrix = np.concatenate([weights[t].T for t in tiles], axis=0)
         stacks.setdefault(matrix.shape, []).append((off, matrix, cols))
     cover = np.zeros(plan.width, dtype=np.int64)
     for o, w in zip(plan.offsets, weights):
         cover[o:o + w.shape[1]] += 1
     out = []
-    for (r, _), groups in stacks.items():
-        stack = _Stack([g[0] for g in groups], r, np.stack([g[1] for g in groups]),
-                            [g[2] for g in groups])
+    for (_, r), groups in stacks.items():
+        held = np.ascontiguousarray(np.stack([g[1] for g in groups]))
+        stack = _Stack([g[0] for g in groups], r, held, dtype, [g[2] for g in groups])
         if cover.max(initial=0) <= 1:
             stack.dest = np.concatenate([np.arange(plan.offsets[t], plan.offsets[t] + b - a)
                                          for cols in stack.cols for t, a, b in cols])
@@ -272,7 +321,7 @@ def _stacks(plan, weights, dtype):
     return out
 
 
-def _float_sum(prepared, offsets, rows, bias, dtype, width):
+def _float_sum(prepared, rows, bias, dtype, width):
     """VMM per tile (float64 products rounded to the rows' type) and AddInTile (float64 sum
     of the tiles' partials in its order, plus the bias), rounded to the rows' type."""
     vectors = rows.shape[0]
@@ -293,15 +342,9 @@ def _float_sum(prepared, offsets, rows, bias, dtype, width):
             y += bias
         return y.astype(dtype, copy=False)
     y = np.zeros((vectors, width), dtype=np.float64)
-    parts = {}
-    for stack in stacks:
-        product = stack.product(rows).astype(dtype)          # [T, V, M]
-        for g, cols in enumerate(stack.cols):
-            for t, a, b in cols:
-                parts[t] = product[g, :, a:b]
-    for t in sorted(parts):            # AddInTile's order
-        o = offsets[t]
-        y[:, o:o + parts[t].shape[1]] += parts[t]
+    products = [stack.product(rows).astype(dtype) for stack in stacks]     # [T, V, M] each
+    for s, g, a, b, o in prepared.additions:
+        y[:, o:o + b - a] += products[s][g, :, a:b]
     if bias is not None:
         y += bias
     return y.astype(dtype)
@@ -309,10 +352,11 @@ def _float_sum(prepared, offsets, rows, bias, dtype, width):
 
 def _integer_products(plan, x, bias, weights):
     """(accumulator type, product type, products): the layer's integer weights placed in one
-    [rows, width] matrix cut into row ranges whose products are exact in float32 (else one in
-    float64), or None as products when that matrix would be mostly zeros (the tiles are
-    grouped as for float layers, each group exact in its type). None when a tile could
-    overflow its accumulator or a sum could pass 2^53: the tile path is then the judge."""
+    [rows, width] matrix cut into row ranges whose products are exact in float32 (else one
+    float64 product, the matrix held as integers [width, rows]), or None as products when
+    that matrix would be mostly zeros (the tiles are grouped as for float layers, each group
+    exact in its type). None when a tile could overflow its accumulator or a sum could pass
+    2^53: the tile path is then the judge."""
     if x.dtype.kind not in "iu" or any(w.dtype.kind not in "iu" for w in weights):
         return None
     x_max = max(abs(int(np.iinfo(x.dtype).min)), int(np.iinfo(x.dtype).max))
@@ -352,10 +396,35 @@ def _integer_products(plan, x, bias, weights):
     cuts.append((start, hi - lo))
     exact32 = all(x_max * int(magnitude[a:b].sum(axis=0).max(initial=0)) < FLOAT32_EXACT
                   for a, b in cuts)
-    dtype = np.float32 if exact32 else np.float64
-    if not exact32:
-        cuts = [(0, hi - lo)]
-    return acc, dtype, [(lo + a, lo + b, full[a:b].astype(dtype)) for a, b in cuts]
+    if exact32:
+        return acc, np.float32, [(lo + a, lo + b, full[a:b].astype(np.float32))
+                                 for a, b in cuts]
+    # float64 products (int16): the weights held as integers, transposed, a quarter of the
+    # bytes; _wide_product widens them piece by piece
+    largest = int(np.abs(full).max(initial=0))
+    narrow = next(t for t in (np.int8, np.int16, np.int32, np.int64)
+                  if largest <= np.iinfo(t).max)
+    return acc, np.float64, [(lo, hi, np.ascontiguousarray(full.T, dtype=narrow))]
+
+
+WIDE_PIECE_ROWS = 256     # rows widened to float64 at a time: [width, 256], 2 KiB a column
+
+
+def _wide_product(x, held):
+    """x [V, R] times the integer weights held transposed [M, R], in float64: each piece of
+    rows widened into a scratch matrix read column by column (the layout OpenBLAS copies
+    fastest), the products summed; all exact, as every partial sum is below 2^53."""
+    y = None
+    scratch = np.empty((held.shape[0], min(WIDE_PIECE_ROWS, held.shape[1])))
+    for a, r in chunks(held.shape[1], WIDE_PIECE_ROWS):
+        matrix = scratch[:, :r]
+        np.copyto(matrix, held[:, a:a + r])
+        part = x[:, a:a + r] @ matrix.T
+        if y is None:
+            y = part
+        else:
+            y += part
+    return y
 
 
 def _integer_sum(prepared, offsets, rows, bias, width):
@@ -364,7 +433,9 @@ def _integer_sum(prepared, offsets, rows, bias, width):
     acc = prepared.acc
     y = None
     for a, b, matrix in prepared.products or ():
-        product = (rows[:, a:b] @ matrix).astype(acc)        # integers: the cast is exact
+        product = rows[:, a:b] @ matrix if matrix.dtype.kind == "f" else \
+            _wide_product(rows[:, a:b], matrix)
+        product = product.astype(acc)                        # integers: the cast is exact
         if y is None:
             y = product
         else:
