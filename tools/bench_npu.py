@@ -14,8 +14,7 @@ beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
 
     python tools/bench_npu.py [--models resnet50,mobilenet_v3_large] [--target npu256]
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
-                              [--ort-plans packed] [--iters 20] [--spinning]
-                              [--process-runs 3]
+                              [--ort-plans packed] [--iters 20] [--process-runs 3]
                               [--input-shape x:1,3,224,224] [--quantize int8]
 
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
@@ -64,37 +63,31 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def ort_timing(models, feeds, iters, sessions=3, spinning=False):
-    """{label: (median InferenceSession creation seconds over `sessions`, median latency
-    seconds)} of serialized models, timed side by side: sessions made in turn, then each
-    warmed up, then one run of each in turn per iteration, so that a ratio between them is
-    not taken minutes apart on a shared machine. Unless `spinning`, the intra-op threads do
-    not spin between runs: a session's spinning threads take the cores from the next one's
-    run (at load 2 on 2 cores ResNet-50's ONNX model measured 17-22 ms with spinning, 6.3-6.6
-    without), while waking them costs a tiny model's every parallel node (MobileNetV1 at
-    64x64: 0.21 ms without spinning, 0.09-0.12 with), so ratios of tiny models read lower."""
+def ort_timing(models, feeds, iters, rounds=3):
+    """{label: (median InferenceSession creation seconds, median latency seconds)} of
+    serialized models, timed side by side with onnxruntime's default options: in each of
+    `rounds` rounds, each model in turn gets a new session (timed), a warm-up run and
+    iters / rounds timed runs, and its session is gone before the next model's is made. So a
+    ratio is not taken minutes apart on a shared machine, and no session's idle threads
+    (onnxruntime's spin between runs) take the cores from another's runs."""
+    import gc
+
     import onnxruntime as ort   # heavy, and only for timing
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if not spinning:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     made = {label: [] for label in models}
-    for _ in range(sessions):
+    times = {label: [] for label in models}
+    for _ in range(rounds):
         for label, model in models.items():
             t0 = time.perf_counter()
-            ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
             made[label].append(time.perf_counter() - t0)
-    live = {label: ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-            for label, model in models.items()}
-    for session in live.values():
-        session.run(None, feeds)                   # warm-up
-    times = {label: [] for label in models}
-    for _ in range(iters):
-        for label, session in live.items():
-            t0 = time.perf_counter()
-            session.run(None, feeds)
-            times[label].append(time.perf_counter() - t0)
+            session.run(None, feeds)               # warm-up
+            for _ in range(max(1, iters // rounds)):
+                t0 = time.perf_counter()
+                session.run(None, feeds)
+                times[label].append(time.perf_counter() - t0)
+            del session
+            gc.collect()                           # its threads end with it
     return {label: (statistics.median(made[label]), statistics.median(times[label]))
             for label in models}
 
@@ -160,7 +153,7 @@ def _lower_met(entry):
 
 
 def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
-                input_shape=None, quantize=None, process_runs=0, spinning=False):
+                input_shape=None, quantize=None, process_runs=0):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
@@ -217,9 +210,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     attach_functions(lowered, float32=bodies == "float32")
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
-                # the ONNX model timed beside each lowered one, runs in turn
-                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters,
-                                   spinning=spinning)
+                # the ONNX model timed beside each lowered one, in turn
+                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
@@ -354,9 +346,6 @@ def main(argv=None):
                     help="plans whose lowered model onnxruntime times beside the ONNX model "
                          "(comma-separated; empty: none)")
     ap.add_argument("--iters", type=int, default=20, help="onnxruntime runs, the median is kept")
-    ap.add_argument("--spinning", action="store_true",
-                    help="let onnxruntime's threads spin between runs, its default (see "
-                         "ort_timing: steadier for tiny models on an idle machine only)")
     ap.add_argument("--process-runs", type=int, default=3,
                     help="`paddle-npu lower` runs (fresh processes) per model, the median is "
                          "kept (0: none)")
@@ -381,7 +370,7 @@ def main(argv=None):
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
                                     args.repeat, [p for p in args.ort_plans.split(",") if p],
                                     args.iters, parse_input_shapes(args.input_shape),
-                                    args.quantize, args.process_runs, args.spinning))
+                                    args.quantize, args.process_runs))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays; {load_note()}")
     print(render_whole(rows) if args.whole else render(rows))
