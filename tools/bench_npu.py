@@ -20,10 +20,11 @@ beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
 tiles fused, `Reference`) and node by node (`Reference(fuse_layers=False)`, every VMM tile
 then AddInTile: the arithmetic both share); "CPU GMAC/s" is the fused run by its process
-CPU time (on a shared machine its wall time also counts the others' work). --input-shape runs the lowering and the
-reference at other input sizes (random inputs, seed 0); --quantize lowers with int8 / int16
-matrix layers (calibrated on the zoo's generator, 8 inputs at the export's size). With
-either, onnxruntime is not timed (its table compares float lowerings at the zoo's sizes).
+CPU time (on a shared machine its wall time also counts the others' work). --input-shape
+runs the lowering, the reference and onnxruntime at other input sizes (random inputs, seed
+0; the ONNX model timed at the same fixed sizes); --quantize lowers with int8 / int16 matrix
+layers (calibrated on the zoo's generator, 8 inputs at the export's size), and onnxruntime
+is then not timed (its table compares float lowerings).
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
@@ -52,6 +53,7 @@ from measure import load_note, run_measured, start_launcher  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
+from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
 from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
 from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
@@ -165,9 +167,12 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
         rng = np.random.default_rng(0)
         feeds.update({k: rng.standard_normal(shape).astype(feeds[k].dtype)
                       for k, shape in input_shape.items()})
-    if quantize or input_shape:
-        ort_plans = ()              # onnxruntime's table: float lowerings at the zoo's sizes
+    if quantize:
+        ort_plans = ()              # onnxruntime's table: float lowerings
     shapes = {k: list(v.shape) for k, v in feeds.items()} if input_shape else None
+    # the ONNX model the lowered one is run and timed beside, at the same fixed sizes
+    onnx_at_size = with_input_shapes(onnx_bytes, shapes).SerializeToString() if shapes \
+        else onnx_bytes
     batch = next(iter(feeds.values())).shape[0]
     row = {"model": name, "target": target.name, "batch": batch, "plans": {},
            "input_shape": {k: list(v.shape) for k, v in feeds.items()},
@@ -197,12 +202,13 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             from paddle_npu.compare import agreement, run_onnx
             from paddle_npu.npu.functions import attach_functions
 
-            want = run_onnx(onnx_bytes, feeds)[1]
+            want = run_onnx(onnx_at_size, feeds)[1]
             for bodies in ("exact", "float32", "auto"):
                 extra = {}
                 if bodies == "auto":        # what `lower --verify` chooses, and its cost
                     stages = {}
                     lowered, chosen = lower(onnx_bytes, target, plan, bodies="auto",
+                                            input_shape=shapes,
                                             progress=lambda stage, s: stages.update({stage: s}))
                     extra = {"chosen": chosen.bodies["bodies"],
                              "choice_seconds": round(stages["functions"], 2)}
@@ -211,7 +217,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
                 # the ONNX model timed beside each lowered one, in turn
-                timed = ort_timing({"onnx": onnx_bytes, "lowered": serialized}, feeds, iters)
+                timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
