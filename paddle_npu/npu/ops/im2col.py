@@ -57,6 +57,14 @@ def out_size(size, k, s, d, p0, p1):
     return (size + p0 + p1 - (d * (k - 1) + 1)) // s + 1
 
 
+def output_size(a, h, w):
+    """(OH, OW): the windows of a kernel (attributes `a`) down and across an h x w image
+    (None where a size is left open)."""
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    (dh, dw), (pt, pl, pb, pr) = a["dilations"], a["pads"]
+    return out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+
+
 # The fixed-size bodies hold their index table in the model. Past this many entries (1 MiB of
 # int32; a 3x3 kernel on a 640x640 image needs 3.7 M) they hold its row and column terms
 # instead, which onnxruntime adds up once, at session creation: the file stays small, and no
@@ -107,9 +115,8 @@ class Im2Col(Primitive):
         a = cls.attrs_of(attrs)
         check_layout(a, in_shapes[0])
         n, c, h, w = image_dims(in_shapes[0], a)
-        (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
-        pt, pl, pb, pr = a["pads"]
-        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        kh, kw = a["kernel_shape"]
+        oh, ow = output_size(a, h, w)
         rows = oh * ow if oh is not None and ow is not None else None
         cols = c * kh * kw if isinstance(c, int) else None
         return [[n, rows, cols]]
@@ -184,9 +191,8 @@ class Im2Col(Primitive):
         table computed here, once, and held as a constant (the batch may stay open;
         onnxruntime folds no Shape of a tensor whose batch is open, so the generic body
         would compute the table again at every run)."""
-        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
-        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
-        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        (kh, kw), (pt, pl, pb, pr) = attrs["kernel_shape"], attrs["pads"]
+        oh, ow = output_size(attrs, h, w)
         wp = w + pl + pr
         rows, cols = window_coords(attrs, oh, ow)
         table = index_table(b, rows * wp, cols, [-1])          # [OH*OW*KH*KW] into Hp*Wp
@@ -203,9 +209,8 @@ class Im2Col(Primitive):
         [OH*OW, KH*KW] made here; a tap in the padding reads one zero pixel put after the
         last (no padded copy of the image)."""
         h, w = attrs["image_size"]
-        (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
-        (dh, dw), (pt, pl, pb, pr) = attrs["dilations"], attrs["pads"]
-        oh, ow = out_size(h, kh, sh, dh, pt, pb), out_size(w, kw, sw, dw, pl, pr)
+        kh, kw = attrs["kernel_shape"]
+        oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow, padded=False)
         inside = (rows >= 0) & (rows < h), (cols >= 0) & (cols < w)
         padding = not (inside[0].all() and inside[1].all())
@@ -268,8 +273,7 @@ class Im2Col(Primitive):
         if any(a["pads"]):
             xp = np.zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
             xp[:, :, pt:pt + h, pl:pl + w] = x
-        oh = out_size(h, kh, sh, dh, pt, pb)
-        ow = out_size(w, kw, sw, dw, pl, pr)
+        oh, ow = output_size(a, h, w)
         taps = kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow))
         if (kh, kw) == (1, 1):         # one tap: the (strided) image channels-last, as a view
             _, _, rows, cols = next(taps)
