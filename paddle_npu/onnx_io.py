@@ -2,6 +2,7 @@
 
     load_proto(model)           path, bytes, ModelProto or ir.Model -> ModelProto
     load_header(model)          the same without the big initializers' bytes (structure only)
+    graph_inputs(graph)         a GraphProto's inputs (initializers left out): name, type, sizes
     load_model(model, opset)    the same -> one ir.Model (opset raised, shapes inferred; a
                                 file's or bytes' big weights read straight into arrays, never
                                 parsed into protobuf)
@@ -59,6 +60,18 @@ def load_header(model):
     its structure without holding its weights; anything else as load_proto reads it."""
     proto, _ = _load_weights_aside(model, weights=False)
     return proto if proto is not None else load_proto(model)
+
+
+def graph_inputs(graph):
+    """[(name, ONNX element type, dims)] of a GraphProto's inputs that are not initializers:
+    dims an int per axis (None where its size is left open), None when the rank is not
+    given."""
+    inits = {i.name for i in graph.initializer}
+    return [(i.name, i.type.tensor_type.elem_type,
+             [d.dim_value if d.HasField("dim_value") else None
+              for d in i.type.tensor_type.shape.dim]
+             if i.type.tensor_type.HasField("shape") else None)
+            for i in graph.input if i.name not in inits]
 
 
 def to_proto(model):

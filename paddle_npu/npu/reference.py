@@ -13,7 +13,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
 from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
-from ..onnx_io import load_proto
+from ..onnx_io import graph_inputs, load_proto
 from .ops import DOMAIN, ArrayModel, all_primitives
 from .ops.im2col import kernel_taps
 from .reference_layers import LAYER_DOMAIN, fuse_matrix_layers, layer_op_class
@@ -189,11 +189,7 @@ class Reference:
 
 def _input_sizes(graph):
     """{input name: [size or None (left open)]} of the graph inputs whose rank is known."""
-    weights = {i.name for i in graph.initializer}
-    return {i.name: [d.dim_value if d.dim_value > 0 else None
-                     for d in i.type.tensor_type.shape.dim]
-            for i in graph.input
-            if i.name not in weights and i.type.tensor_type.HasField("shape")}
+    return {name: dims for name, _, dims in graph_inputs(graph) if dims is not None}
 
 
 def _check_sizes(name, shape, sizes):

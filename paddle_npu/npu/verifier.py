@@ -7,7 +7,7 @@ import numpy as np
 
 from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
-from ..onnx_io import load_header, load_proto
+from ..onnx_io import graph_inputs, load_header, load_proto
 from .ops import DOMAIN
 from .passes import with_input_shapes
 from .reference import Reference
@@ -28,12 +28,9 @@ _NP = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.i
 def seeded_inputs(model, seed=0, batch=1):
     """Inputs for every graph input: normal floats, small non-negative ints (safe as indices),
     random booleans; symbolic dims are `batch`."""
-    proto = load_header(model)
-    inits = {i.name for i in proto.graph.initializer}
-    return seeded_feeds([(i.name, i.type.tensor_type.elem_type,
-                          [d.dim_value if d.HasField("dim_value") else None
-                           for d in i.type.tensor_type.shape.dim])
-                         for i in proto.graph.input if i.name not in inits], seed, batch)
+    return seeded_feeds([(name, elem_type, dims or [])     # rank not given: a scalar
+                         for name, elem_type, dims in graph_inputs(load_header(model).graph)],
+                        seed, batch)
 
 
 def seeded_feeds(specs, seed=0, batch=1):
