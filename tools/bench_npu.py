@@ -171,8 +171,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
         ort_plans = ()              # onnxruntime's table: float lowerings
     shapes = {k: list(v.shape) for k, v in feeds.items()} if input_shape else None
     # the ONNX model the lowered one is run and timed beside, at the same fixed sizes
-    onnx_at_size = with_input_shapes(onnx_bytes, shapes).SerializeToString() if shapes \
-        else onnx_bytes
+    onnx_at_size = with_input_shapes(onnx_bytes, shapes).SerializeToString() \
+        if shapes and ort_plans else onnx_bytes
     batch = next(iter(feeds.values())).shape[0]
     row = {"model": name, "target": target.name, "batch": batch, "plans": {},
            "input_shape": {k: list(v.shape) for k, v in feeds.items()},
