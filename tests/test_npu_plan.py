@@ -14,7 +14,7 @@ from paddle_npu.npu.plan import Quantization
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.reference import Reference
-from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
+from paddle_npu.npu.tiling import Geometry, bands, plan_tiles, tile_weight
 
 
 def conv_relu_gemm():
@@ -61,7 +61,8 @@ def test_float_and_integer_layers_share_one_plan():
     fl, _ = lower(model, "npu64")
     q, _, records = quantized_lower(model, table, target="npu64")
     assert _tiles(fl, "VMM") == _tiles(q, "QVMM")
-    assert len(_tiles(q, "QVMM")["fc"]) == 10          # 288 rows in 5 tiles, 70 cols in 2
+    # 288 rows in 5 tiles, 70 columns in 2: 10 arrays, one VMM per band of 2 side by side
+    assert [shape for _, shape in _tiles(q, "QVMM")["fc"]] == [(64, 70)] * 4 + [(32, 70)]
     assert [(r["layer"], r["bits"], r["relu_fused"], r["tiles"]) for r in records] == \
         [("conv", 8, True, 1), ("fc", 8, False, 10)]
     ops = {(n.domain, n.op_type) for n in q.graph}
@@ -87,12 +88,19 @@ def test_tiles_are_views_of_the_layer_weight():
     geo = Geometry(1, 6, 9, 20)
     kernel = w.reshape(20, -1).T
     tiles = plan_tiles(geo, "packed", 32, 8)
-    assert len(tiles) == 6                    # 2 channels' rows per array, 20 columns in 3
+    assert len(tiles) == 6                    # 3 channels' rows per array, 20 columns in 3
     for t in tiles:
         got = tile_weight(w, geo, t)
         np.testing.assert_array_equal(
             got, kernel[t.row_start:t.row_start + t.rows, t.col_start:t.col_start + t.cols])
         assert np.shares_memory(got, w)
+    merged = bands(tiles)       # the VMM nodes: each row range's 3 tiles side by side
+    assert [(b.row_start, b.rows, b.col_start, b.cols, b.useful) for b in merged] == \
+        [(0, 27, 0, 20, 540), (27, 27, 0, 20, 540)]
+    for b in merged:
+        np.testing.assert_array_equal(tile_weight(w, geo, b),
+                                      kernel[b.row_start:b.row_start + b.rows])
+        assert np.shares_memory(tile_weight(w, geo, b), w)
     depthwise = Geometry(4, 1, 9, 1)
     (block,) = plan_tiles(depthwise, "packed", 64, 64)
     assert not np.shares_memory(tile_weight(w[:4, :1], depthwise, block), w)

@@ -109,10 +109,10 @@ def node_ns(node, where, target):
     if x is None or w is None:
         return "arrays", 0.0
     vectors = count(x[:-1])
-    if node.op_type not in WRITTEN_AT_RUN_TIME:      # one weight-stationary tile per node
-        return "arrays", vectors * c.array_vmm_ns
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
-    tiles = -(-r // target.rows) * -(-m // target.cols)
+    tiles = -(-r // target.rows) * -(-m // target.cols)      # a VMM node: a band of tiles
+    if node.op_type not in WRITTEN_AT_RUN_TIME:              # weight-stationary
+        return "arrays", vectors * tiles * c.array_vmm_ns
     return "arrays", vectors * tiles * c.array_vmm_ns + count(w) * c.array_write_ns_per_cell
 
 

@@ -2,7 +2,9 @@
 decided before any of its nodes is emitted, from the target, the node's marks and the
 calibration table. `mappers/matrix.emit_matrix` emits a plan, float or integer alike.
 
-    tiles, weights   the arrays the kernel matrix is cut into (tiling.py) and what each holds
+    tiles            the arrays the kernel matrix is cut into (tiling.py)
+    bands, weights   the VMM nodes: the tiles of one row range side by side (tiling.bands),
+                     and the matrix each holds
     bits             None: float primitives (no calibration, or the layer is marked `_cpu`);
                      8 / 16: integer primitives with these scales (`LayerScales`)
 
@@ -33,7 +35,7 @@ import numpy as np
 from ..errors import ConversionError
 from . import graph as g
 from .ops.quant import qrange
-from .tiling import plan_tiles, tile_weight
+from .tiling import bands, plan_tiles, tile_weight
 
 HP_SUFFIX = "_hp"
 MULT_BITS = 31
@@ -97,7 +99,7 @@ class LayerScales:
     s_x: np.float32
     s_y: Optional[np.float32]    # None: the accumulator is read out as floats
     s_w: np.ndarray              # float64 (float32 values) per output column
-    weights_q: list              # integer tile matrices
+    weights_q: list              # integer band matrices
     bias_q: Optional[np.ndarray]
     mult: Optional[np.ndarray]   # Requantize's M and D per column (None when s_y is)
     div: Optional[np.ndarray]
@@ -112,8 +114,9 @@ class LayerScales:
 class LayerPlan:
     layer: str                   # the node's name
     op: str
-    tiles: list                  # tiling.Tile
-    weights: list                # the float matrix each tile holds
+    tiles: list                  # tiling.Tile: the arrays (costs, counts)
+    bands: list                  # tiling.Tile: the VMM nodes (tiling.bands of the tiles)
+    weights: list                # the float matrix each band holds
     bias: Optional[np.ndarray]   # [width] in the weights' dtype, or None
     width: int                   # output columns
     bits: Optional[int] = None   # None: float
@@ -121,13 +124,14 @@ class LayerPlan:
 
     @property
     def offsets(self):
-        return [t.col_start for t in self.tiles]
+        """Each band's first output column."""
+        return [t.col_start for t in self.bands]
 
     @property
     def sums_tiles(self):
-        """Whether an AddInTile sums the tiles (and adds the bias): not for one tile that
+        """Whether an AddInTile sums the bands (and adds the bias): not for one band that
         covers every column with no bias."""
-        return len(self.tiles) > 1 or self.tiles[0].cols != self.width or self.bias is not None
+        return len(self.bands) > 1 or self.bands[0].cols != self.width or self.bias is not None
 
     @property
     def acc_bits(self):
@@ -151,8 +155,9 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None):
     "per-channel") for the target's arrays; integer when `quantization` is given and the
     layer is not marked for the CPU."""
     tiles = plan_tiles(geo, tiling, target.rows, target.cols)
-    plan = LayerPlan(node.name, node.op_type, tiles,
-                     [tile_weight(weight, geo, t) for t in tiles],
+    merged = bands(tiles)
+    plan = LayerPlan(node.name, node.op_type, tiles, merged,
+                     [tile_weight(weight, geo, t) for t in merged],
                      None if bias is None else bias.astype(weight.dtype),
                      geo.groups * geo.outputs)
     if quantization is not None and g.mark(node) != "cpu":
@@ -215,9 +220,9 @@ def _scales(node, plan, quantization):
     s_y = None if float_out else np.float32(max(_threshold(tensors[out_name], bits), 1e-12)
                                             / a_hi)
     offsets, width = plan.offsets, plan.width
-    tiles = [w.astype(np.float64) for w in plan.weights]
+    matrices = [w.astype(np.float64) for w in plan.weights]
     colmax = np.zeros(width)
-    for off, w in zip(offsets, tiles):
+    for off, w in zip(offsets, matrices):
         colmax[off:off + w.shape[1]] = np.maximum(colmax[off:off + w.shape[1]],
                                                   np.abs(w).max(axis=0))
     kept = quantization.weight_scales.get(source)
@@ -226,7 +231,7 @@ def _scales(node, plan, quantization):
         s_w = np.broadcast_to(np.asarray(kept, np.float64).reshape(-1), (width,))
         if np.any(colmax / np.maximum(s_w, 1e-30) > w_hi + 0.5) or any(
                 np.abs(w / s_w[o:o + w.shape[1]] - np.rint(w / s_w[o:o + w.shape[1]])).max()
-                > 1e-3 for o, w in zip(offsets, tiles)):
+                > 1e-3 for o, w in zip(offsets, matrices)):
             s_w = None            # weights changed since (BatchNorm folded): re-derive
     kept_scales = s_w is not None
     if s_w is None:
@@ -234,8 +239,8 @@ def _scales(node, plan, quantization):
     s_w = s_w.astype(np.float32).astype(np.float64)
     np_int = np.int8 if bits == 8 else np.int16
     weights_q = [np.clip(np.rint(w / s_w[o:o + w.shape[1]]), -w_hi, w_hi).astype(np_int)
-                 for o, w in zip(offsets, tiles)]
-    acc_bound = sum(w.shape[0] for w in tiles) * (-a_lo) * w_hi
+                 for o, w in zip(offsets, matrices)]
+    acc_bound = sum(t.rows for t in plan.tiles) * (-a_lo) * w_hi
     bias_q = None
     if plan.bias is not None:
         bias_q = np.rint(plan.bias.astype(np.float64) / (np.float64(s_x) * s_w))

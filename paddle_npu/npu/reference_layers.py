@@ -1,9 +1,10 @@
 """The NumPy reference's matrix layers: the VMM (or QVMM) tiles of one layer and the AddInTile
 summing them, run as one computation with the same arithmetic as running them one by one.
 
-The lowering writes a layer as one VMM node per array tile, all reading the same rows, and one
-AddInTile. Run node by node, that is hundreds of small BLAS products and as many hand-overs;
-here each layer becomes one node of the reference (never of the lowered model) that
+The lowering writes a layer as one VMM node per band of array tiles (the tiles of one row
+range side by side), all reading the same rows, and one AddInTile. Run node by node, that is
+hundreds of small BLAS products and as many hand-overs; here each layer becomes one node of
+the reference (never of the lowered model) that
 
 - float (VMM): puts the tiles reading the same rows side by side in one matrix, so a layer
   is one BLAS call per row group (the matrices held in the weights' type, float32, and
@@ -210,7 +211,7 @@ def _prepare(array, plan, x, bias, weights):
             adds += m
         written[o:o + m] = True
     adds += plan.width if bias is not None else 0
-    if len(tile_ids) != len(weights):      # a tile split over several arrays: tile path
+    if any(w.shape[0] > array.rows for w in weights):   # rows over several arrays: tile path
         return None
     if plan.kind == "QVMM":
         integer = _integer_products(plan, x, bias, weights)

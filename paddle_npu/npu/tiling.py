@@ -6,6 +6,11 @@ Conv, K for a Gemm) and one column per output channel; with groups, group g owns
 (weight-stationary), fed the input columns [row_start, row_start + rows) and writing the
 output columns [col_start, col_start + cols).
 
+A layer is emitted band by band: a band is the tiles of one row range side by side (the
+same input columns, consecutive output columns), one VMM node whose weight spans them. Each
+output column is still the sum of its own R products on its own array, so a band computes
+what its tiles do one by one, in one product instead of several.
+
 Plans:
     per-channel  one input channel's KH*KW rows per tile (the original op list's way)
     packed       as many whole channels' KH*KW rows as fit the array's rows (a channel whose
@@ -65,6 +70,21 @@ def plan_tiles(geo, plan, rows, cols):
     col_ranges = _chunks(geo.outputs, cols)
     return [Tile(g * gr + r0, rn, g * geo.outputs + c0, cn, rn * cn)
             for g in range(geo.groups) for r0, rn in row_ranges for c0, cn in col_ranges]
+
+
+def bands(tiles):
+    """The tiles merged into bands (see above): consecutive tiles of the same rows whose
+    columns follow on, block-diagonal tiles (each its own rows) kept as they are."""
+    out = []
+    for t in tiles:
+        last = out[-1] if out else None
+        if last is not None and t.groups is None and last.groups is None and \
+                (last.row_start, last.rows) == (t.row_start, t.rows) and \
+                last.col_start + last.cols == t.col_start:
+            out[-1] = last._replace(cols=last.cols + t.cols, useful=last.useful + t.useful)
+        else:
+            out.append(t)
+    return out
 
 
 def group_matrix(weight, g, geo):

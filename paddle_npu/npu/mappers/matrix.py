@@ -15,7 +15,8 @@ def plan_matrix(ctx, node, geo, weight, bias, tiling="packed"):
 
 def emit_matrix(ctx, plan, x, im2col=None):
     """x's rows (x itself [..., K], or Im2Col(x) with the attributes `im2col`) times the
-    plan's kernel matrix on its tiles, + bias: the accumulator [..., width], as floats.
+    plan's kernel matrix, one VMM per band of tiles, + bias: the accumulator [..., width],
+    as floats.
     An integer plan quantises x (before Im2Col at 8 bits, which then moves int8; after it at
     16, as onnxruntime's Pad has no int16 kernel for Im2Col's body), sums integers and
     dequantises the result; a ReLU folded into it is taken over by the layer's output."""
@@ -24,7 +25,7 @@ def emit_matrix(ctx, plan, x, im2col=None):
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
         partials = [ctx.npu.VMM(rows, ctx.initializer(w, f"w_{_tag(t)}"),
                                 row_offset=t.row_start, _name=f"vmm_{_tag(t)}")
-                    for t, w in zip(plan.tiles, plan.weights)]
+                    for t, w in zip(plan.bands, plan.weights)]
         if not plan.sums_tiles:
             return partials[0]
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
@@ -46,7 +47,7 @@ def emit_matrix(ctx, plan, x, im2col=None):
         rows = quantize(rows)
     partials = [ctx.npu.QVMM(rows, ctx.initializer(w, f"wq_{_tag(t)}"), row_offset=t.row_start,
                              acc_bits=plan.acc_bits, _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
-                for t, w in zip(plan.tiles, s.weights_q)]
+                for t, w in zip(plan.bands, s.weights_q)]
     if not plan.sums_tiles:
         acc = partials[0]
     else:

@@ -9,8 +9,9 @@ from .base import DOUBLE, Arg, Attr, Primitive, primitive
 @primitive
 class VMM(Primitive):
     """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W for every row k: one
-    vector-matrix multiplication per row on the array holding W. The lowering makes every
-    W one array tile (R <= rows, M <= cols); a bigger W is split over several arrays by the
+    vector-matrix multiplication per row on the arrays holding W. The lowering makes every
+    W one band of array tiles (R <= rows; M columns over ceil(M / cols) arrays side by side,
+    all fed the same rows); a W of more rows is split over several arrays by the
     reference, their partial products summed. An ideal array sums its R products exactly:
     each output is rounded to X's type once (the body and the reference accumulate in
     float64). A block-diagonal W (a depthwise or grouped layer's tile) gets a function body
