@@ -59,6 +59,11 @@ class AddInTile(Primitive):
             groups.setdefault(place, []).append(f"P{i}" if native else
                                                 b.op("Cast", f"P{i}", to=DOUBLE))
         spans = sorted(groups)
+        if native and spans == [(0, width)] and in_shapes[0] is not None:
+            # one place, every column (a layer's bands): partials and bias in one Sum, in
+            # the order the Sum and Add below would add them
+            b.op("Sum", *groups[(0, width)], "B", out="Y")
+            return
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
                 for place, names in groups.items()}
         edges = [0] + [o + w for o, w in spans]
