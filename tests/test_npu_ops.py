@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.im2col import TABLE_LIMIT
+from paddle_npu.npu.ops.im2col import TABLE_LIMIT, column_source
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -173,6 +173,38 @@ def test_im2col_reads_an_nhwc_image_as_it_reads_the_nchw_one(case):
     np.testing.assert_array_equal(run_primitive("Im2Col", [rows], nhwc), want)
 
 
+@SETTINGS
+@given(im2col_cases(), st.data())
+def test_im2col_channel_blocks_reorder_the_columns(case, data):
+    """channel_block B: the columns channel by channel taken in column_source's order, in the
+    reference and in every body (a fixed NCHW or nhwc image, or one of unknown size)."""
+    n, c, h, w, k, s, p, d = case
+    block = data.draw(st.sampled_from([b for b in range(1, c + 1) if c % b == 0]))
+    x = np.random.default_rng(1).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    prim = get_primitive("Im2Col")
+    plain = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    want = plain[..., column_source(c, k[0] * k[1], block)]
+    blocked = dict(attrs, channel_block=block)
+    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [x], blocked)[0], want)
+    np.testing.assert_array_equal(run_primitive("Im2Col", [x], blocked), want)
+    m = _im2col_model(blocked, ["N", c, "H", "W"])
+    np.testing.assert_array_equal(run_onnx(m.SerializeToString(), {"x": x})[1][0], want)
+    nhwc = dict(blocked, layout="nhwc", image_size=[h, w])
+    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [as_rows(x)], nhwc)[0],
+                                  want)
+    np.testing.assert_array_equal(run_primitive("Im2Col", [as_rows(x)], nhwc), want)
+    if block == c:          # tap by tap: the gather's own order, nothing moved after it
+        fn = prim.function_proto(MIN_BODY_OPSET, nhwc, [[n, h * w, c]])
+        assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
+
+
+def test_im2col_refuses_a_channel_block_that_does_not_divide_the_channels():
+    with pytest.raises(ValueError, match="channel_block 2 does not divide the 3 channels"):
+        get_primitive("Im2Col").infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3],
+                                                        "channel_block": 2})
+
+
 def test_im2col_refuses_an_nhwc_image_without_its_size():
     prim = get_primitive("Im2Col")
     with pytest.raises(ValueError, match="image_size"):
@@ -202,8 +234,9 @@ def test_pool_reads_an_nhwc_image_as_it_reads_the_nchw_one(shape, attrs):
     np.testing.assert_allclose(run_primitive("Pool", [rows], nhwc), want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("block", [0, 1, 2])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_im2col_keeps_a_big_index_table_out_of_the_model(layout):
+def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block):
     """Past TABLE_LIMIT entries (a 3x3 kernel on a 640x640 image) the fixed-size body holds
     the table's row and column terms, which onnxruntime adds up at session creation, not
     megabytes of table; it still gathers what the reference does. Below the limit it holds
@@ -217,10 +250,12 @@ def test_im2col_keeps_a_big_index_table_out_of_the_model(layout):
         return max(numpy_helper.to_array(a.t).size for n in fn.node if n.op_type == "Constant"
                    for a in n.attribute if a.name == "value")
 
-    # output 320x638 at 640 (80x158 at 160): terms of OW*KW entries, or the whole table
-    for size, held in ((640, 638 * 3), (160, 80 * 158 * 9)):
+    # output 320x638 at 640 (80x158 at 160): terms of OW*KW entries, or the whole table (of
+    # whole blocks of channels: 2 blocks of 1 channel with channel_block 1)
+    blocks = 2 if block == 1 else 1
+    for size, held in ((640, 638 * 3 * blocks), (160, 80 * 158 * 9 * blocks)):
         x = np.random.default_rng(size).standard_normal((1, 2, size, size)).astype(np.float32)
-        a = dict(attrs)
+        a = dict(attrs, channel_block=block)
         if layout == "nhwc":
             a.update(layout="nhwc", image_size=[size, size])
             x = x.reshape(1, 2, -1).transpose(0, 2, 1).copy()
