@@ -140,18 +140,24 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
     assert "Einsum" not in {node.op_type for node in plain.node}
 
 
-def test_lowered_float_convs_call_the_einsum_im2col():
+@pytest.mark.parametrize("group, overload", [
+    (1, "_b4"),             # dense: the columns tap by tap, as the gather gives them
+    (4, "_einsum"),         # depthwise: channel by channel, moved by an Einsum
+])
+def test_lowered_float_convs_call_the_fastest_im2col(group, overload):
     rng = np.random.default_rng(6)
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
-    original = model([conv], [("x", [1, 4, 6, 6])], [("y", [1, 8, 6, 6])],
-                     [("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))])
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                            group=group)
+    w = rng.standard_normal((8, 4 // group, 3, 3)).astype(np.float32)
+    original = model([conv], [("x", [1, 4, 6, 6])], [("y", [1, 8, 6, 6])], [("w", w)])
     lowered = lower(original, BIG)[0]
     checked(lowered)
     im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
-    assert im2col and all(n.overload.endswith("_einsum") for n in im2col)
+    assert im2col and all(n.overload.endswith(overload) for n in im2col)
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
 
 
 @pytest.mark.parametrize("float32", [False, True])

@@ -1,5 +1,7 @@
 """Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform
 (integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
+import numpy as np
+
 from ..ops.im2col import out_size, resolve_pads
 from ..registry import onnx_op
 from ..report import LayerReport
@@ -22,6 +24,17 @@ def operand_reason(ctx, node):
     if ctx.static_dims(node.inputs[0], skip=(0,)) is None:
         return "channels and spatial size of the input must be static"
     return None
+
+
+def column_block(geo, plan):
+    """Im2Col's channel_block for a layer (ops/im2col.py): a dense kernel (one group, more
+    than one tap) under the packed plan reads the columns tap by tap (all its channels one
+    block), its kernel matrix's rows taken in that order filling every array's rows; else 0,
+    channel by channel (a per-channel tile is one channel's taps, a grouped layer's tile its
+    groups' rows)."""
+    if plan == "packed" and geo.groups == 1 and geo.taps > 1:
+        return geo.channels
+    return 0
 
 
 @onnx_op("Conv")
@@ -67,16 +80,23 @@ class Conv:
         ow = out_size(wd, kw, strides[1], dilations[1], pl, pr)
 
         geo = Geometry(group, cg, kh * kw, m // group)
-        plan = plan_matrix(ctx, node, geo, w, b, ctx.plan)
+        geos = {p: geo for p in PLANS}
+        block = column_block(geo, ctx.plan)
+        matrix = w
+        if block:                   # the kernel matrix's rows tap by tap, as Im2Col's columns
+            geos["packed"] = Geometry(1, c * kh * kw, 1, m)
+            matrix = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1).T
+        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan)
         acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
-                                                     pads=pads, dilations=dilations))
+                                                     pads=pads, dilations=dilations,
+                                                     channel_block=block))
         shape = [0, m, ow] if one_d else [0, m, oh, ow]
         y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
 
         batch = n_ if isinstance(n_, int) else 1
         vectors = batch * oh * ow
         target = ctx.target
-        costs = {p: (plan_cost_of(geo, p, target.rows, target.cols, vectors, b is not None,
+        costs = {p: (plan_cost_of(geos[p], p, target.rows, target.cols, vectors, b is not None,
                                   target.weight_bits) if p != ctx.plan else
                      plan_cost(plan.tiles, p, target.rows, target.cols, vectors, b is not None,
                                target.weight_bits)) for p in PLANS}
