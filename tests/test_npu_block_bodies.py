@@ -10,7 +10,8 @@ from npu_helpers import assert_close, checked, model, serialized, three_way
 from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.vmm import diagonal_blocks
+from paddle_npu.npu.ops.im2col import column_source
+from paddle_npu.npu.ops.vmm import diagonal_blocks, tap_blocks
 from paddle_npu.npu.target import Target
 from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
 from test_npu_ops import run_primitive
@@ -56,12 +57,57 @@ def test_block_body_matches_the_reference(n, k, m, off, extra, float32):
         np.testing.assert_array_equal(got, ref)
 
 
-def test_tiles_of_a_depthwise_layer_are_found_block_diagonal():
-    """The packed plan's tiles of a depthwise layer (the last one holding fewer channels)."""
-    geo = Geometry(groups=32, channels=1, taps=9, outputs=1)
-    w = np.random.default_rng(0).standard_normal((32, 1, 3, 3)).astype(np.float32)
+def tap_tile(n, k, m, seed=0):
+    """block_tile's groups with each group's rows tap by tap: row i*n + j is tap i of group
+    j (Im2Col's channel_block order)."""
+    w = block_tile(n, k, m, seed)
+    return w[column_source(n, k, n)]
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("n,k,m,off,extra", [
+    (16, 9, 1, 0, 0),        # a 3x3 depthwise layer's tile of 16 channels
+    (10, 25, 1, 250, 5),     # 5x5 taps, the second tile, X wider than the tiles
+    (3, 4, 2, 3, 0),         # 2 output channels per group
+])
+def test_tap_body_matches_the_reference(n, k, m, off, extra, float32):
+    w = tap_tile(n, k, m, seed=n + k)
+    assert tap_blocks(w) == (n, k, m) and diagonal_blocks(w) is None
+    x = np.random.default_rng(1).standard_normal((2, 5, off + n * k + extra)).astype(np.float32)
+    shapes = [list(x.shape), list(w.shape)]
+    attrs = {"row_offset": off}
+    derived = {"_taps": (n, k, m)}        # as functions.attach_functions finds them
+    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    assert f"taps{n}x{k}x{m}" in fn.overload
+    assert "MatMul" not in {node.op_type for node in fn.node}
+    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
+                        derived=derived)
+    ref = VMM.reference(ArrayModel(256, 256), [x, w], attrs)[0]
+    if float32:
+        assert agreement(got, ref)["rel_diff"] <= 1e-6
+    else:       # the exact body: float64 sums of the same products, rounded once
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("w", [
+    np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32),    # dense
+    tap_tile(2, 3, 2) + np.eye(6, 4, k=1, dtype=np.float32),              # one weight off
+    block_tile(4, 2, 1),     # block-diagonal: its groups channel by channel
+])
+def test_tap_blocks_are_found_only_where_every_weight_is_in_its_group(w):
+    assert tap_blocks(w) is None
+
+
+@pytest.mark.parametrize("groups, found", [
+    (31, [(28, 9, 1), (3, 9, 1)]),    # 2 arrays cannot hold 31 alike: the last holds fewer
+    (32, [(16, 9, 1)] * 2),           # 2 arrays either way: 16 in each
+])
+def test_tiles_of_a_depthwise_layer_are_found_block_diagonal(groups, found):
+    """The packed plan's tiles of a depthwise layer (28 channels' 9 taps fit 256 rows)."""
+    geo = Geometry(groups=groups, channels=1, taps=9, outputs=1)
+    w = np.random.default_rng(0).standard_normal((groups, 1, 3, 3)).astype(np.float32)
     tiles = plan_tiles(geo, "packed", 256, 256)
-    assert [diagonal_blocks(tile_weight(w, geo, t)) for t in tiles] == [(28, 9, 1), (4, 9, 1)]
+    assert [diagonal_blocks(tile_weight(w, geo, t)) for t in tiles] == found
 
 
 @pytest.mark.parametrize("w", [
@@ -83,12 +129,16 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
 
 
 @pytest.mark.parametrize("bodies", ["exact", "float32"])
-@pytest.mark.parametrize("channels,mult,kernel", [
-    (32, 1, 3),        # MobileNet's depthwise 3x3: tiles of 28 channels and of 4
-    (40, 1, 5),        # 5x5 taps: 10 channels a tile
-    (12, 2, 3),        # a channel multiplier of 2: blocks of 9 rows by 2 columns
+@pytest.mark.parametrize("channels,mult,kernel,sizes,order", [
+    # MobileNet's depthwise 3x3: 2 tiles of 16 channels (28 fit), each read tap by tap
+    (32, 1, 3, [16, 16], "taps"),
+    (40, 1, 5, [10] * 4, "taps"),     # 5x5 taps: 10 channels a tile
+    (12, 2, 3, [12], "taps"),         # a channel multiplier of 2: 2 columns per channel
+    # 2 arrays cannot hold 31 channels alike: tiles of 28 and 3, block-diagonal, the
+    # columns channel by channel
+    (31, 1, 3, [28, 3], "blocks"),
 ])
-def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
+def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, sizes, order, bodies):
     rng = np.random.default_rng(channels)
     wt = rng.standard_normal((channels * mult, 1, kernel, kernel)).astype(np.float32)
     bias = rng.standard_normal(channels * mult).astype(np.float32)
@@ -100,13 +150,14 @@ def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, bodies):
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    per = 256 // (kernel * kernel)                 # channels a 256-row tile holds
-    sizes = [min(per, channels - c) for c in range(0, channels, per)]
-    assert [n.overload.split("_blocks")[1].split("_")[0] for n in vmm] == \
+    assert [n.overload.split(f"_{order}")[1].split("_")[0] for n in vmm] == \
         [f"{size}x{kernel * kernel}x{mult}" for size in sizes]
-    # the NPU program keeps the whole tile: the array holds the block-diagonal weight
+    (im2col,) = [n for n in lowered.graph if n.op_type == "Im2Col"]
+    assert im2col.attributes.get_int("channel_block", 0) == (sizes[0] if order == "taps" else 0)
+    # the NPU program keeps the whole tile: the array holds the group's weights, all of them
     first = vmm[0].inputs[1].const_value.numpy()
-    assert first.shape == (min(per, channels) * kernel * kernel, min(per, channels) * mult)
+    assert first.shape == (sizes[0] * kernel * kernel, sizes[0] * mult)
+    assert np.count_nonzero(first) == first.size // sizes[0]
     x = rng.standard_normal((1, channels, 10, 9)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
@@ -141,8 +192,9 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
 
 
 @pytest.mark.parametrize("group, overload", [
-    (1, "_b4"),             # dense: the columns tap by tap, as the gather gives them
-    (4, "_einsum"),         # depthwise: channel by channel, moved by an Einsum
+    (1, "_b4of4"),          # dense: the columns tap by tap, as the gather gives them
+    (4, "_b4of4"),          # depthwise, one tile: its 4 channels tap by tap
+    (2, "_einsum"),         # grouped (2 channels a group): channel by channel, an Einsum
 ])
 def test_lowered_float_convs_call_the_fastest_im2col(group, overload):
     rng = np.random.default_rng(6)

@@ -199,6 +199,20 @@ def test_im2col_channel_blocks_reorder_the_columns(case, data):
         assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
 
 
+def test_im2col_bodies_of_other_channel_counts_are_other_functions():
+    """A blocked body holds its blocks per pixel: two images of the same size and kernel but
+    other channel counts call different functions (a model's depthwise layers of 120 and
+    240 channels in blocks of 10 once shared one, and gathered past the image's end)."""
+    prim = get_primitive("Im2Col")
+    a = dict(kernel_shape=[5, 5], pads=[2] * 4, channel_block=10, layout="nhwc",
+             image_size=[4, 4])
+    assert prim.overload(a, [[1, 16, 120]]) != prim.overload(a, [[1, 16, 240]])
+    for c in (120, 240):
+        x = np.random.default_rng(c).standard_normal((1, 16, c)).astype(np.float32)
+        np.testing.assert_array_equal(run_primitive("Im2Col", [x], a),
+                                      prim.reference(ArrayModel(8, 8), [x], a)[0])
+
+
 def test_im2col_refuses_a_channel_block_that_does_not_divide_the_channels():
     with pytest.raises(ValueError, match="channel_block 2 does not divide the 3 channels"):
         get_primitive("Im2Col").infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3],

@@ -149,15 +149,18 @@ class LayerPlan:
                 "k": sum(t.rows for t in self.tiles), "tiles": len(self.tiles)}
 
 
-def plan_layer(node, geo, weight, bias, target, tiling, quantization=None):
+def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, row_order=None):
     """The plan of a matrix layer: `node` x (weight, a Conv's [M, Cg, KH, KW] or a [K, N]
     matrix, of kernel-matrix shape `geo`) + bias [N] or None, cut by `tiling` ("packed" /
     "per-channel") for the target's arrays; integer when `quantization` is given and the
-    layer is not marked for the CPU."""
+    layer is not marked for the CPU. `row_order`: every band's rows taken in this order (a
+    depthwise layer's tiles read by Im2Col's channel_block)."""
     tiles = plan_tiles(geo, tiling, target.rows, target.cols)
     merged = bands(tiles)
-    plan = LayerPlan(node.name, node.op_type, tiles, merged,
-                     [tile_weight(weight, geo, t) for t in merged],
+    matrices = [tile_weight(weight, geo, t) for t in merged]
+    if row_order is not None:
+        matrices = [m[row_order] for m in matrices]
+    plan = LayerPlan(node.name, node.op_type, tiles, merged, matrices,
                      None if bias is None else bias.astype(weight.dtype),
                      geo.groups * geo.outputs)
     if quantization is not None and g.mark(node) != "cpu":

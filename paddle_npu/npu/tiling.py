@@ -15,7 +15,9 @@ Plans:
     per-channel  one input channel's KH*KW rows per tile (the original op list's way)
     packed       as many whole channels' KH*KW rows as fit the array's rows (a channel whose
                  KH*KW exceeds them is split), output channels split over the columns; small
-                 groups (depthwise) go block-diagonally, as many groups per tile as fit
+                 groups (depthwise) go block-diagonally, as many groups per tile as fit, and
+                 as many in every tile where that takes no more arrays (96 groups 4 x 24, not
+                 28 + 28 + 28 + 12: the layer's tiles are then all alike)
 """
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple
@@ -56,6 +58,9 @@ def plan_tiles(geo, plan, rows, cols):
     kk, gr = geo.taps, geo.group_rows
     if plan == "packed" and geo.groups > 1 and gr <= rows and geo.outputs <= cols:
         per = min(rows // gr, cols // geo.outputs)
+        count = -(-geo.groups // per)
+        if geo.groups % count == 0:          # the same arrays, as many groups in each
+            per = geo.groups // count
         tiles = []
         for g0, n in _chunks(geo.groups, per):
             tiles.append(Tile(g0 * gr, n * gr, g0 * geo.outputs, n * geo.outputs,

@@ -150,7 +150,9 @@ class Im2Col(Primitive):
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
-        order = f"_b{a['channel_block']}" if a["channel_block"] else \
+        # a block's body holds the blocks per pixel: the channels are part of it
+        channels = image_dims(in_shapes[0], a)[1] if in_shapes and in_shapes[0] else None
+        order = f"_b{a['channel_block']}of{channels}" if a["channel_block"] else \
             "_einsum" if attrs.get("_float") else ""
         if isinstance(h, int) and isinstance(w, int):       # (an nhwc image always is)
             return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
