@@ -134,9 +134,9 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
     (32, 1, 3, [16, 16], "taps"),
     (40, 1, 5, [10] * 4, "taps"),     # 5x5 taps: 10 channels a tile
     (12, 2, 3, [12], "taps"),         # a channel multiplier of 2: 2 columns per channel
-    # 2 arrays cannot hold 31 channels alike: tiles of 28 and 3, block-diagonal, the
-    # columns channel by channel
-    (31, 1, 3, [28, 3], "blocks"),
+    # 2 arrays cannot hold 31 channels alike: tiles of 28 and 3 (Im2Col's last block)
+    (31, 1, 3, [28, 3], "taps"),
+    (6, 1, 1, [6], "blocks"),         # a 1x1 kernel: one tap, block-diagonal
 ])
 def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, sizes, order, bodies):
     rng = np.random.default_rng(channels)
@@ -243,9 +243,9 @@ def test_block_tiles_on_the_grid_of_x_reshape_all_of_x(n, k, m, off, extra, alig
 @pytest.mark.parametrize("bodies", ["exact", "float32"])
 def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     """The tiles of a lowered layer slice the same rows along one axis: onnxruntime merges
-    their Slices into Splits (and a depthwise layer's Reshapes of X into one), so a model
-    of many tiles runs fewer nodes. A depthwise 3x3 conv of 64 channels (tiles of 28, 28
-    and 8) then a dense 3x3 conv of 64 inputs (576 rows: three row tiles)."""
+    their Slices into Splits, so a model of many tiles runs fewer nodes. A depthwise 3x3
+    conv of 64 channels (tiles of 28, 28 and 8, each read tap by tap) then a dense 3x3 conv
+    of 64 inputs (576 rows: three row tiles)."""
     import onnxruntime as ort   # heavy, and only for running a model
 
     rng = np.random.default_rng(9)
@@ -259,7 +259,7 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    assert len(vmm) == 6 and sum("blocks" in n.overload for n in vmm) == 3
+    assert len(vmm) == 6 and sum("taps" in n.overload for n in vmm) == 3
     x = rng.standard_normal((1, 64, 6, 5)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
@@ -269,4 +269,6 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(serialized(lowered), opts, providers=["CPUExecutionProvider"])
     ran = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
-    assert ran.count("Slice") == 0 and ran.count("Split") == 2, sorted(ran)
+    # a Split per layer's tiles, and one of the depthwise Im2Col's pixels into its blocks
+    # of 56 channels and its last block of 8
+    assert ran.count("Slice") == 0 and ran.count("Split") == 3, sorted(ran)

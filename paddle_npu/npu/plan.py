@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from . import graph as g
+from .ops.im2col import column_source
 from .ops.quant import qrange
 from .tiling import bands, plan_tiles, tile_weight
 
@@ -149,17 +150,19 @@ class LayerPlan:
                 "k": sum(t.rows for t in self.tiles), "tiles": len(self.tiles)}
 
 
-def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, row_order=None):
+def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_tap=False):
     """The plan of a matrix layer: `node` x (weight, a Conv's [M, Cg, KH, KW] or a [K, N]
     matrix, of kernel-matrix shape `geo`) + bias [N] or None, cut by `tiling` ("packed" /
     "per-channel") for the target's arrays; integer when `quantization` is given and the
-    layer is not marked for the CPU. `row_order`: every band's rows taken in this order (a
-    depthwise layer's tiles read by Im2Col's channel_block)."""
+    layer is not marked for the CPU. `by_tap`: the rows of each block-diagonal tile of a
+    layer of one channel per group taken tap by tap (as Im2Col's channel_block reads it)."""
     tiles = plan_tiles(geo, tiling, target.rows, target.cols)
     merged = bands(tiles)
     matrices = [tile_weight(weight, geo, t) for t in merged]
-    if row_order is not None:
-        matrices = [m[row_order] for m in matrices]
+    if by_tap:
+        for i, t in enumerate(merged):
+            n = t.groups[1] - t.groups[0]
+            matrices[i] = matrices[i][column_source(n, geo.taps, n)]
     plan = LayerPlan(node.name, node.op_type, tiles, merged, matrices,
                      None if bias is None else bias.astype(weight.dtype),
                      geo.groups * geo.outputs)

@@ -2,7 +2,7 @@
 (integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
 import numpy as np
 
-from ..ops.im2col import column_source, out_size, resolve_pads
+from ..ops.im2col import out_size, resolve_pads
 from ..registry import onnx_op
 from ..report import LayerReport
 from ..tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
@@ -30,19 +30,18 @@ def column_block(geo, plan, target):
     """Im2Col's channel_block for a layer (ops/im2col.py) under the packed plan, where a
     kernel has more than one tap: a dense kernel (one group) reads the columns tap by tap (all
     its channels one block), its kernel matrix's rows taken in that order filling every
-    array's rows; a depthwise one (a channel per group) whose tiles all hold as many channels
-    reads them a tile's channels at a time, each tile's rows tap by tap. Else 0, channel by
-    channel (a per-channel tile is one channel's taps, a grouped layer's tile its groups'
-    rows)."""
+    array's rows; a depthwise one (a channel per group) in block-diagonal tiles reads a
+    tile's channels at a time (the first tile's count; the last tile may hold fewer), each
+    tile's rows tap by tap. Else 0, channel by channel (a per-channel tile is one channel's
+    taps, a grouped layer's tile its groups' rows)."""
     if plan != "packed" or geo.taps == 1:
         return 0
     if geo.groups == 1:
         return geo.channels
     if geo.channels == 1:
         tiles = plan_tiles(geo, plan, target.rows, target.cols)
-        sizes = {None if t.groups is None else t.groups[1] - t.groups[0] for t in tiles}
-        if len(sizes) == 1 and None not in sizes:
-            return sizes.pop()
+        if all(t.groups is not None for t in tiles):
+            return tiles[0].groups[1] - tiles[0].groups[0]
     return 0
 
 
@@ -91,13 +90,13 @@ class Conv:
         geo = Geometry(group, cg, kh * kw, m // group)
         geos = {p: geo for p in PLANS}
         block = column_block(geo, ctx.plan, ctx.target)
-        matrix, row_order = w, None
+        matrix = w
         if block and group == 1:    # the kernel matrix's rows tap by tap, as Im2Col's columns
             geos["packed"] = Geometry(1, c * kh * kw, 1, m)
             matrix = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1).T
-        elif block:                 # each tile's rows tap by tap, as its block of columns
-            row_order = column_source(block, kh * kw, block)
-        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan, row_order)
+        # (depthwise: each tile's rows tap by tap, as Im2Col's block of its channels)
+        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan,
+                           by_tap=bool(block) and group > 1)
         acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
                                                      pads=pads, dilations=dilations,
                                                      channel_block=block))

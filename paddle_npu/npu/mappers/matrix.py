@@ -5,11 +5,10 @@ import onnx_ir as ir
 from ..plan import plan_layer
 
 
-def plan_matrix(ctx, node, geo, weight, bias, tiling="packed", row_order=None):
+def plan_matrix(ctx, node, geo, weight, bias, tiling="packed", by_tap=False):
     """The layer's plan for the context's target and quantisation (plan.plan_layer),
     kept by the context (the quantisation records come from it)."""
-    plan = plan_layer(node, geo, weight, bias, ctx.target, tiling, ctx.quantization,
-                      row_order)
+    plan = plan_layer(node, geo, weight, bias, ctx.target, tiling, ctx.quantization, by_tap)
     ctx.plans.append(plan)
     return plan
 

@@ -98,8 +98,11 @@ def column_source(channels, taps, block):
     kernel matrix's rows [C * taps, M] taken in this order multiply those columns."""
     if not block:
         return np.arange(channels * taps)
-    c = np.arange(channels).reshape(channels // block, 1, block)
-    return (c * taps + np.arange(taps).reshape(1, taps, 1)).reshape(-1)
+    out = []
+    for c0 in range(0, channels, block):        # each block's channels, tap by tap
+        c = np.arange(c0, min(c0 + block, channels))
+        out.append((c[None, :] * taps + np.arange(taps)[:, None]).reshape(-1))
+    return np.concatenate(out)
 
 
 @primitive
@@ -110,12 +113,13 @@ class Im2Col(Primitive):
     W.reshape(M, C*KH*KW)^T is the convolution. The image is NCHW, or (layout "nhwc") the
     previous matrix layer's rows [N, H*W, C] as they are.
 
-    With `channel_block` B the columns come in another order: the channels in blocks of B,
-    each block tap by tap, column (c // B)*KH*KW*B + (kh*KW + kw)*B + c % B (the kernel
-    matrix's rows taken in the same order: column_source). B = C is tap by tap, each tap's
-    pixel with its channels side by side: what a gather of whole pixels gives as it is, where
-    channel by channel needs every value moved once more (onnxruntime: about 10x the gather's
-    time)."""
+    With `channel_block` B the columns come in another order: the channels in blocks of B
+    (the last block what is left, C mod B), each block tap by tap: channel b*B + j of block b
+    of n channels at column b*KH*KW*B + (kh*KW + kw)*n + j (the kernel matrix's rows taken in
+    the same order: column_source). B = C is tap by tap, each tap's pixel with its channels
+    side by side: what a gather of whole pixels gives as it is, where channel by channel
+    needs every value moved once more (onnxruntime: about 10x the gather's time). A block
+    order needs the image's height and width fixed."""
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
     outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW]"),)
@@ -125,8 +129,8 @@ class Im2Col(Primitive):
         Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
                              "(ONNX Conv's order)", [0, 0, 0, 0]),
         Attr("dilations", "ints", "[dh, dw]", [1, 1]),
-        Attr("channel_block", "int", "0: the columns channel by channel; B (dividing C): "
-                                     "blocks of B channels, each tap by tap", 0),
+        Attr("channel_block", "int", "0: the columns channel by channel; B: blocks of B "
+                                     "channels, each tap by tap", 0),
     ) + LAYOUT_ATTRS
 
     @classmethod
@@ -134,7 +138,7 @@ class Im2Col(Primitive):
         a = cls.attrs_of(attrs)
         check_layout(a, in_shapes[0])
         n, c, h, w = image_dims(in_shapes[0], a)
-        check_block(a, c)
+        check_block(a, c, h, w)
         kh, kw = a["kernel_shape"]
         oh, ow = output_size(a, h, w)
         rows = oh * ow if oh is not None and ow is not None else None
@@ -181,25 +185,49 @@ class Im2Col(Primitive):
     def _gather(cls, b, attrs, pixels, rows, cols, channels, inside=None, outside=0):
         """Y from `pixels` [N, P, C] (an image's pixels, channels last) and the pixel each tap
         of each window reads, rows + cols (window_coords' shapes, [OH, OW, KH, KW] once
-        added; with `inside`, pixel `outside` where either is False): one Gather of whole
-        pixels, or with a channel_block B < C of whole blocks of B channels (the pixels read
-        as [N, P * C/B, B]), then the columns moved channel by channel when no block is set."""
+        added; with `inside`, pixel `outside` where either is False): channel by channel, one
+        Gather of whole pixels and the columns moved after it; with a channel_block, one
+        Gather of whole blocks of channels (and one of the last, smaller block)."""
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
         oh, ow = rows.shape[0], cols.shape[1]
-        blocks = channels // block if block else 1
-        if blocks > 1:      # a block axis after the window's: [OH, OW, C/B, KH, KW]
-            rows, cols = rows[:, :, None] * blocks, cols[:, :, None] * blocks
-            cols = cols + np.arange(blocks).reshape(1, 1, -1, 1, 1)
+        table = (rows, cols, inside, outside)
+        if not block:
+            g = cls._gather_blocks(b, pixels, table, 1)             # [N, OH*OW, KH*KW, C]
+            if kh * kw > 1:
+                g = cls._channels_first(b, attrs, g)
+            b.op("Reshape", g, b.const([0, oh * ow, -1]), out="Y")
+            return
+        full, rest = divmod(channels, block)
+        parts = []
+        for first, count, size in ((0, full, block), (full * block, 1 if rest else 0, rest)):
+            if not count:
+                continue
+            part = pixels if size == channels else b.op(
+                "Slice", pixels, b.const([first]), b.const([first + count * size]),
+                b.const([2]))
+            parts.append(cls._gather_blocks(b, part, table, count, size))
+        if len(parts) == 1:                                     # [N, OH*OW, n*KH*KW, B]
+            b.op("Reshape", parts[0], b.const([0, oh * ow, -1]), out="Y")
+        else:
+            b.op("Concat", *(b.op("Reshape", g, b.const([0, oh * ow, -1])) for g in parts),
+                 axis=-1, out="Y")
+
+    @staticmethod
+    def _gather_blocks(b, pixels, table, count, size=None):
+        """Gather(pixels, the table) of whole pixels [N, OH*OW, KH*KW, C], or of `count`
+        blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]."""
+        rows, cols, inside, outside = table
+        oh, ow = rows.shape[0], cols.shape[1]
+        if count > 1:       # a block axis after the window's: [OH, OW, count, KH, KW]
+            rows, cols = rows[:, :, None] * count, cols[:, :, None] * count
+            cols = cols + np.arange(count).reshape(1, 1, -1, 1, 1)
             if inside is not None:
                 inside = inside[0][:, :, None], np.broadcast_to(inside[1][:, :, None],
                                                                 cols.shape)
-            pixels = b.op("Reshape", pixels, b.const([0, -1, block]))
-            outside *= blocks
-        table = index_table(b, rows, cols, [oh * ow, -1], inside, outside)
-        g = b.op("Gather", pixels, table, axis=1)         # [N, OH*OW, (C/B *) KH*KW, B or C]
-        if not block and kh * kw > 1:
-            g = cls._channels_first(b, attrs, g)
-        b.op("Reshape", g, b.const([0, oh * ow, -1]), out="Y")
+            pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
+            outside *= count
+        return b.op("Gather", pixels, index_table(b, rows, cols, [oh * ow, -1], inside, outside),
+                    axis=1)
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
@@ -294,11 +322,8 @@ class Im2Col(Primitive):
         g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), index, axis=1)
         out_rows = b.op("ReduceProd", o, keepdims=1)                            # [OH*OW]
         taps = b.op("ReduceProd", k, keepdims=1)                                # [KH*KW]
-        # [N, OH*OW, KH*KW, C/B, B] -> [N, OH*OW, C/B, KH*KW, B]: blocks of B = 1 channel
-        # are the columns channel by channel (channel_block 0)
-        block = b.op("Max", b.op("Reshape", b.attr("channel_block", "int"), i1), i1)
-        g = b.op("Reshape", g, b.op("Concat", i0, out_rows, taps, b.const([-1]), block, axis=0))
-        t = b.op("Transpose", g, perm=[0, 1, 3, 2, 4])
+        g = b.op("Reshape", g, b.op("Concat", i0, out_rows, taps, b.const([-1]), axis=0))
+        t = b.op("Transpose", g, perm=[0, 1, 3, 2])              # [N, OH*OW, C, KH*KW]
         b.op("Reshape", t, b.op("Concat", i0, out_rows, b.const([-1]), axis=0), out="Y")
 
     @classmethod
@@ -307,7 +332,7 @@ class Im2Col(Primitive):
         check_layout(a, inputs[0].shape)
         x = as_nchw(inputs[0], a)
         n, c, h, w = x.shape
-        check_block(a, c)
+        check_block(a, c, h, w)
         block = a["channel_block"]
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
@@ -321,11 +346,15 @@ class Im2Col(Primitive):
             _, _, rows, cols = next(taps)
             # (what reads the rows copies them into its own type anyway)
             out = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
-        elif block:         # [N, OH, OW, C/B, KH, KW, B]
-            out = np.empty((n, oh, ow, c // block, kh, kw, block), dtype=x.dtype)
+        elif block:         # the full blocks [.., C // B, KH, KW, B], then the rest's
+            full = c // block * block
+            out = np.empty((n, oh, ow, c * kh * kw), dtype=x.dtype)
+            blocks = out[..., :full * kh * kw].reshape(n, oh, ow, -1, kh, kw, block)
+            rest = out[..., full * kh * kw:].reshape(n, oh, ow, kh, kw, c - full)
             for i, j, rows, cols in taps:
-                out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1).reshape(
-                    n, oh, ow, c // block, block)
+                pixels = xp[:, :, rows, cols].transpose(0, 2, 3, 1)      # [N, OH, OW, C]
+                blocks[:, :, :, :, i, j] = pixels[..., :full].reshape(n, oh, ow, -1, block)
+                rest[:, :, :, i, j] = pixels[..., full:]
         else:
             out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
             for i, j, rows, cols in taps:
@@ -334,11 +363,14 @@ class Im2Col(Primitive):
         return [out.reshape(n, oh * ow, c * kh * kw)]
 
 
-def check_block(a, channels):
-    """Raises on a channel_block that does not divide the image's channels."""
+def check_block(a, channels, h, w):
+    """Raises on a channel_block the image cannot be read by."""
     block = a["channel_block"]
-    if block and (block < 0 or isinstance(channels, int) and channels % block):
-        raise ValueError(f"channel_block {block} does not divide the {channels} channels")
+    if block < 0:
+        raise ValueError(f"channel_block {block} is negative")
+    if block and not all(isinstance(v, int) for v in (channels, h, w)):
+        raise ValueError(f"a channel_block needs the image's channels, height and width "
+                         f"fixed (got {channels}, {h}, {w})")
 
 
 def window_coords(a, oh, ow, padded=True):
