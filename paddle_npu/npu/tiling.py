@@ -14,7 +14,9 @@ what its tiles do one by one, in one product instead of several.
 Plans:
     per-channel  one input channel's KH*KW rows per tile (the original op list's way)
     packed       as many whole channels' KH*KW rows as fit the array's rows (a channel whose
-                 KH*KW exceeds them is split), output channels split over the columns; small
+                 KH*KW exceeds them is split), output channels split over the columns (a
+                 dense Conv's kernel matrix is given with its rows tap by tap, one tap's
+                 channels after another, and cut into arrays of rows: mappers/conv.py); small
                  groups (depthwise) go block-diagonally, as many groups per tile as fit, and
                  as many in every tile where that takes no more arrays (96 groups 4 x 24, not
                  28 + 28 + 28 + 12: the layer's tiles are then all alike)
