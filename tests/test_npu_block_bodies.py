@@ -10,8 +10,7 @@ from npu_helpers import assert_close, checked, model, serialized, three_way
 from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.im2col import column_source
-from paddle_npu.npu.ops.vmm import diagonal_blocks, tap_blocks
+from paddle_npu.npu.ops.vmm import diagonal_blocks
 from paddle_npu.npu.target import Target
 from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
 from test_npu_ops import run_primitive
@@ -57,47 +56,6 @@ def test_block_body_matches_the_reference(n, k, m, off, extra, float32):
         np.testing.assert_array_equal(got, ref)
 
 
-def tap_tile(n, k, m, seed=0):
-    """block_tile's groups with each group's rows tap by tap: row i*n + j is tap i of group
-    j (Im2Col's channel_block order)."""
-    w = block_tile(n, k, m, seed)
-    return w[column_source(n, k, n)]
-
-
-@pytest.mark.parametrize("float32", [False, True])
-@pytest.mark.parametrize("n,k,m,off,extra", [
-    (16, 9, 1, 0, 0),        # a 3x3 depthwise layer's tile of 16 channels
-    (10, 25, 1, 250, 5),     # 5x5 taps, the second tile, X wider than the tiles
-    (3, 4, 2, 3, 0),         # 2 output channels per group
-])
-def test_tap_body_matches_the_reference(n, k, m, off, extra, float32):
-    w = tap_tile(n, k, m, seed=n + k)
-    assert tap_blocks(w) == (n, k, m) and diagonal_blocks(w) is None
-    x = np.random.default_rng(1).standard_normal((2, 5, off + n * k + extra)).astype(np.float32)
-    shapes = [list(x.shape), list(w.shape)]
-    attrs = {"row_offset": off}
-    derived = {"_taps": (n, k, m)}        # as functions.attach_functions finds them
-    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
-    assert f"taps{n}x{k}x{m}" in fn.overload
-    assert "MatMul" not in {node.op_type for node in fn.node}
-    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
-                        derived=derived)
-    ref = VMM.reference(ArrayModel(256, 256), [x, w], attrs)[0]
-    if float32:
-        assert agreement(got, ref)["rel_diff"] <= 1e-6
-    else:       # the exact body: float64 sums of the same products, rounded once
-        np.testing.assert_array_equal(got, ref)
-
-
-@pytest.mark.parametrize("w", [
-    np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32),    # dense
-    tap_tile(2, 3, 2) + np.eye(6, 4, k=1, dtype=np.float32),              # one weight off
-    block_tile(4, 2, 1),     # block-diagonal: its groups channel by channel
-])
-def test_tap_blocks_are_found_only_where_every_weight_is_in_its_group(w):
-    assert tap_blocks(w) is None
-
-
 @pytest.mark.parametrize("groups, found", [
     (31, [(28, 9, 1), (3, 9, 1)]),    # 2 arrays cannot hold 31 alike: the last holds fewer
     (32, [(16, 9, 1)] * 2),           # 2 arrays either way: 16 in each
@@ -138,7 +96,10 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
     (31, 1, 3, [28, 3], "taps"),
     (6, 1, 1, [6], "blocks"),         # a 1x1 kernel: one tap, block-diagonal
 ])
-def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, sizes, order, bodies):
+def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, sizes, order,
+                                                       bodies):
+    """Tiles read tap by tap hold their channels' taps one tap after another (row i*n + j:
+    tap i of channel j) and run the dense body; block-diagonal ones the block body."""
     rng = np.random.default_rng(channels)
     wt = rng.standard_normal((channels * mult, 1, kernel, kernel)).astype(np.float32)
     bias = rng.standard_normal(channels * mult).astype(np.float32)
@@ -150,14 +111,20 @@ def test_depthwise_conv_lowers_to_block_bodies(channels, mult, kernel, sizes, or
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    assert [n.overload.split(f"_{order}")[1].split("_")[0] for n in vmm] == \
-        [f"{size}x{kernel * kernel}x{mult}" for size in sizes]
+    taps = kernel * kernel
+    for node, size in zip(vmm, sizes):
+        w = node.inputs[1].const_value.numpy()
+        assert w.shape == (size * taps, size * mult)      # the array holds the whole tile
+        if order == "taps":
+            assert "blocks" not in node.overload
+            groups = w.reshape(taps, size, size, mult)    # [tap, channel, group, column]
+            j = np.arange(size)
+            assert np.count_nonzero(groups[:, j, j]) == np.count_nonzero(w) == w.size // size
+        else:
+            assert f"blocks{size}x{taps}x{mult}" in node.overload
+    assert len(vmm) == len(sizes)
     (im2col,) = [n for n in lowered.graph if n.op_type == "Im2Col"]
     assert im2col.attributes.get_int("channel_block", 0) == (sizes[0] if order == "taps" else 0)
-    # the NPU program keeps the whole tile: the array holds the group's weights, all of them
-    first = vmm[0].inputs[1].const_value.numpy()
-    assert first.shape == (sizes[0] * kernel * kernel, sizes[0] * mult)
-    assert np.count_nonzero(first) == first.size // sizes[0]
     x = rng.standard_normal((1, channels, 10, 9)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
@@ -259,7 +226,7 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    assert len(vmm) == 6 and sum("taps" in n.overload for n in vmm) == 3
+    assert len(vmm) == 6 and not any("blocks" in n.overload for n in vmm)
     x = rng.standard_normal((1, 64, 6, 5)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")

@@ -15,8 +15,10 @@ class VMM(Primitive):
     reference, their partial products summed. An ideal array sums its R products exactly:
     each output is rounded to X's type once (the body and the reference accumulate in
     float64). A block-diagonal W (a depthwise or grouped layer's tile) gets a function body
-    that multiplies only its diagonal blocks (`diagonal_blocks`), and so does one whose rows
-    hold its groups tap by tap (`tap_blocks`); the array still holds W."""
+    that multiplies only its diagonal blocks (`diagonal_blocks`); the array still holds W.
+    (A depthwise tile read tap by tap, Im2Col's channel_block, keeps the dense body:
+    onnxruntime's MatMul of its zeros measured 2-9x faster than the products of its groups,
+    whose sum over the taps is not over X's last axis.)"""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset)"),
               Arg("W", "constant weight tile [R, M]"))
@@ -38,8 +40,6 @@ class VMM(Primitive):
         offset, r, total = span
         name = "whole" if offset == 0 and r == total else \
             f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
-        if attrs.get("_taps") is not None:
-            return name + "_taps{}x{}x{}".format(*attrs["_taps"])
         blocks = attrs.get("_blocks")
         if blocks is None:
             return name
@@ -50,17 +50,12 @@ class VMM(Primitive):
     @classmethod
     def input_attrs(cls, inputs):
         """{"_blocks": (n, k, m)} when W is a constant made of n diagonal blocks of k rows by
-        m columns, zero elsewhere (`diagonal_blocks`); {"_taps": (n, k, m)} when it holds n
-        such groups tap by tap (`tap_blocks`); else {}."""
+        m columns, zero elsewhere (`diagonal_blocks`), else {}."""
         w = inputs[1] if len(inputs) > 1 else None
         if w is None or w.const_value is None:
             return {}
-        w = w.const_value.numpy()
-        blocks = diagonal_blocks(w)
-        if blocks is not None:
-            return {"_blocks": blocks}
-        taps = tap_blocks(w)
-        return {} if taps is None else {"_taps": taps}
+        blocks = diagonal_blocks(w.const_value.numpy())
+        return {} if blocks is None else {"_blocks": blocks}
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
@@ -81,11 +76,8 @@ class VMM(Primitive):
 
     @classmethod
     def _blocks(cls, attrs, in_shapes):
-        """W's groups (n, k, m), diagonal blocks or tap by tap, when the body can use them
-        (X's rank fixed)."""
-        if not cls._static_span(attrs, in_shapes):
-            return None
-        return attrs.get("_blocks") or attrs.get("_taps")
+        """W's diagonal blocks (n, k, m) when the body can use them (X's rank fixed)."""
+        return attrs.get("_blocks") if cls._static_span(attrs, in_shapes) else None
 
     @classmethod
     def _block_products(cls, b, attrs, in_shapes, cast, out=None):
@@ -94,8 +86,6 @@ class VMM(Primitive):
         gathered from W by one GatherND of constant indices (onnxruntime folds that once, at
         session creation); `cast` converts rows and blocks to the sums' type. The exact body adds in
         float64 what the dense one adds, less exact zeros."""
-        if attrs.get("_taps") is not None:
-            return cls._tap_products(b, attrs, in_shapes, cast, out)
         n, k, m = attrs["_blocks"]
         j, i, c = np.ogrid[:n, :k, :m]
         at = np.stack(np.broadcast_arrays(j * k + i, j * m + c), axis=-1)  # W[j*k + i, j*m + c]
@@ -107,26 +97,6 @@ class VMM(Primitive):
         w = cast(b.op("GatherND", "W", b.const(at)))                          # [n, k, m]
         x = cast(cls._block_rows(b, attrs, in_shapes, [1]))                   # [..., n, 1, k]
         return b.op("Reshape", b.op("MatMul", x, w), b.const(keep + [n * m]), out=out)
-
-    @classmethod
-    def _tap_products(cls, b, attrs, in_shapes, cast, out=None):
-        """The rows the tile reads as its k taps of n groups [..., k, n], times W's weights
-        gathered the same way [k, n] (m columns per group: [..., k, n, 1] times [k, n, m]),
-        summed over the taps: tap i of group j is W's row i*n + j, its columns j*m..j*m + m.
-        The exact body adds in float64 what the dense one adds, less exact zeros."""
-        n, k, m = attrs["_taps"]
-        i, j, c = np.ogrid[:k, :n, :m]
-        at = np.stack(np.broadcast_arrays(i * n + j, j * m + c), axis=-1)  # W[i*n + j, j*m + c]
-        keep = [0] * (len(in_shapes[0]) - 1)
-        rows = cls._rows(b, attrs, in_shapes)
-        if m == 1:
-            w = cast(b.op("GatherND", "W", b.const(at[:, :, 0])))              # [k, n]
-            x = cast(b.op("Reshape", rows, b.const(keep + [k, n])))
-            return b.op("ReduceSum", b.op("Mul", x, w), b.const([-2]), keepdims=0, out=out)
-        w = cast(b.op("GatherND", "W", b.const(at)))                           # [k, n, m]
-        x = cast(b.op("Reshape", rows, b.const(keep + [k, n, 1])))
-        y = b.op("ReduceSum", b.op("Mul", x, w), b.const([-3]), keepdims=0)     # [..., n, m]
-        return b.op("Reshape", y, b.const(keep + [n * m]), out=out)
 
     @classmethod
     def _block_rows(cls, b, attrs, in_shapes, middle):
@@ -192,27 +162,6 @@ class VMM(Primitive):
             raise ValueError(f"VMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
         return [array.vmm(attrs.get("_node"), x, w, off, np.float64).astype(x.dtype)]
-
-
-def tap_blocks(w):
-    """(n, k, m) when the tile w [k*n, n*m] holds n >= 2 groups of k rows by m columns tap by
-    tap (row i*n + j is tap i of group j, nonzero only in the group's columns [j*m, j*m + m):
-    a depthwise or grouped layer's tile under Im2Col's channel_block), the most such groups;
-    else None. Checked on the values, as diagonal_blocks does; a dense tile (more nonzeros
-    than any split leaves) costs one count."""
-    if w.ndim != 2:
-        return None
-    r, cols = w.shape
-    nonzero = np.count_nonzero(w)
-    g = math.gcd(r, cols)
-    for n in range(g, 1, -1):
-        if g % n or nonzero > r * cols // n:
-            continue
-        j = np.arange(n)
-        own = w.reshape(r // n, n, n, cols // n)[:, j, j, :]
-        if np.count_nonzero(own) == nonzero:
-            return n, r // n, cols // n
-    return None
 
 
 def diagonal_blocks(w):
