@@ -438,3 +438,26 @@ def test_symbolic_batch_survives_shape_inference_of_primitives():
     flat = get_primitive("DimTransform").infer([["N", 4, 2, 2]], {"perm": [0, 1, 2, 3],
                                                                  "shape": [0, -1]})[0]
     assert flat == ["N", 16]
+
+
+@pytest.mark.parametrize("op_type, attrs, shapes", [
+    ("RuntimeVMM", {}, [[2, 3, 5, 7], [2, 3, 7, 4]]),
+    ("Reduce", {"function": "sum", "axes": [1, 3], "keepdims": 1}, [[2, 3, 4, 5]]),
+    ("Reduce", {"function": "mean", "axes": [2], "keepdims": 0}, [[2, 3, 4, 5]]),
+    ("Reduce", {"function": "max", "axes": [0], "keepdims": 1}, [[2, 3, 4, 5]]),
+    ("LayerNorm", {"axis": 2, "epsilon": 1e-3}, [[2, 3, 4, 5], [4, 5], [4, 5]]),
+    ("LayerNorm", {"axis": 3}, [[2, 3, 4, 5]]),
+])
+def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
+    """The float32 bodies of attention's run-time VMM, Reduce and LayerNorm: no float64 in
+    them, and within float32 rounding of the reference (which sums in float64)."""
+    rng = np.random.default_rng(5)
+    inputs = [(rng.standard_normal(s) * 3 + 1).astype(np.float32) for s in shapes]
+    prim = get_primitive(op_type)
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=True)
+    assert not any(a.i == TensorProto.DOUBLE for n in fn.node for a in n.attribute
+                   if a.name == "to")
+    want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
+    got = run_primitive(op_type, inputs, attrs, float32=True)
+    assert got.shape == want.shape and agreement(got, want)["rel_diff"] <= 1e-6
+    np.testing.assert_array_equal(run_primitive(op_type, inputs, attrs), want)

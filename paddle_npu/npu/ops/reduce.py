@@ -20,6 +20,14 @@ def _reduced_dims(shape, axes, keepdims):
         [d for i, d in enumerate(shape) if i not in axes]
 
 
+def _result(b, y, float32):
+    """The body's output Y: y as it is (float32) or rounded once to X's type (float64)."""
+    if float32:
+        b.op("Identity", y, out="Y")
+    else:
+        b.op("CastLike", y, "X", out="Y")
+
+
 def _size(shape, axes):
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
@@ -27,7 +35,8 @@ def _size(shape, axes):
 @primitive
 class Reduce(Primitive):
     """Y = f over `axes` of X, f being sum, mean, max or min, on the vector unit: every
-    element of X is read once. Sums are kept in float64 and rounded once to X's type."""
+    element of X is read once. Sums are kept in float64 and rounded once to X's type (in
+    float32 in the float32 body)."""
 
     inputs = (Arg("X", "any float tensor (the reduced axes of fixed size)"),)
     outputs = (Arg("Y", "X reduced over `axes`"),)
@@ -50,16 +59,20 @@ class Reduce(Primitive):
         return f"{a['function']}_{config_tag(axes, int(a['keepdims']), size)}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
+    def body(cls, b, attrs, in_shapes, float32=False):
         f, axes, keep = attrs["function"], list(attrs["axes"]), attrs["keepdims"]
         if f in ("sum", "mean"):
-            y = _reduce(b, "sum", b.op("Cast", "X", to=DOUBLE), axes, keep)
+            y = _reduce(b, "sum", "X" if float32 else b.op("Cast", "X", to=DOUBLE), axes, keep)
             if f == "mean":
                 n = b.op("Constant", value_float=float(_size(in_shapes[0], axes)))
-                y = b.op("Div", y, b.op("Cast", n, to=DOUBLE))
-            b.op("CastLike", y, "X", out="Y")
+                y = b.op("Div", y, n if float32 else b.op("Cast", n, to=DOUBLE))
+            _result(b, y, float32)
         else:
             b.op("Identity", _reduce(b, f, "X", axes, keep), out="Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        cls.body(b, attrs, in_shapes, float32=True)
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -83,7 +96,7 @@ class LayerNorm(Primitive):
     """Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias, mean and (biased) variance over
     the axes from `axis` to the last (LayerNormalization), on the vector unit: three passes
     over X (the mean, the variance, the normalisation), in float64, rounded once to X's
-    type."""
+    type (in float32 in the float32 body)."""
 
     inputs = (Arg("X", "any float tensor (the normalised axes of fixed size)"),
               Arg("Scale", "the normalised axes' shape (may be left out)", optional=True),
@@ -105,20 +118,25 @@ class LayerNorm(Primitive):
         return f"ln_{config_tag(axes, _size(in_shapes[0], axes), eps, present)}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
+    def body(cls, b, attrs, in_shapes, float32=False):
+        def wide(v):        # the exact body computes in float64
+            return v if float32 else b.op("Cast", v, to=DOUBLE)
         axes = list(range(attrs["axis"], len(in_shapes[0])))
-        n = b.op("Cast", b.op("Constant", value_float=float(_size(in_shapes[0], axes))),
-                 to=DOUBLE)
-        x = b.op("Cast", "X", to=DOUBLE)
+        n = wide(b.op("Constant", value_float=float(_size(in_shapes[0], axes))))
+        x = wide("X")
         d = b.op("Sub", x, b.op("Div", _reduce(b, "sum", x, axes, 1), n))
         var = b.op("Div", _reduce(b, "sum", b.op("Mul", d, d), axes, 1), n)
-        eps = b.op("Cast", b.op("Constant", value_float=attrs["epsilon"]), to=DOUBLE)
+        eps = wide(b.op("Constant", value_float=attrs["epsilon"]))
         y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
         if len(in_shapes) > 1 and in_shapes[1] is not None:
-            y = b.op("Mul", y, b.op("Cast", "Scale", to=DOUBLE))
+            y = b.op("Mul", y, wide("Scale"))
         if len(in_shapes) > 2 and in_shapes[2] is not None:
-            y = b.op("Add", y, b.op("Cast", "Bias", to=DOUBLE))
-        b.op("CastLike", y, "X", out="Y")
+            y = b.op("Add", y, wide("Bias"))
+        _result(b, y, float32)
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        cls.body(b, attrs, in_shapes, float32=True)
 
     @classmethod
     def reference(cls, array, inputs, attrs):

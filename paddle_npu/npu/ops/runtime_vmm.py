@@ -11,7 +11,8 @@ class RuntimeVMM(Primitive):
     """Y = X @ W (MatMul's broadcasting over leading dims) where W is an activation, not a
     constant: for every matrix W[b] [R, M] the arrays are written with W[b] first (R * M
     cells, counted as the write cost), then every row of X[b] is one VMM per array tile, as
-    in VMM. Sums are exact (float64), rounded once to X's type."""
+    in VMM. Sums are exact (float64), rounded once to X's type (the float32 body,
+    Primitive.float32_body, is onnxruntime's float32 MatMul)."""
 
     inputs = (Arg("X", "rows [..., K, R]"),
               Arg("W", "the matrices written at run time [..., R, M]"))
@@ -31,6 +32,10 @@ class RuntimeVMM(Primitive):
     def body(cls, b, attrs, in_shapes):
         y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
         b.op("CastLike", y, "X", out="Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        b.op("MatMul", "X", "W", out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
