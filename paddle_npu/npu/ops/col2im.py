@@ -43,8 +43,9 @@ class Col2Im(Primitive):
     transposed convolution's arrays produce (one row per input pixel, one column per output
     channel and kernel tap) scattered and summed into the output image on the vector unit
     (the inverse of Im2Col's gather). The sum is kept in
-    float64 and rounded to X's type once; the cost is one addition per X element (and per
-    bias element)."""
+    float64 and rounded to X's type once (the float32 body, Primitive.float32_body, adds
+    float32 rows in float32); the cost is one addition per X element (and per bias
+    element)."""
 
     inputs = (Arg("X", "rows [N, H*W, M*KH*KW]"),
               Arg("B", "bias [M] (may be left out: empty name)", optional=True))
