@@ -127,10 +127,7 @@ class Col2Im(Primitive):
         if bias:
             y = b.op("Add", y, b.op("Reshape", "B" if native else b.op("Cast", "B", to=DOUBLE),
                                     b.const([-1, 1, 1])))
-        if native:
-            b.op("Identity", y, out="Y")
-        else:
-            b.op("CastLike", y, "X", out="Y")
+        b.output(y, "Y", like=None if native else "X")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
