@@ -83,11 +83,13 @@ class Col2Im(Primitive):
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
         """The taps grouped by where they land: tap i of a kernel axis lands i*d = q*s + p
-        past its input pixel's s-strided position, so the rows reordered to [N, M, Q_H, Q_W,
-        H*sh, W*sw] (phase p interleaved between the pixels, two axis swaps of low rank:
-        onnxruntime's Transpose of high rank with tiny trailing axes measured up to 10x
-        slower) hold each group q as one image, shifted by q*s; the groups' sum is the
-        result. Non-overlapping taps (stride == kernel) make one group and no sum."""
+        past its input pixel's s-strided position, phase p of the q-th pixel after it. So
+        the rows, each image row's phases moved between its pixels (one axis swap), hold
+        each group q as an image of the input's size, which lands shifted by q whole
+        pixels; the groups are summed so, and the sum moved to the output's layout (a
+        second swap, of big blocks: onnxruntime's Transpose of high rank with tiny trailing
+        axes measured up to 10x slower). Taps that never overlap (stride >= kernel) make
+        one group: no sum."""
         (h, w), (oh, ow) = attrs["image_shape"], attrs["output_shape"]
         (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
         (dh, dw), (pt, pl) = attrs["dilations"], attrs["pads"]
@@ -103,27 +105,30 @@ class Col2Im(Primitive):
         if table is not None:        # room for the phases no tap lands on: a zero column
             x = b.op("Pad", x, b.const([0, 0, 0, 0, 0, 1]))
             x = b.op("Gather", x, b.const(table), axis=2)
-        # [N*H, W, M*QH*sh*QW, sw] -> [N*H, M*QH*sh*QW, W, sw]
+        # [N*H, W, M*QH*sh*QW, sw] -> [N*H, M*QH*sh*QW, W, sw]: each image row's phases
+        # interleaved between its pixels, the kernel taps' groups side by side
         x = b.op("Reshape", x, b.const([-1, w, m * qh * sh * qw, sw]))
         x = b.op("Transpose", x, perm=[0, 2, 1, 3])
-        # [N, H, M*QH, sh, QW, W*sw] -> [N, M*QH, QW, H, sh, W*sw]
-        x = b.op("Reshape", x, b.const([-1, h, m * qh, sh, qw, w * sw]))
-        x = b.op("Transpose", x, perm=[0, 2, 4, 1, 3, 5])
-        x = b.op("Reshape", x, b.const([-1, m, qh, qw, h * sh, w * sw]))
-        planes = []
-        for i in range(qh):          # each group's image, shifted to where it lands
+        x = b.op("Reshape", x, b.const([-1, h, m, qh, sh, qw, w * sw]))
+        groups = []
+        for i in range(qh):          # each group shifted by its whole pixels
             for j in range(qw):
-                plane = b.op("Slice", x, b.const([i, j]), b.const([i + 1, j + 1]),
-                             b.const([2, 3])) if qh * qw > 1 else x
-                plane = b.op("Reshape", plane, b.const([-1, m, h * sh, w * sw]))
+                g = b.op("Slice", x, b.const([i, j]), b.const([i + 1, j + 1]),
+                         b.const([3, 5])) if qh * qw > 1 else x
+                g = b.op("Reshape", g, b.const([-1, h, m * sh, w * sw]))
                 if not native:
-                    plane = b.op("Cast", plane, to=DOUBLE)
-                top, left = i * sh - pt, j * sw - pl      # negative: cut
-                pads = [0, 0, top, left, 0, 0, oh - top - h * sh, ow - left - w * sw]
-                if any(pads):
-                    plane = b.op("Pad", plane, b.const(pads))
-                planes.append(plane)
-        y = b.op("Sum", *planes) if len(planes) > 1 else planes[0]
+                    g = b.op("Cast", g, to=DOUBLE)
+                pads = [0, i, 0, j * sw, 0, qh - 1 - i, 0, (qw - 1 - j) * sw]
+                groups.append(b.op("Pad", g, b.const(pads)) if any(pads) else g)
+        y = b.op("Sum", *groups) if len(groups) > 1 else groups[0]
+        # [N, H', M, sh, W'*sw] -> [N, M, H', sh, W'*sw]: the canvas
+        ch, cw = h + qh - 1, w + qw - 1
+        y = b.op("Reshape", y, b.const([-1, ch, m, sh, cw * sw]))
+        y = b.op("Transpose", y, perm=[0, 2, 1, 3, 4])
+        y = b.op("Reshape", y, b.const([-1, m, ch * sh, cw * sw]))
+        pads = [0, 0, -pt, -pl, 0, 0, oh + pt - ch * sh, ow + pl - cw * sw]   # negative: cut
+        if any(pads):
+            y = b.op("Pad", y, b.const(pads))
         if bias:
             y = b.op("Add", y, b.op("Reshape", "B" if native else b.op("Cast", "B", to=DOUBLE),
                                     b.const([-1, 1, 1])))
