@@ -1,7 +1,7 @@
 """Which function bodies onnxruntime runs a lowered model with: float32 or exact sums.
 
-The primitives that sum products (VMM, AddInTile, Col2Im) have two bodies: the exact one
-accumulates in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
+The primitives that sum products (VMM, AddInTile) have two bodies: the exact one accumulates
+in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
 fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. `lower`
 writes exact ones unless asked; "auto" (`lower --verify`'s default) keeps float32 when the lowered model then agrees with the model
 before lowering, on the seeded input `verify` uses by default, within half the 1e-5
@@ -47,7 +47,7 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
     if nodes == 0 or bodies == "exact":
         attach_functions(lowered)
         why = "asked for (lower's default; --verify checks float32 ones)" if nodes \
-            else "no VMM / AddInTile / Col2Im sums float32 tensors"
+            else "no VMM / AddInTile sums float32 tensors"
         return {**choice, "bodies": "exact", "why": why}
     attach_functions(lowered, float32=True)
     if bodies == "float32":

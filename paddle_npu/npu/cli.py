@@ -93,13 +93,13 @@ def add_lowering_options(p, target_flag="--target"):
     bodies = p.add_mutually_exclusive_group()
     bodies.add_argument("--float32-bodies", dest="bodies", action="store_const",
                         const="float32", default=None,
-                        help="onnxruntime sums VMM, AddInTile and Col2Im in float32, as fast "
-                             "as the model's own Conv / MatMul (default: exact; with --verify, "
+                        help="onnxruntime sums VMM and AddInTile in float32, as fast as the "
+                             "model's own Conv / MatMul (default: exact; with --verify, "
                              "float32 when the lowered model then agrees with the model on a "
                              "seeded input as `verify` requires, else exact)")
     bodies.add_argument("--exact-bodies", dest="bodies", action="store_const", const="exact",
-                        help="onnxruntime sums VMM, AddInTile and Col2Im exactly (float64, "
-                             "rounded once), as the NumPy reference does")
+                        help="onnxruntime sums VMM and AddInTile exactly (float64, rounded "
+                             "once), as the NumPy reference does")
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
