@@ -3,7 +3,7 @@ NumPy reference and against an independent formula, and what the reference count
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -394,6 +394,100 @@ def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts)
     if bias:
         want += b
     np.testing.assert_array_equal(run_primitive("AddInTile", [b] + parts, attrs),
+                                  want.astype(np.float32))
+
+
+def col2im_by_loops(x, bias, image, out, k, s, p, d):
+    """Col2Im's formula written out, pixel by pixel and tap by tap (independent of the
+    reference's strided windows): the sum in float64 and the sum of the addends' magnitudes."""
+    (h, w), (oh, ow), (kh, kw) = image, out, k
+    n, _, cols = x.shape
+    x6 = x.reshape(n, h, w, cols // (kh * kw), kh, kw).astype(np.float64)
+    y = np.zeros((n, cols // (kh * kw), oh, ow))
+    mag = np.zeros_like(y)
+    for ih in range(h):
+        for iw in range(w):
+            for i in range(kh):
+                for j in range(kw):
+                    r, c = ih * s[0] - p[0] + i * d[0], iw * s[1] - p[1] + j * d[1]
+                    if 0 <= r < oh and 0 <= c < ow:
+                        y[:, :, r, c] += x6[:, ih, iw, :, i, j]
+                        mag[:, :, r, c] += np.abs(x6[:, ih, iw, :, i, j])
+    if bias is not None:
+        y += bias.reshape(-1, 1, 1)
+        mag += np.abs(bias.astype(np.float64)).reshape(-1, 1, 1)
+    return y, mag
+
+
+@st.composite
+def col2im_cases(draw):
+    """A transposed convolution's geometry: kernel, stride, dilation, the pads cut from both
+    ends and the output padding added past the end (ConvTranspose's output size)."""
+    k = [draw(st.integers(1, 4)), draw(st.integers(1, 4))]
+    s = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    d = [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
+    image = [draw(st.integers(1, 6)), draw(st.integers(1, 6))]
+    begin = [draw(st.integers(0, (k[a] - 1) * d[a])) for a in range(2)]
+    end = [draw(st.integers(0, (k[a] - 1) * d[a])) for a in range(2)]
+    extra = [draw(st.integers(0, s[a] - 1)) for a in range(2)]
+    out = [(image[a] - 1) * s[a] + (k[a] - 1) * d[a] + 1 + extra[a] - begin[a] - end[a]
+           for a in range(2)]
+    assume(min(out) >= 1)
+    n, m, bias = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.booleans())
+    return n, m, image, out, k, s, begin, d, bias
+
+
+@SETTINGS
+@given(col2im_cases())
+def test_col2im_body_reference_and_formula_agree(case):
+    """The exact body is the reference bit for bit (both the float64 sum rounded once), the
+    reference is the formula, and the float32 body is as far from it as float32 summation
+    allows: (taps + 1) units of roundoff of the sum of the addends' magnitudes."""
+    n, m, image, out, k, s, p, d, bias = case
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, image[0] * image[1], m * k[0] * k[1])).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32) if bias else None
+    attrs = {"image_shape": image, "output_shape": out, "kernel_shape": k, "strides": s,
+             "pads": p, "dilations": d}
+    prim = get_primitive("Col2Im")
+    array = ArrayModel(4, 4)
+    ref = prim.reference(array, [x, b], attrs)[0]
+    want, mag = col2im_by_loops(x, b, image, out, k, s, p, d)
+    np.testing.assert_array_equal(ref, want.astype(np.float32))
+    np.testing.assert_array_equal(run_primitive("Col2Im", [x, b], attrs), ref)
+    fast = run_primitive("Col2Im", [x, b], attrs, float32=True)
+    taps = k[0] * k[1] + bias
+    assert (np.abs(fast - want) <= (taps + 1) * 2.0 ** -24 * mag).all()
+    # the rows of an open batch: the same body, made for any N
+    if n == 2:
+        open_batch = run_primitive("Col2Im", [x, b], attrs,
+                                   shapes=[["n"] + list(x.shape[1:]), None if b is None else [m]])
+        np.testing.assert_array_equal(open_batch, ref)
+
+
+@pytest.mark.parametrize("k, s, bias, casts", [
+    ([2, 2], [2, 2], True, False),      # a segmentation head's upsampling: one tap a pixel
+    ([3, 1], [3, 2], True, False),      # stride past the kernel: some pixels only the bias
+    ([1, 2], [1, 1], False, False),     # two taps a pixel, no bias
+    ([1, 2], [1, 1], True, True),       # two taps and the bias: three addends
+    ([4, 4], [2, 2], False, True),      # four taps a pixel
+])
+def test_col2im_exact_body_casts_only_past_two_addends(k, s, bias, casts):
+    """An X element and the bias rounded once in float32 are the exact sum rounded once, so
+    where no two taps meet (or two meet and there is no bias) the exact body adds in X's
+    type; past two addends it sums in float64."""
+    rng = np.random.default_rng(6)
+    m, image = 3, [4, 5]
+    x = (rng.standard_normal((1, 20, m * k[0] * k[1])) *
+         10.0 ** rng.integers(-4, 4, (1, 20, m * k[0] * k[1]))).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32) if bias else None
+    out = [(image[a] - 1) * s[a] + k[a] for a in range(2)]
+    attrs = {"image_shape": image, "output_shape": out, "kernel_shape": k, "strides": s}
+    fn = get_primitive("Col2Im").function_proto(
+        MIN_BODY_OPSET, attrs, [list(x.shape), None if b is None else [m]])
+    assert any(n.op_type == "Cast" for n in fn.node) == casts
+    want, _ = col2im_by_loops(x, b, image, out, k, s, [0, 0], [1, 1])
+    np.testing.assert_array_equal(run_primitive("Col2Im", [x, b], attrs),
                                   want.astype(np.float32))
 
 

@@ -70,6 +70,35 @@ def test_conv_transpose_runs_on_the_arrays(xs, ws, attrs, bias, target):
     assert _vector_ns(lowered, "Col2Im") == sums / 16
 
 
+@pytest.mark.parametrize("ws, attrs, casts", [
+    ([6, 4, 2, 2], dict(strides=[2, 2]), False),              # a DB head's upsampling
+    ([6, 4, 4, 4], dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),
+])
+def test_conv_transpose_float32_and_exact_col2im(ws, attrs, casts):
+    """Lowered with float32 bodies, Col2Im calls its float32 body; where no two taps meet
+    that is the exact body itself (no float64 anywhere), else only the exact body casts.
+    Both agree with onnxruntime's ConvTranspose."""
+    inits = [("w", _rand(ws, 7)), ("b", _rand([ws[1]], 8))]
+    onnx_model = model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up",
+                                         **attrs)],
+                       [("x", [1, 6, 7, 5])], [("y", None)], inits)
+    x = {"x": _rand([1, 6, 7, 5], 9)}
+    bodies = {}
+    for kind in ("exact", "float32"):
+        lowered, _ = lower(onnx_model, "npu256", bodies=kind)
+        (call,) = [n for n in lowered.graph if n.op_type == "Col2Im"]
+        assert call.overload.endswith("f32") == (kind == "float32")
+        bodies[kind] = [n.op_type for f in lowered.functions.values() if f.name == "Col2Im"
+                        for n in f]
+        want, got, ref, _ = three_way(onnx_model, lowered, x, "npu256")
+        assert_close(got[0], want[0], f"onnxruntime, {kind} bodies")
+        if kind == "exact":
+            np.testing.assert_array_equal(got[0], ref[0])      # both sum exactly
+    assert bodies["exact"] and bodies["float32"]
+    assert ("Cast" in bodies["exact"]) == casts and "Cast" not in bodies["float32"]
+    assert (bodies["exact"] == bodies["float32"]) == (not casts)
+
+
 def test_conv_transpose_with_a_computed_weight_stays_plain():
     nodes = [helper.make_node("Neg", ["w0"], ["w"], name="neg"),
              helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", strides=[2, 2])]

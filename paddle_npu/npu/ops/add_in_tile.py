@@ -81,10 +81,7 @@ class AddInTile(Primitive):
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
             total = b.op("Add", total, "B" if native else b.op("Cast", "B", to=DOUBLE))
-        if native:                      # in P's type all along: no cast
-            b.op("Identity", total, out="Y")
-        else:
-            b.op("CastLike", total, "P0", out="Y")
+        b.output(total, "Y", like=None if native else "P0")   # native: in P's type all along
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):

@@ -189,6 +189,14 @@ class Body:
         self.nodes.append(node)
         return out
 
+    def output(self, value, name, like=None):
+        """Write `value` to the function output `name`: cast to `like`'s type when given (a
+        wide accumulator's sum rounded back to its inputs' type), else as it is."""
+        if like is None:
+            self.op("Identity", value, out=name)
+        else:
+            self.op("CastLike", value, like, out=name)
+
     def drop_output_identities(self, outputs):
         """Identity nodes copying a value made in the body to a function output: the node
         making it writes the output instead (every call inlines one node fewer)."""

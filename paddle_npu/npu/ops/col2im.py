@@ -4,6 +4,32 @@ import numpy as np
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
 
 
+def _groups(k, s, d):
+    """How many stride-steps a kernel axis's taps span: tap i lands (i*d) // s pixels and
+    (i*d) % s positions past its input pixel's s-strided position."""
+    return (k - 1) * d // s + 1
+
+
+def _taps_per_pixel(k, s, d):
+    """The most taps of a kernel axis landing on one output position."""
+    return max(sum(1 for i in range(k) if i * d % s == p) for p in range(s))
+
+
+def _spread_columns(m, kh, kw, sh, sw, dh, dw):
+    """Column table placing X's columns (m, kh, kw) at (m, i*dh, j*dw) of [M, QH*sh, QW*sw]
+    (the zero column m*kh*kw at the positions no tap lands on), or None when they are
+    there already (dilation 1 and kernels that are multiples of the strides)."""
+    lh, lw = _groups(kh, sh, dh) * sh, _groups(kw, sw, dw) * sw
+    if (lh, lw, dh, dw) == (kh, kw, 1, 1):
+        return None
+    zero = m * kh * kw
+    table = np.full((m, lh, lw), zero, dtype=np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            table[:, i * dh, j * dw] = (np.arange(m) * kh + i) * kw + j
+    return table.reshape(-1)
+
+
 def _canvas(size, k, s, d, begin, out):
     """Length of the zero canvas every kernel tap's contribution is placed on: long enough
     for the largest tap offset and for the output window [begin, begin + out)."""
@@ -17,8 +43,9 @@ class Col2Im(Primitive):
     transposed convolution's arrays produce (one row per input pixel, one column per output
     channel and kernel tap) scattered and summed into the output image on the vector unit
     (the inverse of Im2Col's gather). The sum is kept in
-    float64 and rounded to X's type once; the cost is one addition per X element (and per
-    bias element)."""
+    float64 and rounded to X's type once (the float32 body, Primitive.float32_body, adds
+    float32 rows in float32); the cost is one addition per X element (and per bias
+    element)."""
 
     inputs = (Arg("X", "rows [N, H*W, M*KH*KW]"),
               Arg("B", "bias [M] (may be left out: empty name)", optional=True))
@@ -54,32 +81,62 @@ class Col2Im(Primitive):
         return f"{'b' if bias else ''}{config_tag(key, in_shapes[0][2], bias)}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
+    def body(cls, b, attrs, in_shapes, float32=False):
+        """The taps grouped by where they land: tap i of a kernel axis lands i*d = q*s + p
+        past its input pixel's s-strided position, phase p of the q-th pixel after it. So
+        the rows, each image row's phases moved between its pixels (one axis swap), hold
+        each group q as an image of the input's size, which lands shifted by q whole
+        pixels; the groups are summed so, and the sum moved to the output's layout (a
+        second swap, of big blocks: onnxruntime's Transpose of high rank with tiny trailing
+        axes measured up to 10x slower). Taps that never overlap (stride >= kernel) make
+        one group: no sum."""
         (h, w), (oh, ow) = attrs["image_shape"], attrs["output_shape"]
         (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
         (dh, dw), (pt, pl) = attrs["dilations"], attrs["pads"]
+        bias = len(in_shapes) > 1 and in_shapes[1] is not None
         m = in_shapes[0][2] // (kh * kw)
-        ch, cw = _canvas(h, kh, sh, dh, pt, oh), _canvas(w, kw, sw, dw, pl, ow)
-        x = b.op("Cast", "X", to=DOUBLE)
-        x = b.op("Reshape", x, b.const([0, h, w, m, kh, kw]))
-        x = b.op("Transpose", x, perm=[0, 3, 4, 5, 1, 2])          # [N, M, KH, KW, H, W]
-        x = b.op("Unsqueeze", x, b.const([5, 7]))                   # [N, M, KH, KW, H, 1, W, 1]
-        x = b.op("Pad", x, b.const([0] * 8 + [0, 0, 0, 0, 0, sh - 1, 0, sw - 1]))
-        x = b.op("Reshape", x, b.const([0, m, kh, kw, h * sh, w * sw]))   # zeros between pixels
-        taps = []
-        for i in range(kh):          # each tap's plane, shifted to where it lands
-            for j in range(kw):
-                plane = b.op("Slice", x, b.const([i, j]), b.const([i + 1, j + 1]),
-                             b.const([2, 3]))
-                plane = b.op("Reshape", plane, b.const([0, m, h * sh, w * sw]))
-                pads = [0, 0, i * dh, j * dw, 0, 0, ch - i * dh - h * sh, cw - j * dw - w * sw]
-                taps.append(b.op("Pad", plane, b.const(pads)))
-        y = b.op("Sum", *taps) if len(taps) > 1 else taps[0]
-        y = b.op("Slice", y, b.const([pt, pl]), b.const([pt + oh, pl + ow]), b.const([2, 3]))
-        if len(in_shapes) > 1 and in_shapes[1] is not None:
-            y = b.op("Add", y, b.op("Reshape", b.op("Cast", "B", to=DOUBLE),
+        qh, qw = _groups(kh, sh, dh), _groups(kw, sw, dw)
+        # One X element per output (and the bias) rounded once in X's type is already the
+        # exact sum: the exact body sums in float64 only past two addends.
+        native = float32 or \
+            _taps_per_pixel(kh, sh, dh) * _taps_per_pixel(kw, sw, dw) + bias <= 2
+        x = "X"
+        table = _spread_columns(m, kh, kw, sh, sw, dh, dw)
+        if table is not None:        # room for the phases no tap lands on: a zero column
+            x = b.op("Pad", x, b.const([0, 0, 0, 0, 0, 1]))
+            x = b.op("Gather", x, b.const(table), axis=2)
+        # [N*H, W, M*QH*sh*QW, sw] -> [N*H, M*QH*sh*QW, W, sw]: each image row's phases
+        # interleaved between its pixels, the kernel taps' groups side by side
+        x = b.op("Reshape", x, b.const([-1, w, m * qh * sh * qw, sw]))
+        x = b.op("Transpose", x, perm=[0, 2, 1, 3])
+        x = b.op("Reshape", x, b.const([-1, h, m, qh, sh, qw, w * sw]))
+        groups = []
+        for i in range(qh):          # each group shifted by its whole pixels
+            for j in range(qw):
+                g = b.op("Slice", x, b.const([i, j]), b.const([i + 1, j + 1]),
+                         b.const([3, 5])) if qh * qw > 1 else x
+                g = b.op("Reshape", g, b.const([-1, h, m * sh, w * sw]))
+                if not native:
+                    g = b.op("Cast", g, to=DOUBLE)
+                pads = [0, i, 0, j * sw, 0, qh - 1 - i, 0, (qw - 1 - j) * sw]
+                groups.append(b.op("Pad", g, b.const(pads)) if any(pads) else g)
+        y = b.op("Sum", *groups) if len(groups) > 1 else groups[0]
+        # [N, H', M, sh, W'*sw] -> [N, M, H', sh, W'*sw]: the canvas
+        ch, cw = h + qh - 1, w + qw - 1
+        y = b.op("Reshape", y, b.const([-1, ch, m, sh, cw * sw]))
+        y = b.op("Transpose", y, perm=[0, 2, 1, 3, 4])
+        y = b.op("Reshape", y, b.const([-1, m, ch * sh, cw * sw]))
+        pads = [0, 0, -pt, -pl, 0, 0, oh + pt - ch * sh, ow + pl - cw * sw]   # negative: cut
+        if any(pads):
+            y = b.op("Pad", y, b.const(pads))
+        if bias:
+            y = b.op("Add", y, b.op("Reshape", "B" if native else b.op("Cast", "B", to=DOUBLE),
                                     b.const([-1, 1, 1])))
-        b.op("CastLike", y, "X", out="Y")
+        b.output(y, "Y", like=None if native else "X")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        cls.body(b, attrs, in_shapes, float32=True)
 
     @classmethod
     def reference(cls, array, inputs, attrs):
