@@ -20,14 +20,6 @@ def _reduced_dims(shape, axes, keepdims):
         [d for i, d in enumerate(shape) if i not in axes]
 
 
-def _result(b, y, float32):
-    """The body's output Y: y as it is (float32) or rounded once to X's type (float64)."""
-    if float32:
-        b.op("Identity", y, out="Y")
-    else:
-        b.op("CastLike", y, "X", out="Y")
-
-
 def _size(shape, axes):
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
@@ -66,7 +58,7 @@ class Reduce(Primitive):
             if f == "mean":
                 n = b.op("Constant", value_float=float(_size(in_shapes[0], axes)))
                 y = b.op("Div", y, n if float32 else b.op("Cast", n, to=DOUBLE))
-            _result(b, y, float32)
+            b.output(y, "Y", like=None if float32 else "X")
         else:
             b.op("Identity", _reduce(b, f, "X", axes, keep), out="Y")
 
@@ -132,7 +124,7 @@ class LayerNorm(Primitive):
             y = b.op("Mul", y, wide("Scale"))
         if len(in_shapes) > 2 and in_shapes[2] is not None:
             y = b.op("Add", y, wide("Bias"))
-        _result(b, y, float32)
+        b.output(y, "Y", like=None if float32 else "X")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
