@@ -1,4 +1,4 @@
-"""Conv -> Im2Col + one VMM per array tile + AddInTile (+ bias) + DimTransform
+"""Conv -> Im2Col + one VMM per band of array tiles + AddInTile (+ bias) + DimTransform
 (integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
 import numpy as np
 
