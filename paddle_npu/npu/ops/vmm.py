@@ -84,8 +84,8 @@ class VMM(Primitive):
         """The rows the tile reads times W's n diagonal blocks [k, m], skipping W's zero
         blocks: block j of the rows times W's block j, for every j at once. The blocks are
         gathered from W by one GatherND of constant indices (onnxruntime folds that once, at
-        session creation); `cast` converts rows and blocks to the sums' type. The exact body adds in
-        float64 what the dense one adds, less exact zeros."""
+        session creation); `cast` converts rows and blocks to the sums' type. The exact body
+        adds in float64 what the dense one adds, less exact zeros."""
         n, k, m = attrs["_blocks"]
         j, i, c = np.ogrid[:n, :k, :m]
         at = np.stack(np.broadcast_arrays(j * k + i, j * m + c), axis=-1)  # W[j*k + i, j*m + c]
