@@ -20,6 +20,11 @@ def _reduced_dims(shape, axes, keepdims):
         [d for i, d in enumerate(shape) if i not in axes]
 
 
+def _sum_type(b, v, float32):
+    """v in the type the body sums in: as it is in a float32 body, else float64."""
+    return v if float32 else b.op("Cast", v, to=DOUBLE)
+
+
 def _size(shape, axes):
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
@@ -54,10 +59,10 @@ class Reduce(Primitive):
     def body(cls, b, attrs, in_shapes, float32=False):
         f, axes, keep = attrs["function"], list(attrs["axes"]), attrs["keepdims"]
         if f in ("sum", "mean"):
-            y = _reduce(b, "sum", "X" if float32 else b.op("Cast", "X", to=DOUBLE), axes, keep)
+            y = _reduce(b, "sum", _sum_type(b, "X", float32), axes, keep)
             if f == "mean":
                 n = b.op("Constant", value_float=float(_size(in_shapes[0], axes)))
-                y = b.op("Div", y, n if float32 else b.op("Cast", n, to=DOUBLE))
+                y = b.op("Div", y, _sum_type(b, n, float32))
             b.output(y, "Y", like=None if float32 else "X")
         else:
             b.op("Identity", _reduce(b, f, "X", axes, keep), out="Y")
@@ -111,8 +116,8 @@ class LayerNorm(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
-        def wide(v):        # the exact body computes in float64
-            return v if float32 else b.op("Cast", v, to=DOUBLE)
+        def wide(v):
+            return _sum_type(b, v, float32)
         axes = list(range(attrs["axis"], len(in_shapes[0])))
         n = wide(b.op("Constant", value_float=float(_size(in_shapes[0], axes))))
         x = wide("X")
