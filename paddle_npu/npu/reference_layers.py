@@ -232,7 +232,8 @@ def _additions(plan, stacks):
     column, first output column)]: grouped in rounds, round k adding each column's k-th
     partial, so each column still receives its partials in AddInTile's order. The partials
     of a round land on distinct columns, so neighbours from the same product are one
-    addition (a 3x3 conv's two column tiles per row group: 38 additions -> 19)."""
+    addition (tiles of one row range written as separate VMM nodes, as lowerings before
+    bands did: a 3x3 conv's two column tiles per row group, 38 additions -> 19)."""
     source = {t: (s, g, a, b) for s, stack in enumerate(stacks)
               for g, cols in enumerate(stack.cols) for t, a, b in cols}
     last = np.zeros(plan.width, dtype=np.int64)      # per column: its last partial's round
