@@ -2,6 +2,7 @@
 NumPy reference and against an independent formula, and what the reference counts."""
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,13 @@ def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
     float32 body; `shapes`: the input shapes the body is made for, default the inputs';
     `derived`: what `Primitive.input_attrs` found, for the body only)."""
+    m, feeds = primitive_model(op_type, inputs, attrs, opset, consts, float32, shapes, derived)
+    return run_onnx(m.SerializeToString(), feeds)[1][0]
+
+
+def primitive_model(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float32=False,
+                    shapes=None, derived=None):
+    """The one-node model `run_primitive` runs, and its feeds (inputs not in `consts`)."""
     prim = get_primitive(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     shapes = shapes or [None if x is None else list(x.shape) for x in inputs]
@@ -41,7 +49,7 @@ def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float
                           functions=[fn])
     m.ir_version = 10
     onnx.checker.check_model(m)
-    return run_onnx(m.SerializeToString(), feeds)[1][0]
+    return m, feeds
 
 
 def test_every_primitive_has_a_complete_schema():
@@ -555,3 +563,19 @@ def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
     got = run_primitive(op_type, inputs, attrs, float32=True)
     assert got.shape == want.shape and agreement(got, want)["rel_diff"] <= 1e-6
     np.testing.assert_array_equal(run_primitive(op_type, inputs, attrs), want)
+
+
+def test_layer_norm_float32_body_runs_as_one_layer_normalization(tmp_path):
+    """onnxruntime fuses the float32 LayerNorm body into its LayerNormalization kernel (what
+    makes transformers' lowered models run near the model's speed): no reduction is left."""
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in ([2, 3, 8], [8], [8])]
+    m, feeds = primitive_model("LayerNorm", inputs, {"axis": 2}, consts=(1, 2), float32=True)
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    got = ort.InferenceSession(m.SerializeToString(), opts,
+                               providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    ops = {n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node}
+    assert "LayerNormalization" in ops and not ops & {"ReduceMean", "Pow", "Sqrt"}, ops
+    want = get_primitive("LayerNorm").reference(ArrayModel(8, 8), inputs, {"axis": 2})[0]
+    assert agreement(got, want)["rel_diff"] <= 1e-6

@@ -7,9 +7,10 @@ FUNCTIONS = ("sum", "mean", "max", "min")
 
 
 def _reduce(b, function, x, axes, keepdims):
-    """ONNX ops reducing x over `axes` (sum / max / min; the axes an input from opset 18,
+    """ONNX ops reducing x over `axes` (sum / mean / max / min; the axes an input from opset 18,
     ReduceSum's already from 13)."""
-    op = {"sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}[function]
+    op = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax",
+          "min": "ReduceMin"}[function]
     if op == "ReduceSum" or b.opset >= 18:
         return b.op(op, x, b.const(axes), keepdims=keepdims)
     return b.op(op, x, axes=list(axes), keepdims=keepdims)
@@ -93,7 +94,7 @@ class LayerNorm(Primitive):
     """Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias, mean and (biased) variance over
     the axes from `axis` to the last (LayerNormalization), on the vector unit: three passes
     over X (the mean, the variance, the normalisation), in float64, rounded once to X's
-    type (in float32 in the float32 body)."""
+    type (in float32 in the float32 body, which onnxruntime runs as one LayerNormalization)."""
 
     inputs = (Arg("X", "any float tensor (the normalised axes of fixed size)"),
               Arg("Scale", "the normalised axes' shape (may be left out)", optional=True),
@@ -115,9 +116,9 @@ class LayerNorm(Primitive):
         return f"ln_{config_tag(axes, _size(in_shapes[0], axes), eps, present)}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes, float32=False):
+    def body(cls, b, attrs, in_shapes):
         def wide(v):
-            return _sum_type(b, v, float32)
+            return _sum_type(b, v, float32=False)
         axes = list(range(attrs["axis"], len(in_shapes[0])))
         n = wide(b.op("Constant", value_float=float(_size(in_shapes[0], axes))))
         x = wide("X")
@@ -129,11 +130,23 @@ class LayerNorm(Primitive):
             y = b.op("Mul", y, wide("Scale"))
         if len(in_shapes) > 2 and in_shapes[2] is not None:
             y = b.op("Add", y, wide("Bias"))
-        b.output(y, "Y", like=None if float32 else "X")
+        b.output(y, "Y", like="X")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
-        cls.body(b, attrs, in_shapes, float32=True)
+        # written as onnxruntime's LayerNormFusion matches it (ReduceMean, Sub, Pow 2,
+        # ReduceMean, Add, Sqrt, Div, Mul, Add), so that it runs as one LayerNormalization
+        axes = list(range(attrs["axis"], len(in_shapes[0])))
+        d = b.op("Sub", "X", _reduce(b, "mean", "X", axes, 1))
+        two = b.op("CastLike", b.op("Constant", value_float=2.0), "X")
+        var = _reduce(b, "mean", b.op("Pow", d, two), axes, 1)
+        eps = b.op("CastLike", b.op("Constant", value_float=attrs["epsilon"]), "X")
+        y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
+        if len(in_shapes) > 1 and in_shapes[1] is not None:
+            y = b.op("Mul", y, "Scale")
+        if len(in_shapes) > 2 and in_shapes[2] is not None:
+            y = b.op("Add", y, "Bias")
+        b.output(y, "Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
