@@ -57,8 +57,9 @@ def test_block_body_matches_the_reference(n, k, m, off, extra, float32):
 
 
 @pytest.mark.parametrize("groups, found", [
-    (31, [(28, 9, 1), (3, 9, 1)]),    # 2 arrays cannot hold 31 alike: the last holds fewer
+    (31, [(16, 9, 1), (15, 9, 1)]),   # 2 arrays evenly filled: the last holds what is left
     (32, [(16, 9, 1)] * 2),           # 2 arrays either way: 16 in each
+    (64, [(22, 9, 1)] * 2 + [(20, 9, 1)]),   # 3 arrays: 22 + 22 + 20, not 28 + 28 + 8
 ])
 def test_tiles_of_a_depthwise_layer_are_found_block_diagonal(groups, found):
     """The packed plan's tiles of a depthwise layer (28 channels' 9 taps fit 256 rows)."""
@@ -92,8 +93,8 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
     (32, 1, 3, [16, 16], "taps"),
     (40, 1, 5, [10] * 4, "taps"),     # 5x5 taps: 10 channels a tile
     (12, 2, 3, [12], "taps"),         # a channel multiplier of 2: 2 columns per channel
-    # 2 arrays cannot hold 31 channels alike: tiles of 28 and 3 (Im2Col's last block)
-    (31, 1, 3, [28, 3], "taps"),
+    # 2 arrays for 31 channels, evenly filled: tiles of 16 and 15 (Im2Col's last block)
+    (31, 1, 3, [16, 15], "taps"),
     (6, 1, 1, [6], "blocks"),         # a 1x1 kernel: one tap, block-diagonal
 ])
 def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, sizes, order,

@@ -205,6 +205,33 @@ def test_im2col_channel_blocks_reorder_the_columns(case, data):
         assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
 
 
+@SETTINGS
+@given(im2col_cases(), st.data())
+def test_im2col_blocks_first_gives_each_block_its_own_rows(case, data):
+    """blocks_first: block t's rows [N, OH*OW, KH*KW*B] at Y[:, t], tap by tap, the channels
+    past C (the last block filled up) zero: from the channel-by-channel columns, in the
+    reference and in the bodies (a fixed NCHW or nhwc image)."""
+    n, c, h, w, k, s, p, d = case
+    block = data.draw(st.integers(1, c + 1))
+    x = np.random.default_rng(2).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
+    prim = get_primitive("Im2Col")
+    plain = prim.reference(ArrayModel(8, 8), [x], attrs)[0]          # column c * KK + tap
+    kk, count = k[0] * k[1], -(-c // block)
+    want = np.zeros((n, count, plain.shape[1], kk * block), np.float32)
+    for ch in range(c):
+        t, j = divmod(ch, block)
+        want[:, t, :, j::block] = plain[..., ch * kk:(ch + 1) * kk]
+    first = dict(attrs, channel_block=block, blocks_first=1)
+    assert prim.infer([list(x.shape)], first)[0] == list(want.shape)
+    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [x], first)[0], want)
+    np.testing.assert_array_equal(run_primitive("Im2Col", [x], first), want)
+    nhwc = dict(first, layout="nhwc", image_size=[h, w])
+    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [as_rows(x)], nhwc)[0],
+                                  want)
+    np.testing.assert_array_equal(run_primitive("Im2Col", [as_rows(x)], nhwc), want)
+
+
 def test_im2col_bodies_of_other_channel_counts_are_other_functions():
     """A blocked body holds its blocks per pixel: two images of the same size and kernel but
     other channel counts call different functions (a model's depthwise layers of 120 and
@@ -226,6 +253,9 @@ def test_im2col_refuses_a_channel_block_of_an_image_of_open_size():
     with pytest.raises(ValueError, match="channel_block -1 is negative"):
         get_primitive("Im2Col").infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3],
                                                         "channel_block": -1})
+    with pytest.raises(ValueError, match="blocks_first needs a channel_block"):
+        get_primitive("Im2Col").infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3],
+                                                        "blocks_first": 1})
 
 
 def test_im2col_refuses_an_nhwc_image_without_its_size():
@@ -257,9 +287,9 @@ def test_pool_reads_an_nhwc_image_as_it_reads_the_nchw_one(shape, attrs):
     np.testing.assert_allclose(run_primitive("Pool", [rows], nhwc), want, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("block", [0, 1, 2])
+@pytest.mark.parametrize("block, first", [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1)])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block):
+def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block, first):
     """Past TABLE_LIMIT entries (a 3x3 kernel on a 640x640 image) the fixed-size body holds
     the table's row and column terms, which onnxruntime adds up at session creation, not
     megabytes of table; it still gathers what the reference does. Below the limit it holds
@@ -278,7 +308,7 @@ def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block):
     blocks = 2 if block == 1 else 1
     for size, held in ((640, 638 * 3 * blocks), (160, 80 * 158 * 9 * blocks)):
         x = np.random.default_rng(size).standard_normal((1, 2, size, size)).astype(np.float32)
-        a = dict(attrs, channel_block=block)
+        a = dict(attrs, channel_block=block, blocks_first=first)
         if layout == "nhwc":
             a.update(layout="nhwc", image_size=[size, size])
             x = x.reshape(1, 2, -1).transpose(0, 2, 1).copy()
@@ -313,6 +343,43 @@ def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):
     assert array.arrays == tiles
     assert array.vmm_invocations == tiles * 2 * k
     assert array.macs == 2 * k * r * m
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("lead, t, r, m, columns", [
+    ([2], 3, 9, 4, 0),          # every column kept
+    ([1], 4, 18, 2, 7),         # the last tile's last column not (it held no channel)
+    ([], 2, 5, 3, 4),           # rows without a batch axis
+])
+def test_vmm_stack_multiplies_each_tile_by_its_own_rows(lead, t, r, m, columns, float32):
+    """W [T, R, M], X [..., T, K, R]: Y[..., k, t*M + j] = X[..., t, k, :] @ W[t][:, j], the
+    first `columns` kept; each tile on its own arrays (the reference counts T tiles)."""
+    rng = np.random.default_rng(t * r)
+    x = rng.standard_normal(lead + [t, 5, r]).astype(np.float32)
+    w = rng.standard_normal((t, r, m)).astype(np.float32)
+    want = np.concatenate([x[..., i, :, :].astype(np.float64) @ w[i].astype(np.float64)
+                           for i in range(t)], axis=-1)[..., :columns or t * m]
+    attrs = {"columns": columns}
+    prim = get_primitive("VMM")
+    assert prim.infer([list(x.shape), list(w.shape)], attrs)[0] == list(want.shape)
+    array = ArrayModel(256, 256)
+    ref = prim.reference(array, [x, w], {**attrs, "_node": "v"})[0]
+    np.testing.assert_array_equal(ref, want.astype(np.float32))
+    assert array.arrays == t and array.macs == t * int(np.prod(lead)) * 5 * r * m
+    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32)
+    assert got.shape == want.shape
+    if float32:
+        assert agreement(got, want)["rel_diff"] <= 1e-6
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_vmm_stack_refuses_rows_that_are_not_its_tiles():
+    prim = get_primitive("VMM")
+    with pytest.raises(ValueError, match="a stack of 3 tiles"):
+        prim.infer([[1, 2, 5, 9], [3, 9, 4]], {})
+    with pytest.raises(ValueError, match="13 columns kept"):
+        prim.infer([[1, 3, 5, 9], [3, 9, 4]], {"columns": 13})
 
 
 def test_vmm_default_row_offset_comes_from_the_function():

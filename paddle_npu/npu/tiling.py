@@ -17,9 +17,10 @@ Plans:
                  KH*KW exceeds them is split), output channels split over the columns (a
                  dense Conv's kernel matrix is given with its rows tap by tap, one tap's
                  channels after another, and cut into arrays of rows: mappers/conv.py); small
-                 groups (depthwise) go block-diagonally, as many groups per tile as fit, and
-                 as many in every tile where that takes no more arrays (96 groups 4 x 24, not
-                 28 + 28 + 28 + 12: the layer's tiles are then all alike)
+                 groups (depthwise) go block-diagonally, as few tiles as fit them, each as
+                 full as the others but the last, which holds what is left (96 groups
+                 4 x 24, not 28 + 28 + 28 + 12; 64 groups 22 + 22 + 20, not 28 + 28 + 8): the
+                 tiles are alike, so a lowering can run them as one stack (mappers/matrix.py)
 """
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple
@@ -61,8 +62,7 @@ def plan_tiles(geo, plan, rows, cols):
     if plan == "packed" and geo.groups > 1 and gr <= rows and geo.outputs <= cols:
         per = min(rows // gr, cols // geo.outputs)
         count = -(-geo.groups // per)
-        if geo.groups % count == 0:          # the same arrays, as many groups in each
-            per = geo.groups // count
+        per = -(-geo.groups // count)        # the same arrays, evenly filled
         tiles = []
         for g0, n in _chunks(geo.groups, per):
             tiles.append(Tile(g0 * gr, n * gr, g0 * geo.outputs, n * geo.outputs,

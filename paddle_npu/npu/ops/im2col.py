@@ -119,10 +119,14 @@ class Im2Col(Primitive):
     the same order: column_source). B = C is tap by tap, each tap's pixel with its channels
     side by side: what a gather of whole pixels gives as it is, where channel by channel
     needs every value moved once more (onnxruntime: about 10x the gather's time). A block
-    order needs the image's height and width fixed."""
+    order needs the image's height and width fixed.
+
+    With `blocks_first` as well, Y is [N, ceil(C / B), OH*OW, KH*KW*B]: block b's rows on
+    their own, every block B channels (the last filled up with zero channels), each tap by
+    tap as above: the rows of a stack of alike tiles, one block each (VMM with a stacked W)."""
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
-    outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW]"),)
+    outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW] ([N, blocks, OH*OW, KH*KW*B] blocks first)"),)
     attributes = (
         Attr("kernel_shape", "ints", "[KH, KW]"),
         Attr("strides", "ints", "[sh, sw]", [1, 1]),
@@ -131,6 +135,8 @@ class Im2Col(Primitive):
         Attr("dilations", "ints", "[dh, dw]", [1, 1]),
         Attr("channel_block", "int", "0: the columns channel by channel; B: blocks of B "
                                      "channels, each tap by tap", 0),
+        Attr("blocks_first", "int", "1: each channel_block's rows on their own (a leading "
+                                    "axis of blocks)", 0),
     ) + LAYOUT_ATTRS
 
     @classmethod
@@ -142,6 +148,9 @@ class Im2Col(Primitive):
         kh, kw = a["kernel_shape"]
         oh, ow = output_size(a, h, w)
         rows = oh * ow if oh is not None and ow is not None else None
+        if a["blocks_first"]:
+            block = a["channel_block"]
+            return [[n, -(-c // block), rows, kh * kw * block]]
         cols = c * kh * kw if isinstance(c, int) else None
         return [[n, rows, cols]]
 
@@ -150,7 +159,7 @@ class Im2Col(Primitive):
         a = cls.attrs_of(attrs)
         h, w = _height_width(in_shapes, a)
         nhwc = "nhwc_" if is_nhwc(a) else ""
-        if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]):
+        if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]) and not a["blocks_first"]:
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
             return f"pointwise_{nhwc}s{sh}x{sw}{size}"
@@ -158,6 +167,7 @@ class Im2Col(Primitive):
         channels = image_dims(in_shapes[0], a)[1] if in_shapes and in_shapes[0] else None
         order = f"_b{a['channel_block']}of{channels}" if a["channel_block"] else \
             "_einsum" if attrs.get("_float") else ""
+        order += "_first" if a["blocks_first"] else ""
         if isinstance(h, int) and isinstance(w, int):       # (an nhwc image always is)
             return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
                                                          a["pads"], a["dilations"]) + order
@@ -187,10 +197,19 @@ class Im2Col(Primitive):
         of each window reads, rows + cols (window_coords' shapes, [OH, OW, KH, KW] once
         added; with `inside`, pixel `outside` where either is False): channel by channel, one
         Gather of whole pixels and the columns moved after it; with a channel_block, one
-        Gather of whole blocks of channels (and one of the last, smaller block)."""
+        Gather of whole blocks of channels (and one of the last, smaller block); blocks
+        first, one Gather of the blocks' rows one block after another (the channels filled
+        up to whole blocks first)."""
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
         oh, ow = rows.shape[0], cols.shape[1]
         table = (rows, cols, inside, outside)
+        if attrs.get("blocks_first"):
+            count = -(-channels // block)
+            if count * block > channels:
+                pixels = b.op("Pad", pixels, b.const([0, 0, 0, 0, 0, count * block - channels]))
+            g = cls._gather_blocks(b, pixels, table, count, block, blocks_first=True)
+            b.op("Reshape", g, b.const([0, count, oh * ow, -1]), out="Y")
+            return
         if not block:
             g = cls._gather_blocks(b, pixels, table, 1)             # [N, OH*OW, KH*KW, C]
             if kh * kw > 1:
@@ -213,12 +232,22 @@ class Im2Col(Primitive):
                  axis=-1, out="Y")
 
     @staticmethod
-    def _gather_blocks(b, pixels, table, count, size=None):
+    def _gather_blocks(b, pixels, table, count, size=None, blocks_first=False):
         """Gather(pixels, the table) of whole pixels [N, OH*OW, KH*KW, C], or of `count`
-        blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]."""
+        blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]
+        (blocks_first: [N, count*OH*OW*KH*KW, size], the blocks one after another)."""
         rows, cols, inside, outside = table
         oh, ow = rows.shape[0], cols.shape[1]
-        if count > 1:       # a block axis after the window's: [OH, OW, count, KH, KW]
+        shape = [oh * ow, -1]
+        if blocks_first:    # a block axis before the window's: [count, OH, OW, KH, KW]
+            rows, cols = rows[None] * count, cols[None] * count
+            cols = cols + np.arange(count).reshape(-1, 1, 1, 1, 1)
+            if inside is not None:
+                inside = inside[0][None], np.broadcast_to(inside[1][None], cols.shape)
+            pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
+            outside *= count
+            shape = [-1]
+        elif count > 1:     # a block axis after the window's: [OH, OW, count, KH, KW]
             rows, cols = rows[:, :, None] * count, cols[:, :, None] * count
             cols = cols + np.arange(count).reshape(1, 1, -1, 1, 1)
             if inside is not None:
@@ -226,7 +255,7 @@ class Im2Col(Primitive):
                                                                 cols.shape)
             pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
             outside *= count
-        return b.op("Gather", pixels, index_table(b, rows, cols, [oh * ow, -1], inside, outside),
+        return b.op("Gather", pixels, index_table(b, rows, cols, shape, inside, outside),
                     axis=1)
 
     @classmethod
@@ -334,6 +363,13 @@ class Im2Col(Primitive):
         n, c, h, w = x.shape
         check_block(a, c, h, w)
         block = a["channel_block"]
+        if a["blocks_first"]:           # the channels filled up to whole blocks, then split
+            count = -(-c // block)
+            whole = np.zeros((n, count * block, h, w), dtype=x.dtype)
+            whole[:, :c] = x
+            rows = cls.reference(array, [whole], {**a, "blocks_first": 0, "layout": "nchw"})[0]
+            return [np.ascontiguousarray(rows.reshape(n, rows.shape[1], count, -1)
+                                         .transpose(0, 2, 1, 3))]
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
         pt, pl, pb, pr = a["pads"]
         xp = x
@@ -371,6 +407,8 @@ def check_block(a, channels, h, w):
     if block and not all(isinstance(v, int) for v in (channels, h, w)):
         raise ValueError(f"a channel_block needs the image's channels, height and width "
                          f"fixed (got {channels}, {h}, {w})")
+    if a["blocks_first"] and not block:
+        raise ValueError("blocks_first needs a channel_block")
 
 
 def window_coords(a, oh, ow, padded=True):
