@@ -100,7 +100,9 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
 def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, sizes, order,
                                                        bodies):
     """Tiles read tap by tap hold their channels' taps one tap after another (row i*n + j:
-    tap i of channel j) and run the dense body; block-diagonal ones the block body."""
+    tap i of channel j) and run the dense body, several as one stack (W [T, R, M], Im2Col's
+    blocks first; a last tile of fewer channels holds them where a full one does, the rest
+    zero); block-diagonal ones the block body."""
     rng = np.random.default_rng(channels)
     wt = rng.standard_normal((channels * mult, 1, kernel, kernel)).astype(np.float32)
     bias = rng.standard_normal(channels * mult).astype(np.float32)
@@ -112,24 +114,39 @@ def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, si
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    taps = kernel * kernel
-    for node, size in zip(vmm, sizes):
+    taps, n = kernel * kernel, sizes[0]
+    stacked = order == "taps" and len(sizes) > 1
+    if stacked:
+        (node,) = vmm
         w = node.inputs[1].const_value.numpy()
-        assert w.shape == (size * taps, size * mult)      # the array holds the whole tile
-        if order == "taps":
-            assert "blocks" not in node.overload
-            groups = w.reshape(taps, size, size, mult)    # [tap, channel, group, column]
+        assert w.shape == (len(sizes), n * taps, n * mult)   # T arrays, each a whole tile
+        assert node.attributes.get_int("columns", 0) == channels * mult
+        for held, size in zip(w, sizes):
+            groups = held.reshape(taps, n, n, mult)           # [tap, channel, group, column]
             j = np.arange(size)
-            assert np.count_nonzero(groups[:, j, j]) == np.count_nonzero(w) == w.size // size
-        else:
-            assert f"blocks{size}x{taps}x{mult}" in node.overload
-    assert len(vmm) == len(sizes)
+            assert np.count_nonzero(groups[:, j, j]) == np.count_nonzero(held) == \
+                size * taps * mult
+    else:
+        assert len(vmm) == len(sizes)
+        for node, size in zip(vmm, sizes):
+            w = node.inputs[1].const_value.numpy()
+            assert w.shape == (size * taps, size * mult)      # the array holds the whole tile
+            if order == "taps":
+                assert "blocks" not in node.overload
+                groups = w.reshape(taps, size, size, mult)    # [tap, channel, group, column]
+                j = np.arange(size)
+                assert np.count_nonzero(groups[:, j, j]) == np.count_nonzero(w) == \
+                    w.size // size
+            else:
+                assert f"blocks{size}x{taps}x{mult}" in node.overload
     (im2col,) = [n for n in lowered.graph if n.op_type == "Im2Col"]
-    assert im2col.attributes.get_int("channel_block", 0) == (sizes[0] if order == "taps" else 0)
+    assert im2col.attributes.get_int("channel_block", 0) == (n if order == "taps" else 0)
+    assert im2col.attributes.get_int("blocks_first", 0) == stacked
     x = rng.standard_normal((1, channels, 10, 9)).astype(np.float32)
-    want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
+    want, got, ref_out, report = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
     assert_close(ref_out[0], want[0], "NumPy reference")
+    assert report.array.arrays == len(sizes)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -212,8 +229,8 @@ def test_block_tiles_on_the_grid_of_x_reshape_all_of_x(n, k, m, off, extra, alig
 def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     """The tiles of a lowered layer slice the same rows along one axis: onnxruntime merges
     their Slices into Splits, so a model of many tiles runs fewer nodes. A depthwise 3x3
-    conv of 64 channels (tiles of 28, 28 and 8, each read tap by tap) then a dense 3x3 conv
-    of 64 inputs (576 rows: three row tiles)."""
+    conv of 64 channels (tiles of 22, 22 and 20, each read tap by tap: one stack, which
+    slices nothing) then a dense 3x3 conv of 64 inputs (576 rows: three row tiles)."""
     import onnxruntime as ort   # heavy, and only for running a model
 
     rng = np.random.default_rng(9)
@@ -227,7 +244,8 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     lowered = lower(original, BIG, bodies=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
-    assert len(vmm) == 6 and not any("blocks" in n.overload for n in vmm)
+    assert len(vmm) == 4 and not any("blocks" in n.overload for n in vmm)
+    assert [n.overload.startswith("stack") for n in vmm] == [True, False, False, False]
     x = rng.standard_normal((1, 64, 6, 5)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")
@@ -237,6 +255,5 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(serialized(lowered), opts, providers=["CPUExecutionProvider"])
     ran = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
-    # a Split per layer's tiles, and one of the depthwise Im2Col's pixels into its blocks
-    # of 56 channels and its last block of 8
-    assert ran.count("Slice") == 0 and ran.count("Split") == 3, sorted(ran)
+    # one Split: the dense layer's tiles'; one Slice: the stack's 64 columns of 3 x 22
+    assert ran.count("Slice") == 1 and ran.count("Split") == 1, sorted(ran)

@@ -55,8 +55,15 @@ def test_zoo_onnx_lowers_and_verifies(zoo_onnx, name):
     _check(verify(onnx_bytes, lowered, "npu256", feeds=feeds))
     assert all(n.metadata_props["paddle_npu.device"] in ("npu", "cpu") for n in lowered.graph)
     vmms = [n for n in lowered.graph if n.domain == DOMAIN and n.op_type == "VMM"]
-    # one VMM per band of arrays side by side
-    assert sum(-(-n.inputs[1].shape[1] // 256) for n in vmms) == report.totals()["arrays"]
+    # one VMM per band of arrays side by side, or per stack of such tiles [T, R, M]
+    assert sum(_stacked(n) * -(-n.inputs[1].shape[-1] // 256) for n in vmms) == \
+        report.totals()["arrays"]
+
+
+def _stacked(vmm):
+    """The tiles a VMM node stacks: T of a weight [T, R, M], 1 of one tile [R, M]."""
+    dims = vmm.inputs[1].shape.dims
+    return dims[0] if len(dims) == 3 else 1
 
 
 @pytest.mark.parametrize("name", PER_CHANNEL)

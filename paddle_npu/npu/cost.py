@@ -108,9 +108,10 @@ def node_ns(node, where, target):
     x, w = dims(node.inputs[0]), dims(node.inputs[1])
     if x is None or w is None:
         return "arrays", 0.0
-    vectors = count(x[:-1])
+    stack = w[0] if node.op_type == "VMM" and len(w) == 3 else 1   # tiles, own rows each
+    vectors = count(x[:-1]) // stack
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
-    tiles = -(-r // target.rows) * -(-m // target.cols)      # a VMM node: a band of tiles
+    tiles = stack * -(-r // target.rows) * -(-m // target.cols)   # a VMM node: a band of tiles
     if node.op_type not in WRITTEN_AT_RUN_TIME:              # weight-stationary
         return "arrays", vectors * tiles * c.array_vmm_ns
     return "arrays", vectors * tiles * c.array_vmm_ns + count(w) * c.array_write_ns_per_cell

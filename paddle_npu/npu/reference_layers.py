@@ -53,6 +53,7 @@ class LayerPlan:
     offsets: list                # AddInTile's output column of each tile
     width: int
     acc_bits: int = 32
+    tile_attrs: list = field(default_factory=list)   # each tile node's own attributes
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
 
 
@@ -84,7 +85,7 @@ def fuse_matrix_layers(graph):
             kind=tiles[0].op_type, names=[t.name for t in tiles],
             row_offsets=[a.get("row_offset", 0) for a in tile_attrs],
             offsets=list(attrs.get("offsets") or [0] * len(tiles)),
-            width=attrs.get("width", 0), acc_bits=acc.pop())
+            width=attrs.get("width", 0), acc_bits=acc.pop(), tile_attrs=tile_attrs)
         drop.update(id(t) for t in tiles)
         replace[id(node)] = helper.make_node(
             LAYER_OP, [tiles[0].input[0], node.input[0]] + [t.input[1] for t in tiles],
@@ -152,11 +153,8 @@ def tile_by_tile(array, plan, x, bias, weights):
     """The layer as its nodes run one by one: each tile's reference, then AddInTile's."""
     vmm = get_primitive(plan.kind)
     parts = []
-    for name, off, w in zip(plan.names, plan.row_offsets, weights):
-        attrs = {"row_offset": off, "_node": name}
-        if plan.kind == "QVMM":
-            attrs["acc_bits"] = plan.acc_bits
-        parts.extend(vmm.reference(array, [x, w], attrs))
+    for name, attrs, w in zip(plan.names, plan.tile_attrs, weights):
+        parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name}))
     return get_primitive("AddInTile").reference(
         array, [bias] + parts, {"offsets": plan.offsets, "width": plan.width})[0]
 

@@ -13,14 +13,17 @@ def plan_matrix(ctx, node, geo, weight, bias, tiling="packed", by_tap=False):
     return plan
 
 
-def emit_matrix(ctx, plan, x, im2col=None):
+def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     """x's rows (x itself [..., K], or Im2Col(x) with the attributes `im2col`) times the
     plan's kernel matrix, one VMM per band of tiles, + bias: the accumulator [..., width],
-    as floats.
+    as floats. `stack`: the tiles are a depthwise layer's, each its own channel_block read
+    tap by tap; a float plan of several runs them as one stack (`_emit_stack`).
     An integer plan quantises x (before Im2Col at 8 bits, which then moves int8; after it at
     16, as onnxruntime's Pad has no int16 kernel for Im2Col's body), sums integers and
     dequantises the result; a ReLU folded into it is taken over by the layer's output."""
     s = plan.scales
+    if s is None and stack and len(plan.bands) > 1:
+        return _emit_stack(ctx, plan, x, im2col)
     if s is None:
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
         partials = [ctx.npu.VMM(rows, ctx.initializer(w, f"w_{_tag(t)}"),
@@ -66,6 +69,28 @@ def emit_matrix(ctx, plan, x, im2col=None):
         ctx.absorb(s.relu)
     return ctx.npu.Dequantize(yq, ctx.initializer(s.s_y, "s_y"), _name="dequantize",
                               _dtype=ir.DataType.FLOAT)
+
+
+def _emit_stack(ctx, plan, x, im2col):
+    """A depthwise layer's tiles as one stack: Im2Col's blocks first (a block of channels
+    per tile), one VMM of W [T, R, M] (ops/vmm.py), + bias. Every tile but the last holds
+    the first one's n channels (tiling: evenly filled); the last's weights are put where
+    its channels' are in a full tile (rows tap by tap, tap i of channel j at row i*n + j),
+    the rest zero, and the columns it leaves empty are not kept."""
+    first = plan.bands[0]
+    n = first.groups[1] - first.groups[0]
+    taps, per_group = first.rows // n, first.cols // n
+    stack = np.zeros((len(plan.bands), first.rows, first.cols), dtype=plan.weights[0].dtype)
+    for tile, w, held in zip(plan.bands, plan.weights, stack):
+        k = tile.groups[1] - tile.groups[0]
+        held.reshape(taps, n, -1)[:, :k, :k * per_group] = w.reshape(taps, k, -1)
+    rows = ctx.npu.Im2Col(x, **im2col, blocks_first=1, _name="im2col")
+    y = ctx.npu.VMM(rows, ctx.initializer(stack, "w_stack"), columns=plan.width,
+                    _name="vmm_stack")
+    if plan.bias is None:
+        return y
+    return ctx.npu.AddInTile(ctx.initializer(plan.bias, "bias"), y, offsets=[0],
+                             width=plan.width, _name="add_in_tile")
 
 
 def _tag(tile):
