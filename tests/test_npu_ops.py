@@ -425,6 +425,7 @@ def test_vmm_body_per_overload(off, cols, overload, nodes, float32):
     [(0, 4), (4, 3), (0, 4), (4, 3)],     # both
     [(2, 3), (0, 4)],                     # overlapping and unordered
     [(1, 2)],                             # one partial inside a wider row (gap)
+    [(0, 5)],                             # one partial, every column
 ])
 def test_add_in_tile_places_and_sums(layout, bias):
     rng = np.random.default_rng(2)
@@ -470,6 +471,17 @@ def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts)
         want += b
     np.testing.assert_array_equal(run_primitive("AddInTile", [b] + parts, attrs),
                                   want.astype(np.float32))
+
+
+@pytest.mark.parametrize("partials, ops", [(1, ["Add"]), (3, ["Sum"])])
+def test_add_in_tile_float32_body_of_every_column(partials, ops):
+    """Partials covering every column and the bias, float32: one Sum of them all, or, for
+    one partial, an Add (onnxruntime's Sum of a broadcast bias is slower, and a MatMul +
+    Add is one Gemm to it)."""
+    shapes = [[6]] + [[1, 4, 6]] * partials
+    fn = get_primitive("AddInTile").function_proto(MIN_BODY_OPSET, {"width": 6}, shapes,
+                                                   float32=True)
+    assert [n.op_type for n in fn.node] == ops
 
 
 def col2im_by_loops(x, bias, image, out, k, s, p, d):
