@@ -25,7 +25,7 @@ class VMM(Primitive):
     X[..., t, :, :], and writes its columns after tile t - 1's: Y[..., k, t*M : (t+1)*M] =
     X[..., t, k, :] @ W[t], the first `columns` of them kept (the last array may hold fewer
     channels, its other columns zero). One batched product in onnxruntime, no rows sliced
-    per tile: on MobileNet's layers about 2x faster than the tiles one by one."""
+    per tile: on MobileNet's layer sizes measured 1.5-2x faster than the tiles one by one."""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset); "
                        "for a stack [..., T, K, R]"),
@@ -114,9 +114,8 @@ class VMM(Primitive):
         """A stack's products [..., T, K, M] as Y's columns [..., K, columns]."""
         x = in_shapes[0]
         t, m, columns = cls._stack(attrs, x, in_shapes[1])
-        lead = list(range(len(x) - 3))
-        n = len(x) - 3
-        y = b.op("Reshape", b.op("Transpose", products, perm=lead + [n + 1, n, n + 2]),
+        n = len(x) - 3                                   # X's leading axes, as they are
+        y = b.op("Reshape", b.op("Transpose", products, perm=list(range(n)) + [n + 1, n, n + 2]),
                  b.const([0] * (n + 1) + [t * m]))
         if columns < t * m:
             y = b.op("Slice", y, b.const([0]), b.const([columns]), b.const([n + 1]))
