@@ -120,7 +120,9 @@ def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, si
         (node,) = vmm
         w = node.inputs[1].const_value.numpy()
         assert w.shape == (len(sizes), n * taps, n * mult)   # T arrays, each a whole tile
-        assert node.attributes.get_int("columns", 0) == channels * mult
+        (add,) = [a for a in lowered.graph if a.op_type == "AddInTile"]
+        assert list(add.attributes.get_ints("offsets")) == [i * n * mult for i in range(len(sizes))]
+        assert list(add.attributes.get_ints("stacked")) == [1]
         for held, size in zip(w, sizes):
             groups = held.reshape(taps, n, n, mult)           # [tap, channel, group, column]
             j = np.arange(size)

@@ -346,28 +346,21 @@ def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):
 
 
 @pytest.mark.parametrize("float32", [False, True])
-@pytest.mark.parametrize("lead, t, r, m, columns", [
-    ([2], 3, 9, 4, 0),          # every column kept
-    ([1], 4, 18, 2, 7),         # the last tile's last column not (it held no channel)
-    ([], 2, 5, 3, 4),           # rows without a batch axis
-])
-def test_vmm_stack_multiplies_each_tile_by_its_own_rows(lead, t, r, m, columns, float32):
-    """W [T, R, M], X [..., T, K, R]: Y[..., k, t*M + j] = X[..., t, k, :] @ W[t][:, j], the
-    first `columns` kept; each tile on its own arrays (the reference counts T tiles)."""
+@pytest.mark.parametrize("lead, t, r, m", [([2], 3, 9, 4), ([1], 4, 18, 2), ([], 2, 5, 3)])
+def test_vmm_stack_multiplies_each_tile_by_its_own_rows(lead, t, r, m, float32):
+    """W [T, R, M], X [..., T, K, R]: Y[..., t, k, :] = X[..., t, k, :] @ W[t], each tile on
+    its own arrays (the reference counts T tiles)."""
     rng = np.random.default_rng(t * r)
     x = rng.standard_normal(lead + [t, 5, r]).astype(np.float32)
     w = rng.standard_normal((t, r, m)).astype(np.float32)
-    want = np.concatenate([x[..., i, :, :].astype(np.float64) @ w[i].astype(np.float64)
-                           for i in range(t)], axis=-1)[..., :columns or t * m]
-    attrs = {"columns": columns}
+    want = np.einsum("...tkr,trm->...tkm", x.astype(np.float64), w.astype(np.float64))
     prim = get_primitive("VMM")
-    assert prim.infer([list(x.shape), list(w.shape)], attrs)[0] == list(want.shape)
+    assert prim.infer([list(x.shape), list(w.shape)], {})[0] == list(want.shape)
     array = ArrayModel(256, 256)
-    ref = prim.reference(array, [x, w], {**attrs, "_node": "v"})[0]
+    ref = prim.reference(array, [x, w], {"_node": "v"})[0]
     np.testing.assert_array_equal(ref, want.astype(np.float32))
     assert array.arrays == t and array.macs == t * int(np.prod(lead)) * 5 * r * m
-    got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32)
-    assert got.shape == want.shape
+    got = run_primitive("VMM", [x, w], {}, consts=(1,), float32=float32)
     if float32:
         assert agreement(got, want)["rel_diff"] <= 1e-6
     else:
@@ -378,8 +371,8 @@ def test_vmm_stack_refuses_rows_that_are_not_its_tiles():
     prim = get_primitive("VMM")
     with pytest.raises(ValueError, match="a stack of 3 tiles"):
         prim.infer([[1, 2, 5, 9], [3, 9, 4]], {})
-    with pytest.raises(ValueError, match="13 columns kept"):
-        prim.infer([[1, 3, 5, 9], [3, 9, 4]], {"columns": 13})
+    with pytest.raises(ValueError, match="from row_offset 0"):
+        prim.infer([[1, 3, 5, 9], [3, 9, 4]], {"row_offset": 2})
 
 
 def test_vmm_default_row_offset_comes_from_the_function():
@@ -471,6 +464,57 @@ def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts)
         want += b
     np.testing.assert_array_equal(run_primitive("AddInTile", [b] + parts, attrs),
                                   want.astype(np.float32))
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("layout, ops", [
+    ([(3, [0, 4, 8])], "Transpose"),               # a depthwise stack: tiles side by side,
+    ([(3, [0, 4, 8]), (None, [0])], "Transpose"),  # the last's columns past the width cut
+    ([(5, [0] * 5)], "ReduceSum"),                 # a per-channel stack: all summed
+    ([(3, [0, 4, 0])], "Gather"),                  # neither: tile by tile
+    ([(2, [2, 6]), (None, [0])], "Transpose"),     # with a plain partial, a gap
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_add_in_tile_places_a_stack_of_tiles(layout, ops, bias, float32):
+    """A stacked partial [..., T, K, w] is T tiles' results, each at its own offset; columns
+    past the width are not kept. Against the partials placed one by one."""
+    rng = np.random.default_rng(len(layout))
+    width = 10
+    parts, offsets, stacked, want = [], [], [], np.zeros((2, 3, width))
+    for count, places in layout:
+        p = rng.standard_normal((2, count, 3, 4) if count else (2, 3, 4)).astype(np.float32)
+        parts.append(p)
+        stacked.append(1 if count else 0)
+        offsets += places
+        for t, o in enumerate(places):
+            tile = p[:, t] if count else p
+            kept = min(4, width - o)
+            want[..., o:o + kept] += tile[..., :kept]
+    b = rng.standard_normal(width).astype(np.float32) if bias else None
+    if bias:
+        want += b
+    attrs = {"offsets": offsets, "width": width, "stacked": stacked}
+    prim = get_primitive("AddInTile")
+    shapes = [None if b is None else [width]] + [list(p.shape) for p in parts]
+    assert prim.infer(shapes, attrs)[0] == [2, 3, width]
+    array = ArrayModel(4, 4)
+    ref = prim.reference(array, [b] + parts, attrs)[0]
+    np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
+    assert ops in {n.op_type for n in fn.node}
+    got = run_primitive("AddInTile", [b] + parts, attrs, float32=float32)
+    if float32:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_add_in_tile_refuses_a_stack_that_does_not_match_its_offsets():
+    prim = get_primitive("AddInTile")
+    with pytest.raises(ValueError, match="3 tiles' partials but 2 offsets"):
+        prim.infer([None, [1, 3, 5, 4]], {"offsets": [0, 4], "stacked": [1]})
+    with pytest.raises(ValueError, match="an offset past the 8 columns"):
+        prim.infer([None, [1, 3, 5, 4]], {"offsets": [0, 4, 8], "width": 8, "stacked": [1]})
 
 
 @pytest.mark.parametrize("partials, ops", [(1, ["Add"]), (3, ["Sum"])])

@@ -260,8 +260,8 @@ def _rows_axes(node):
 def _check_im2col(node):
     a = _attrs(node)
     pointwise = list(a["kernel_shape"]) == [1, 1] and not any(a["pads"])
-    if pointwise and list(a["strides"]) == [1, 1]:      # the rows are its rows
-        return ChannelsLast._drop, None
+    if pointwise and list(a["strides"]) == [1, 1] and not a.get("blocks_first"):
+        return ChannelsLast._drop, None                 # the rows are its rows
     return ChannelsLast._im2col, None
 
 

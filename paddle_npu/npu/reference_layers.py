@@ -54,6 +54,7 @@ class LayerPlan:
     width: int
     acc_bits: int = 32
     tile_attrs: list = field(default_factory=list)   # each tile node's own attributes
+    sum_attrs: dict = field(default_factory=dict)    # the AddInTile's
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
 
 
@@ -85,7 +86,8 @@ def fuse_matrix_layers(graph):
             kind=tiles[0].op_type, names=[t.name for t in tiles],
             row_offsets=[a.get("row_offset", 0) for a in tile_attrs],
             offsets=list(attrs.get("offsets") or [0] * len(tiles)),
-            width=attrs.get("width", 0), acc_bits=acc.pop(), tile_attrs=tile_attrs)
+            width=attrs.get("width", 0), acc_bits=acc.pop(), tile_attrs=tile_attrs,
+            sum_attrs=attrs)
         drop.update(id(t) for t in tiles)
         replace[id(node)] = helper.make_node(
             LAYER_OP, [tiles[0].input[0], node.input[0]] + [t.input[1] for t in tiles],
@@ -155,8 +157,7 @@ def tile_by_tile(array, plan, x, bias, weights):
     parts = []
     for name, attrs, w in zip(plan.names, plan.tile_attrs, weights):
         parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name}))
-    return get_primitive("AddInTile").reference(
-        array, [bias] + parts, {"offsets": plan.offsets, "width": plan.width})[0]
+    return get_primitive("AddInTile").reference(array, [bias] + parts, plan.sum_attrs)[0]
 
 
 @dataclass

@@ -100,7 +100,7 @@ class Conv:
         acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
                                                      pads=pads, dilations=dilations,
                                                      channel_block=block),
-                          stack=bool(block) and group > 1)
+                          stack=(bool(block) and group > 1) or ctx.plan == "per-channel")
         shape = [0, m, ow] if one_d else [0, m, oh, ow]
         y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
 

@@ -16,13 +16,15 @@ def plan_matrix(ctx, node, geo, weight, bias, tiling="packed", by_tap=False):
 def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     """x's rows (x itself [..., K], or Im2Col(x) with the attributes `im2col`) times the
     plan's kernel matrix, one VMM per band of tiles, + bias: the accumulator [..., width],
-    as floats. `stack`: the tiles are a depthwise layer's, each its own channel_block read
-    tap by tap; a float plan of several runs them as one stack (`_emit_stack`).
+    as floats. `stack`: each band reads its own block of the image's channels, tap by tap,
+    the bands in the channels' order (a depthwise layer's packed tiles; the per-channel
+    plan's, a channel each): a float plan's bands, when alike, run as one stack
+    (`_emit_stack`).
     An integer plan quantises x (before Im2Col at 8 bits, which then moves int8; after it at
     16, as onnxruntime's Pad has no int16 kernel for Im2Col's body), sums integers and
     dequantises the result; a ReLU folded into it is taken over by the layer's output."""
     s = plan.scales
-    if s is None and stack and len(plan.bands) > 1:
+    if s is None and stack and _stackable(plan, im2col):
         return _emit_stack(ctx, plan, x, im2col)
     if s is None:
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
@@ -71,26 +73,42 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
                               _dtype=ir.DataType.FLOAT)
 
 
+def _taps(im2col):
+    return int(np.prod(im2col["kernel_shape"]))
+
+
+def _stackable(plan, im2col):
+    """Whether the bands are alike, band t reading rows [t*R, (t+1)*R) (R whole channels'
+    taps), all but a last block-diagonal one of fewer groups the same size."""
+    first, last = plan.bands[0], plan.bands[-1]
+    r, m = first.rows, first.cols
+    if len(plan.bands) < 2 or r % _taps(im2col) or \
+            any(t.row_start != i * r for i, t in enumerate(plan.bands)):
+        return False
+    full = all((t.rows, t.cols) == (r, m) for t in plan.bands[:-1])
+    return full and ((last.rows, last.cols) == (r, m) or (
+        last.groups is not None and last.rows < r and last.cols < m))
+
+
 def _emit_stack(ctx, plan, x, im2col):
-    """A depthwise layer's tiles as one stack: Im2Col's blocks first (a block of channels
-    per tile), one VMM of W [T, R, M] (ops/vmm.py), + bias. Every tile but the last holds
-    the first one's n channels (tiling: evenly filled); the last's weights are put where
-    its channels' are in a full tile (rows tap by tap, tap i of channel j at row i*n + j),
-    the rest zero, and the columns it leaves empty are not kept."""
+    """The bands as one stack: Im2Col's blocks first (n channels per band), one VMM of W
+    [T, R, M] (ops/vmm.py), AddInTile placing (or summing) the T results + bias. A last
+    band of fewer groups (tiling: evenly filled) has its weights put where its channels'
+    are in a full one (rows tap by tap, tap i of channel j at row i*n + j), the rest zero:
+    AddInTile keeps none of the columns that leaves empty."""
     first = plan.bands[0]
-    n = first.groups[1] - first.groups[0]
-    taps, per_group = first.rows // n, first.cols // n
+    taps = _taps(im2col)
+    n = first.rows // taps
+    per_channel = first.cols // n
     stack = np.zeros((len(plan.bands), first.rows, first.cols), dtype=plan.weights[0].dtype)
     for tile, w, held in zip(plan.bands, plan.weights, stack):
-        k = tile.groups[1] - tile.groups[0]
-        held.reshape(taps, n, -1)[:, :k, :k * per_group] = w.reshape(taps, k, -1)
-    rows = ctx.npu.Im2Col(x, **im2col, blocks_first=1, _name="im2col")
-    y = ctx.npu.VMM(rows, ctx.initializer(stack, "w_stack"), columns=plan.width,
-                    _name="vmm_stack")
-    if plan.bias is None:
-        return y
-    return ctx.npu.AddInTile(ctx.initializer(plan.bias, "bias"), y, offsets=[0],
-                             width=plan.width, _name="add_in_tile")
+        k = tile.rows // taps
+        held.reshape(taps, n, -1)[:, :k, :k * per_channel] = w.reshape(taps, k, -1)
+    rows = ctx.npu.Im2Col(x, **dict(im2col, channel_block=n), blocks_first=1, _name="im2col")
+    y = ctx.npu.VMM(rows, ctx.initializer(stack, "w_stack"), _name="vmm_stack")
+    bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
+    return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width, stacked=[1],
+                             _name="add_in_tile")
 
 
 def _tag(tile):

@@ -4,13 +4,32 @@ import numpy as np
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive
 
 
+def _stacks(attrs, in_shapes):
+    """Per partial, the tiles it holds: T for a stack [..., T, K, w] (`stacked`), else 1."""
+    parts = in_shapes[1:]
+    stacked = list(attrs.get("stacked") or [0] * len(parts))
+    if len(stacked) != len(parts):
+        raise ValueError(f"AddInTile: {len(parts)} partials but {len(stacked)} stacked flags")
+    counts = []
+    for shape, flag in zip(parts, stacked):
+        if flag and (len(shape) < 3 or not isinstance(shape[-3], int)):
+            raise ValueError(f"AddInTile: a stacked partial is [..., T, K, w] with T fixed "
+                             f"(got {list(shape)})")
+        counts.append(shape[-3] if flag else 1)
+    return counts
+
+
 def _layout(attrs, in_shapes):
-    """[(offset, width)] of each partial, and the output width."""
-    widths = [s[-1] for s in in_shapes[1:]]
+    """[(offset, width)] of each tile's partial (a stack's T in order), and the output
+    width."""
+    widths = [s[-1] for s, n in zip(in_shapes[1:], _stacks(attrs, in_shapes)) for _ in range(n)]
     offsets = list(attrs.get("offsets") or [0] * len(widths))
     if len(offsets) != len(widths):
-        raise ValueError(f"AddInTile: {len(widths)} partials but {len(offsets)} offsets")
+        raise ValueError(f"AddInTile: {len(widths)} tiles' partials but {len(offsets)} "
+                         f"offsets")
     width = attrs.get("width") or max(o + w for o, w in zip(offsets, widths))
+    if any(o >= width for o in offsets):
+        raise ValueError(f"AddInTile: an offset past the {width} columns ({offsets})")
     return list(zip(offsets, widths)), width
 
 
@@ -21,27 +40,39 @@ class AddInTile(Primitive):
     those of different column tiles land side by side (Add In Tile in the original op list,
     which adds the per-channel results and then the bias). The sum is kept in a wide (float64)
     accumulator and rounded to the partials' type once (the float32 body,
-    Primitive.float32_body, adds float32 partials in float32)."""
+    Primitive.float32_body, adds float32 partials in float32).
+    A partial may be a stack of T tiles' results [..., T, K, w] (a VMM stack; `stacked`),
+    each tile with its own offset; a tile's columns past `width` are not kept (the last
+    array of a stack may hold fewer channels than the others)."""
 
     inputs = (Arg("B", "bias row [width] (may be left out: empty name)", optional=True),
-              Arg("P", "partial results [..., K, w_i]", variadic=True))
+              Arg("P", "partial results [..., K, w_i], or stacks of them [..., T, K, w_i]",
+                  variadic=True))
     outputs = (Arg("Y", "[..., K, width]"),)
     attributes = (
-        Attr("offsets", "ints", "output column of each partial's first column (default all 0)",
-             []),
+        Attr("offsets", "ints", "output column of each tile's first column, a stack's tiles "
+                                "in order (default all 0)", []),
         Attr("width", "int", "output columns (default: the widest partial's end)", 0),
+        Attr("stacked", "ints", "per partial, 1 when it is a stack [..., T, K, w] (default "
+                                "none)", []),
     )
 
     @classmethod
     def infer(cls, in_shapes, attrs):
         _, width = _layout(attrs, in_shapes)
-        return [list(in_shapes[1][:-1]) + [width]]
+        first = list(in_shapes[1])
+        if (attrs.get("stacked") or [0])[0]:                 # [..., T, K, w] -> [..., K]
+            del first[-3]
+        return [first[:-1] + [width]]
 
     @classmethod
     def overload(cls, attrs, in_shapes):
         layout, width = _layout(attrs, in_shapes)
         bias = in_shapes[0] is not None
-        return f"{'b' if bias else ''}n{len(layout)}_{config_tag(layout, width, bias)}"
+        stacks = _stacks(attrs, in_shapes)
+        tag = config_tag(layout, width, bias) if not any(attrs.get("stacked") or []) else \
+            config_tag(layout, width, bias, stacks, [len(s) for s in in_shapes[1:]])
+        return f"{'b' if bias else ''}n{len(layout)}_{tag}"
 
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
@@ -51,13 +82,15 @@ class AddInTile(Primitive):
         # exact body needs no casts.
         terms = [0] * width
         for o, w in layout:
-            for c in range(o, o + w):
+            for c in range(o, min(o + w, width)):
                 terms[c] += 1
         native = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
+
+        def wide(v):
+            return v if native else b.op("Cast", v, to=DOUBLE)
         groups = {}                     # partials at the same place are summed first
-        for i, place in enumerate(layout):
-            groups.setdefault(place, []).append(f"P{i}" if native else
-                                                b.op("Cast", f"P{i}", to=DOUBLE))
+        for place, value in cls._pieces(b, attrs, in_shapes, layout, width, wide):
+            groups.setdefault(place, []).append(value)
         spans = sorted(groups)
         if float32 and spans == [(0, width)] and in_shapes[0] is not None and \
                 len(groups[(0, width)]) > 1:
@@ -70,20 +103,46 @@ class AddInTile(Primitive):
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
                 for place, names in groups.items()}
         edges = [0] + [o + w for o, w in spans]
+        rank = len(in_shapes[1]) - (1 if (attrs.get("stacked") or [0])[0] else 0)
         if all(o == e for (o, _), e in zip(spans, edges)) and edges[-1] == width:
             total = b.op("Concat", *(sums[p] for p in spans), axis=-1) if len(spans) > 1 \
                 else sums[spans[0]]
         else:                           # overlapping or gapped: zero-pad each to the width
             padded = []
             for (o, w) in spans:
-                rank = len(in_shapes[1])
                 pads = [0] * (2 * rank)
                 pads[rank - 1], pads[2 * rank - 1] = o, width - o - w
                 padded.append(b.op("Pad", sums[(o, w)], b.const(pads)))
             total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
         if in_shapes[0] is not None:
-            total = b.op("Add", total, "B" if native else b.op("Cast", "B", to=DOUBLE))
+            total = b.op("Add", total, wide("B"))
         b.output(total, "Y", like=None if native else "P0")   # native: in P's type all along
+
+    @staticmethod
+    def _pieces(b, attrs, in_shapes, layout, width, wide):
+        """((offset, columns), value) of each partial, in the accumulator's type (`wide`),
+        cut to the width. A stack's tiles side by side are one piece (their products moved
+        behind the rows); at one place, their sum; else one piece each."""
+        stacked = attrs.get("stacked") or [0] * (len(in_shapes) - 1)
+        tiles = iter(layout)
+        for i, (shape, flag) in enumerate(zip(in_shapes[1:], stacked)):
+            p = f"P{i}"
+            if not flag:
+                o, w = next(tiles)
+                yield _cut(b, wide(p), o, w, width, len(shape))
+                continue
+            places = [next(tiles) for _ in range(shape[-3])]
+            (o, w), n = places[0], len(shape) - 3           # n: the leading axes
+            if all(po == o + t * w for t, (po, _) in enumerate(places)):
+                moved = b.op("Transpose", p, perm=list(range(n)) + [n + 1, n, n + 2])
+                rows = b.op("Reshape", moved, b.const([0] * (n + 1) + [len(places) * w]))
+                yield _cut(b, wide(rows), o, len(places) * w, width, n + 2)
+            elif all(po == o for po, _ in places):
+                yield (o, w), b.op("ReduceSum", wide(p), b.const([n]), keepdims=0)
+            else:
+                for t, (po, pw) in enumerate(places):
+                    one = b.op("Gather", p, b.const(t), axis=n)
+                    yield _cut(b, wide(one), po, pw, width, n + 2)
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
@@ -92,17 +151,30 @@ class AddInTile(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         bias, parts = inputs[0], inputs[1:]
-        layout, width = _layout(attrs, [None if bias is None else bias.shape] +
-                                [p.shape for p in parts])
-        lead = np.broadcast_shapes(*(p.shape[:-1] for p in parts))
+        shapes = [None if bias is None else bias.shape] + [p.shape for p in parts]
+        layout, width = _layout(attrs, shapes)
+        tiles = [p[..., t, :, :] if flag else p
+                 for p, flag, n in zip(parts, attrs.get("stacked") or [0] * len(parts),
+                                       _stacks(attrs, shapes)) for t in range(n)]
+        lead = np.broadcast_shapes(*(p.shape[:-1] for p in tiles))
         y = np.zeros(lead + (width,), dtype=np.float64)
         written = np.zeros(width, dtype=bool)
-        for (o, w), p in zip(layout, parts):
+        for (o, w), p in zip(layout, tiles):
+            w = min(w, width - o)
             if written[o:o + w].any():
                 array.add_elements += int(np.prod(lead)) * w
-            y[..., o:o + w] += p
+            y[..., o:o + w] += p[..., :w]
             written[o:o + w] = True
         if bias is not None:
             y += bias
             array.add_elements += y.size
         return [y.astype(parts[0].dtype)]
+
+
+def _cut(b, value, offset, columns, width, rank):
+    """((offset, columns kept), value) with its columns past `width` sliced off."""
+    if offset + columns <= width:
+        return (offset, columns), value
+    kept = width - offset
+    return (offset, kept), b.op("Slice", value, b.const([0]), b.const([kept]),
+                                b.const([rank - 1]))

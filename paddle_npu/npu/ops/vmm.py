@@ -20,51 +20,44 @@ class VMM(Primitive):
     onnxruntime's MatMul of its zeros measured 2-9x faster than the products of its groups,
     whose sum over the taps is not over X's last axis.)
 
-    A stack of T alike tiles, W [T, R, M] on T arrays (a depthwise layer's tiles, each its
-    own channels: Im2Col's blocks_first), reads X [..., T, K, R], tile t its own rows
-    X[..., t, :, :], and writes its columns after tile t - 1's: Y[..., k, t*M : (t+1)*M] =
-    X[..., t, k, :] @ W[t], the first `columns` of them kept (the last array may hold fewer
-    channels, its other columns zero). One batched product in onnxruntime, no rows sliced
-    per tile: on MobileNet's layer sizes measured 1.5-2x faster than the tiles one by one."""
+    A stack of T alike tiles, W [T, R, M] on T arrays (a layer's tiles that each read their
+    own block of channels: Im2Col's blocks_first), reads X [..., T, K, R], tile t its own
+    rows X[..., t, :, :]: Y[..., t, k, :] = X[..., t, k, :] @ W[t], each array's result
+    (AddInTile places or sums them). One batched product in onnxruntime, no rows sliced
+    per tile: on MobileNet's layer sizes measured 1.5-2x faster than the tiles one by one,
+    and one node instead of thousands for the per-channel plan."""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset); "
                        "for a stack [..., T, K, R]"),
               Arg("W", "constant weight tile [R, M], or a stack of T tiles [T, R, M]"))
-    outputs = (Arg("Y", "[..., K, M] ([..., K, columns] for a stack)"),)
-    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0", 0),
-                  Attr("columns", "int", "a stack's output columns kept (0: all T*M)", 0))
+    outputs = (Arg("Y", "[..., K, M] ([..., T, K, M] for a stack)"),)
+    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0 "
+                                            "(0 for a stack)", 0),)
 
     @classmethod
     def infer(cls, in_shapes, attrs):
         x, w = in_shapes[0], in_shapes[1]
         if len(w) == 3:
-            return [list(x[:-3]) + [x[-2], cls._stack(attrs, x, w)[2]]]
-        return [list(x[:-1]) + [w[1]]]
+            cls._check_stack(attrs, x, w)
+        return [list(x[:-1]) + [w[-1]]]
 
     @classmethod
-    def _stack(cls, attrs, x, w):
-        """(T, M, columns kept) of a stack W [T, R, M] read from X [..., T, K, R]; raises
-        when X is not such rows."""
-        a = cls.attrs_of(attrs)
+    def _check_stack(cls, attrs, x, w):
+        """Raises unless X [..., T, K, R] is the rows of a stack W [T, R, M]."""
         t, r, m = w
-        if len(x) < 3 or x[-3] != t or x[-1] != r or a["row_offset"]:
+        offset = cls.attrs_of(attrs)["row_offset"]
+        if len(x) < 3 or x[-3] != t or x[-1] != r or offset:
             raise ValueError(f"VMM: a stack of {t} tiles [{r}, {m}] reads rows [..., {t}, K, "
-                             f"{r}] from row_offset 0 (got {list(x)}, row_offset "
-                             f"{a['row_offset']})")
-        columns = a["columns"] or t * m
-        if not 0 < columns <= t * m:
-            raise ValueError(f"VMM: {columns} columns kept of a stack of {t} x {m}")
-        return t, m, columns
+                             f"{r}] from row_offset 0 (got {list(x)}, row_offset {offset})")
 
     @classmethod
     def overload(cls, attrs, in_shapes):
         """"whole" when the array reads all of X's columns, "rows_<offset>_<R>_rank<n>" when
         the columns it reads are known at lowering (the Slice bounds one per axis of X),
-        else "" (the slice computed at every run); "stack_rank<n>_<T*M>_to<columns>" for a
-        stack."""
+        else "" (the slice computed at every run); "stack" for a stack."""
         if len(in_shapes[1]) == 3:
-            t, m, columns = cls._stack(attrs, in_shapes[0], in_shapes[1])
-            return f"stack_rank{len(in_shapes[0])}_{t * m}_to{columns}"
+            cls._check_stack(attrs, in_shapes[0], in_shapes[1])
+            return "stack"
         span = cls._static_span(attrs, in_shapes)
         if span is None:
             return ""
@@ -93,7 +86,7 @@ class VMM(Primitive):
         def double(v):
             return b.op("Cast", v, to=DOUBLE)
         if len(in_shapes[1]) == 3:
-            y = cls._stack_columns(b, attrs, in_shapes, b.op("MatMul", double("X"), double("W")))
+            y = b.op("MatMul", double("X"), double("W"))
         elif cls._blocks(attrs, in_shapes):
             y = cls._block_products(b, attrs, in_shapes, double)
         else:
@@ -103,23 +96,11 @@ class VMM(Primitive):
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
         if len(in_shapes[1]) == 3:
-            b.output(cls._stack_columns(b, attrs, in_shapes, b.op("MatMul", "X", "W")), "Y")
+            b.op("MatMul", "X", "W", out="Y")
         elif cls._blocks(attrs, in_shapes):
             cls._block_products(b, attrs, in_shapes, lambda v: v, out="Y")
         else:
             b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
-
-    @classmethod
-    def _stack_columns(cls, b, attrs, in_shapes, products):
-        """A stack's products [..., T, K, M] as Y's columns [..., K, columns]."""
-        x = in_shapes[0]
-        t, m, columns = cls._stack(attrs, x, in_shapes[1])
-        n = len(x) - 3                                   # X's leading axes, as they are
-        y = b.op("Reshape", b.op("Transpose", products, perm=list(range(n)) + [n + 1, n, n + 2]),
-                 b.const([0] * (n + 1) + [t * m]))
-        if columns < t * m:
-            y = b.op("Slice", y, b.const([0]), b.const([columns]), b.const([n + 1]))
-        return y
 
     @classmethod
     def _blocks(cls, attrs, in_shapes):
@@ -205,10 +186,9 @@ class VMM(Primitive):
         x, w = inputs
         node = attrs.get("_node")
         if w.ndim == 3:     # tile by tile, each on its own arrays
-            _, _, columns = cls._stack(attrs, x.shape, w.shape)
-            y = np.concatenate([array.vmm((node, t), x[..., t, :, :], w[t], 0, np.float64)
-                                for t in range(w.shape[0])], axis=-1)
-            return [y[..., :columns].astype(x.dtype)]
+            cls._check_stack(attrs, x.shape, w.shape)
+            return [np.stack([array.vmm((node, t), x[..., t, :, :], w[t], 0, np.float64)
+                              for t in range(w.shape[0])], axis=-3).astype(x.dtype)]
         off = cls.attrs_of(attrs)["row_offset"]
         r = w.shape[0]
         if x.shape[-1] < off + r:
