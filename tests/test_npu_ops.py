@@ -530,6 +530,93 @@ def test_dim_transform_is_transpose_then_reshape(dims, rnd):
     assert prim.infer([dims], attrs)[0] == list(want.shape)
 
 
+@pytest.mark.parametrize("dims, shapes, perm, shape, overload, ops", [
+    ([2, 3, 4], None, [0, 2, 1], [0, 12], "", ["Transpose", "Constant", "Reshape"]),
+    ([2, 3, 4], None, [0, 1, 2], [0, -1], "reshape", ["Constant", "Reshape"]),
+    ([2, 3, 4], None, [0, 2, 1], [0, 4, 3], "transpose", ["Transpose"]),
+    ([2, 3, 4], None, [2, 0, 1], [0, -1, 0], "transpose", ["Transpose"]),
+    ([2, 3, 4], None, [0, 1, 2], [0, 3, 4], "identity", ["Identity"]),
+    # an open dim: 0 or the one -1 keeps it, a fixed size there may not
+    ([2, 3, 4], [["N", 3, 4]], [1, 0, 2], [3, -1, 4], "transpose", ["Transpose"]),
+    ([2, 3, 4], [["N", 3, 4]], [0, 2, 1], [2, 4, 3], "", ["Transpose", "Constant",
+                                                          "Reshape"]),
+    ([2, 3, 4], [["N", 3, 4]], [0, 1, 2], [2, 3, 4], "reshape", ["Constant", "Reshape"]),
+    ([2, 3, 4], [[2, "M", 4]], [0, 2, 1], [0, -1, 0], "transpose", ["Transpose"]),
+    ([2, 3, 4], None, [0, 2, 1], [0, 4, -1, 1], "", ["Transpose", "Constant", "Reshape"]),
+])
+def test_dim_transform_inlines_only_the_moves_it_makes(dims, shapes, perm, shape, overload,
+                                                       ops):
+    """A DimTransform whose perm is the identity is a Reshape, one whose reshape gives back
+    the permuted shape a Transpose: their bodies hold only that (fewer nodes at every call)."""
+    x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
+    attrs = {"perm": perm, "shape": shape}
+    shapes = shapes or [dims]
+    prim = get_primitive("DimTransform")
+    assert prim.overload(attrs, shapes) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    assert [n.op_type for n in fn.node] == ops
+    want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+    np.testing.assert_array_equal(run_primitive("DimTransform", [x], attrs, shapes=shapes),
+                                  want)
+
+
+@pytest.mark.parametrize("x_shape, attrs, overload, ops", [
+    ([4, 6], {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}, "leading_axes", 3),
+    ([4, 6], {"starts": [1, -4], "ends": [3, 100], "axes": [0, 1], "steps": [1, 1]},
+     "leading_axes", 3),
+    ([4, 6], {"starts": [2], "ends": [-1], "axes": [1], "steps": [1]}, "unit_steps", 4),
+    ([4, 6], {"starts": [0, 1], "ends": [4, 6], "axes": [1, 0], "steps": [1, 1]},
+     "unit_steps", 4),
+    ([4, 6], {"starts": [5], "ends": [0], "axes": [1], "steps": [-2]}, "", 5),
+    ([4, 6], {"starts": [0], "ends": [4], "axes": [0], "steps": [2]}, "", 5),
+])
+def test_crop_body_gives_slice_only_the_inputs_it_needs(x_shape, attrs, overload, ops):
+    """Slice's steps left out when all 1, its axes too when they are 0, 1, ... (its
+    defaults): 3 nodes at most calls instead of 5."""
+    x = np.arange(int(np.prod(x_shape)), dtype=np.float32).reshape(x_shape)
+    prim = get_primitive("Crop")
+    assert prim.overload(attrs, [x_shape]) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [x_shape])
+    assert len(fn.node) == ops and fn.node[-1].op_type == "Slice"
+    want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+    np.testing.assert_array_equal(run_primitive("Crop", [x], attrs), want)
+
+
+def test_one_function_serves_every_node_of_its_overload():
+    """Bodies that read the node's attributes are attached once per overload: nodes of one
+    overload with other attribute values each get their own result."""
+    import onnx_ir as ir
+    from paddle_npu.npu.functions import attach_functions
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    calls = [("Crop", {"starts": [0], "ends": [1], "axes": [0], "steps": [1]}),
+             ("Crop", {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}),
+             ("Crop", {"starts": [1], "ends": [4], "axes": [2], "steps": [1]}),
+             ("Crop", {"starts": [3], "ends": [0], "axes": [1], "steps": [1]}),
+             ("DimTransform", {"perm": [0, 1, 2], "shape": [0, -1]}),
+             ("DimTransform", {"perm": [0, 1, 2], "shape": [-1, 5]}),
+             ("DimTransform", {"perm": [2, 0, 1], "shape": [0, 0, 0]}),
+             ("DimTransform", {"perm": [1, 2, 0], "shape": [0, -1, 3]})]
+    nodes, outputs, want = [], [], []
+    for i, (op_type, attrs) in enumerate(calls):
+        prim = get_primitive(op_type)
+        y = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+        nodes.append(helper.make_node(op_type, ["x"], [f"y{i}"], domain=DOMAIN, **attrs))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, y.shape))
+        want.append(y)
+    graph = helper.make_graph(nodes, "calls", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, x.shape)], outputs)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET)])
+    proto.ir_version = 10
+    model = ir.serde.deserialize_model(proto)
+    assert attach_functions(model) == 4     # leading_axes, unit_steps; reshape, transpose
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto)
+    got = run_onnx(proto.SerializeToString(), {"x": x})[1]
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_, w)
+
+
 def test_symbolic_batch_survives_shape_inference_of_primitives():
     im2col = get_primitive("Im2Col").infer(
         [["N", 3, 8, 8]], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})[0]

@@ -32,9 +32,24 @@ class Crop(Primitive):
         return [crop_dims(in_shapes[0], a["starts"], a["ends"], a["axes"], a["steps"])]
 
     @classmethod
+    def overload(cls, attrs, in_shapes):
+        """Which of Slice's optional inputs the call needs: "" all, "unit_steps" no steps
+        (all 1), "leading_axes" neither steps nor axes (0, 1, ..., as Slice's default)."""
+        a = cls.attrs_of(attrs)
+        if any(k != 1 for k in a["steps"]):
+            return ""
+        return "leading_axes" if list(a["axes"]) == list(range(len(a["axes"]))) else \
+            "unit_steps"
+
+    @classmethod
     def body(cls, b, attrs, in_shapes):
-        b.op("Slice", "X", b.attr("starts", "ints"), b.attr("ends", "ints"),
-             b.attr("axes", "ints"), b.attr("steps", "ints"), out="Y")
+        overload = cls.overload(attrs, in_shapes)
+        inputs = [b.attr("starts", "ints"), b.attr("ends", "ints")]
+        if overload != "leading_axes":
+            inputs.append(b.attr("axes", "ints"))
+        if overload == "":
+            inputs.append(b.attr("steps", "ints"))
+        b.op("Slice", "X", *inputs, out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
