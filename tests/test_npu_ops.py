@@ -652,6 +652,32 @@ def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
     np.testing.assert_array_equal(run_primitive(op_type, inputs, attrs), want)
 
 
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("op_type, attrs, shapes, nodes", [
+    ("Reduce", {"function": "mean", "axes": [1], "keepdims": 1}, [[2, 6, 3]], (6, 4)),
+    ("LayerNorm", {"axis": 2, "epsilon": 1e-3}, [[2, 3, 5], [5], [5]], (19, 11)),
+])
+def test_vector_bodies_make_constants_in_the_type_they_sum_in(op_type, attrs, shapes, nodes,
+                                                              float32):
+    """The divisor and epsilon of a mean and a layer norm, and its exponent 2, are constants
+    of the type the body sums in (float64, or float32: float32 bodies are attached to float32
+    inputs only): no node converts a constant at every call."""
+    rng = np.random.default_rng(8)
+    inputs = [(rng.standard_normal(s) * 2 + 1).astype(np.float32) for s in shapes]
+    prim = get_primitive(op_type)
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
+    constants = {o for n in fn.node if n.op_type == "Constant" for o in n.output}
+    assert not [n for n in fn.node if n.op_type in ("Cast", "CastLike")
+                and n.input[0] in constants]
+    assert len(fn.node) == nodes[float32]
+    want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
+    got = run_primitive(op_type, inputs, attrs, float32=float32)
+    if float32:
+        assert agreement(got, want)["rel_diff"] <= 1e-6
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 def test_layer_norm_float32_body_runs_as_one_layer_normalization(tmp_path):
     """onnxruntime fuses the float32 LayerNorm body into its LayerNormalization kernel (what
     makes transformers' lowered models run near the model's speed): no reduction is left."""
