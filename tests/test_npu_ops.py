@@ -2,6 +2,7 @@
 NumPy reference and against an independent formula, and what the reference counts."""
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
+from paddle_npu.npu.functions import attach_functions
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.im2col import TABLE_LIMIT, column_source
 
@@ -560,36 +562,59 @@ def test_dim_transform_inlines_only_the_moves_it_makes(dims, shapes, perm, shape
                                   want)
 
 
-@pytest.mark.parametrize("x_shape, attrs, overload, ops", [
-    ([4, 6], {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}, "leading_axes", 3),
-    ([4, 6], {"starts": [1, -4], "ends": [3, 100], "axes": [0, 1], "steps": [1, 1]},
-     "leading_axes", 3),
-    ([4, 6], {"starts": [2], "ends": [-1], "axes": [1], "steps": [1]}, "unit_steps", 4),
-    ([4, 6], {"starts": [0, 1], "ends": [4, 6], "axes": [1, 0], "steps": [1, 1]},
-     "unit_steps", 4),
-    ([4, 6], {"starts": [5], "ends": [0], "axes": [1], "steps": [-2]}, "", 5),
-    ([4, 6], {"starts": [0], "ends": [4], "axes": [0], "steps": [2]}, "", 5),
+SLICE = ["Constant", "Constant", "Slice"]            # starts, ends
+
+
+@pytest.mark.parametrize("x_shape, shapes, attrs, overload, ops", [
+    ([4, 6], None, {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}, "leading_axes",
+     SLICE),
+    ([4, 6], None, {"starts": [1, -4], "ends": [3, 100], "axes": [0, 1], "steps": [1, 1]},
+     "leading_axes", SLICE),
+    ([4, 6], None, {"starts": [2], "ends": [-1], "axes": [1], "steps": [1]}, "unit_steps",
+     ["Constant"] + SLICE),
+    ([4, 6], None, {"starts": [0, 1], "ends": [4, 6], "axes": [1, 0], "steps": [1, 1]},
+     "unit_steps", ["Constant"] + SLICE),
+    ([4, 6], None, {"starts": [5], "ends": [0], "axes": [1], "steps": [-2]}, "",
+     ["Constant", "Constant"] + SLICE),
+    ([4, 6], None, {"starts": [0], "ends": [4], "axes": [0], "steps": [2]}, "",
+     ["Constant", "Constant"] + SLICE),
+    # one index of one axis: a Gather of it
+    ([3, 4, 6], None, {"starts": [1], "ends": [2], "axes": [0], "steps": [1]}, "index_axis0",
+     ["Constant", "Gather"]),
+    ([4, 6], None, {"starts": [5], "ends": [6], "axes": [1], "steps": [1]}, "index_axis1",
+     ["Constant", "Gather"]),
+    # ... only inside the axis' fixed size (Slice's results outside it are empty)
+    ([4, 6], None, {"starts": [4], "ends": [5], "axes": [0], "steps": [1]}, "leading_axes",
+     SLICE),
+    ([4, 6], None, {"starts": [-1], "ends": [0], "axes": [0], "steps": [1]}, "leading_axes",
+     SLICE),
+    ([4, 6], [["N", 6]], {"starts": [0], "ends": [1], "axes": [0], "steps": [1]},
+     "leading_axes", SLICE),
 ])
-def test_crop_body_gives_slice_only_the_inputs_it_needs(x_shape, attrs, overload, ops):
+def test_crop_body_gives_slice_only_the_inputs_it_needs(x_shape, shapes, attrs, overload,
+                                                        ops):
     """Slice's steps left out when all 1, its axes too when they are 0, 1, ... (its
-    defaults): 3 nodes at most calls instead of 5."""
+    defaults), and one index of an axis gathered: 2 or 3 nodes at most calls instead of 5."""
     x = np.arange(int(np.prod(x_shape)), dtype=np.float32).reshape(x_shape)
+    shapes = shapes or [x_shape]
     prim = get_primitive("Crop")
-    assert prim.overload(attrs, [x_shape]) == overload
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, [x_shape])
-    assert len(fn.node) == ops and fn.node[-1].op_type == "Slice"
+    assert prim.overload(attrs, shapes) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    assert [n.op_type for n in fn.node] == ops
     want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
-    np.testing.assert_array_equal(run_primitive("Crop", [x], attrs), want)
+    got = run_primitive("Crop", [x], attrs, shapes=shapes)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
 
 
 def test_one_function_serves_every_node_of_its_overload():
     """Bodies that read the node's attributes are attached once per overload: nodes of one
     overload with other attribute values each get their own result."""
-    import onnx_ir as ir
-    from paddle_npu.npu.functions import attach_functions
     rng = np.random.default_rng(7)
     x = rng.standard_normal((3, 4, 5)).astype(np.float32)
     calls = [("Crop", {"starts": [0], "ends": [1], "axes": [0], "steps": [1]}),
+             ("Crop", {"starts": [2], "ends": [3], "axes": [0], "steps": [1]}),
+             ("Crop", {"starts": [0], "ends": [2], "axes": [0], "steps": [1]}),
              ("Crop", {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}),
              ("Crop", {"starts": [1], "ends": [4], "axes": [2], "steps": [1]}),
              ("Crop", {"starts": [3], "ends": [0], "axes": [1], "steps": [1]}),
@@ -609,7 +634,8 @@ def test_one_function_serves_every_node_of_its_overload():
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET)])
     proto.ir_version = 10
     model = ir.serde.deserialize_model(proto)
-    assert attach_functions(model) == 4     # leading_axes, unit_steps; reshape, transpose
+    # Crop: index_axis0, leading_axes, unit_steps; DimTransform: reshape, transpose
+    assert attach_functions(model) == 5
     proto = ir.serde.serialize_model(model)
     onnx.checker.check_model(proto)
     got = run_onnx(proto.SerializeToString(), {"x": x})[1]
