@@ -532,77 +532,66 @@ def test_dim_transform_is_transpose_then_reshape(dims, rnd):
     assert prim.infer([dims], attrs)[0] == list(want.shape)
 
 
-@pytest.mark.parametrize("dims, shapes, perm, shape, overload, ops", [
-    ([2, 3, 4], None, [0, 2, 1], [0, 12], "", ["Transpose", "Constant", "Reshape"]),
-    ([2, 3, 4], None, [0, 1, 2], [0, -1], "reshape", ["Constant", "Reshape"]),
-    ([2, 3, 4], None, [0, 2, 1], [0, 4, 3], "transpose", ["Transpose"]),
-    ([2, 3, 4], None, [2, 0, 1], [0, -1, 0], "transpose", ["Transpose"]),
-    ([2, 3, 4], None, [0, 1, 2], [0, 3, 4], "identity", ["Identity"]),
-    # an open dim: 0 or the one -1 keeps it, a fixed size there may not
-    ([2, 3, 4], [["N", 3, 4]], [1, 0, 2], [3, -1, 4], "transpose", ["Transpose"]),
-    ([2, 3, 4], [["N", 3, 4]], [0, 2, 1], [2, 4, 3], "", ["Transpose", "Constant",
-                                                          "Reshape"]),
-    ([2, 3, 4], [["N", 3, 4]], [0, 1, 2], [2, 3, 4], "reshape", ["Constant", "Reshape"]),
-    ([2, 3, 4], [[2, "M", 4]], [0, 2, 1], [0, -1, 0], "transpose", ["Transpose"]),
-    ([2, 3, 4], None, [0, 2, 1], [0, 4, -1, 1], "", ["Transpose", "Constant", "Reshape"]),
-])
-def test_dim_transform_inlines_only_the_moves_it_makes(dims, shapes, perm, shape, overload,
-                                                       ops):
-    """A DimTransform whose perm is the identity is a Reshape, one whose reshape gives back
-    the permuted shape a Transpose: their bodies hold only that (fewer nodes at every call)."""
-    x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
-    attrs = {"perm": perm, "shape": shape}
-    shapes = shapes or [dims]
-    prim = get_primitive("DimTransform")
-    assert prim.overload(attrs, shapes) == overload
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
-    assert [n.op_type for n in fn.node] == ops
-    want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
-    np.testing.assert_array_equal(run_primitive("DimTransform", [x], attrs, shapes=shapes),
-                                  want)
+def dim_transform(perm, shape):
+    return {"perm": perm, "shape": shape}
+
+
+def crop(starts, ends, axes, steps=None):
+    return {"starts": starts, "ends": ends, "axes": axes, "steps": steps or [1] * len(axes)}
 
 
 SLICE = ["Constant", "Constant", "Slice"]            # starts, ends
+BOTH = ["Transpose", "Constant", "Reshape"]
 
 
-@pytest.mark.parametrize("x_shape, shapes, attrs, overload, ops", [
-    ([4, 6], None, {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}, "leading_axes",
-     SLICE),
-    ([4, 6], None, {"starts": [1, -4], "ends": [3, 100], "axes": [0, 1], "steps": [1, 1]},
-     "leading_axes", SLICE),
-    ([4, 6], None, {"starts": [2], "ends": [-1], "axes": [1], "steps": [1]}, "unit_steps",
-     ["Constant"] + SLICE),
-    ([4, 6], None, {"starts": [0, 1], "ends": [4, 6], "axes": [1, 0], "steps": [1, 1]},
-     "unit_steps", ["Constant"] + SLICE),
-    ([4, 6], None, {"starts": [5], "ends": [0], "axes": [1], "steps": [-2]}, "",
-     ["Constant", "Constant"] + SLICE),
-    ([4, 6], None, {"starts": [0], "ends": [4], "axes": [0], "steps": [2]}, "",
-     ["Constant", "Constant"] + SLICE),
-    # one index of one axis: a Gather of it
-    ([3, 4, 6], None, {"starts": [1], "ends": [2], "axes": [0], "steps": [1]}, "index_axis0",
-     ["Constant", "Gather"]),
-    ([4, 6], None, {"starts": [5], "ends": [6], "axes": [1], "steps": [1]}, "index_axis1",
-     ["Constant", "Gather"]),
+@pytest.mark.parametrize("op_type, dims, shapes, attrs, overload, ops", [
+    # DimTransform: a Reshape where perm is the identity, a Transpose where the reshape
+    # gives back the permuted shape
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 12]), "", BOTH),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 1, 2], [0, -1]), "reshape",
+     ["Constant", "Reshape"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 4, 3]), "transpose",
+     ["Transpose"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([2, 0, 1], [0, -1, 0]), "transpose",
+     ["Transpose"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 1, 2], [0, 3, 4]), "identity",
+     ["Identity"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 4, -1, 1]), "", BOTH),
+    # ... an open dim: 0 or the one -1 keeps it, a fixed size there may not
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([1, 0, 2], [3, -1, 4]),
+     "transpose", ["Transpose"]),
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([0, 2, 1], [2, 4, 3]), "", BOTH),
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([0, 1, 2], [2, 3, 4]),
+     "reshape", ["Constant", "Reshape"]),
+    ("DimTransform", [2, 3, 4], [[2, "M", 4]], dim_transform([0, 2, 1], [0, -1, 0]),
+     "transpose", ["Transpose"]),
+    # Crop: Slice's steps left out when all 1, its axes too when they are 0, 1, ... (its
+    # defaults)
+    ("Crop", [4, 6], None, crop([1], [3], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([1, -4], [3, 100], [0, 1]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([2], [-1], [1]), "unit_steps", ["Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([0, 1], [4, 6], [1, 0]), "unit_steps", ["Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([5], [0], [1], [-2]), "", ["Constant", "Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([0], [4], [0], [2]), "", ["Constant", "Constant"] + SLICE),
+    # ... one index of one axis gathered
+    ("Crop", [3, 4, 6], None, crop([1], [2], [0]), "index_axis0", ["Constant", "Gather"]),
+    ("Crop", [4, 6], None, crop([5], [6], [1]), "index_axis1", ["Constant", "Gather"]),
     # ... only inside the axis' fixed size (Slice's results outside it are empty)
-    ([4, 6], None, {"starts": [4], "ends": [5], "axes": [0], "steps": [1]}, "leading_axes",
-     SLICE),
-    ([4, 6], None, {"starts": [-1], "ends": [0], "axes": [0], "steps": [1]}, "leading_axes",
-     SLICE),
-    ([4, 6], [["N", 6]], {"starts": [0], "ends": [1], "axes": [0], "steps": [1]},
-     "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([4], [5], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([-1], [0], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], [["N", 6]], crop([0], [1], [0]), "leading_axes", SLICE),
 ])
-def test_crop_body_gives_slice_only_the_inputs_it_needs(x_shape, shapes, attrs, overload,
-                                                        ops):
-    """Slice's steps left out when all 1, its axes too when they are 0, 1, ... (its
-    defaults), and one index of an axis gathered: 2 or 3 nodes at most calls instead of 5."""
-    x = np.arange(int(np.prod(x_shape)), dtype=np.float32).reshape(x_shape)
-    shapes = shapes or [x_shape]
-    prim = get_primitive("Crop")
+def test_moves_inline_only_what_the_call_needs(op_type, dims, shapes, attrs, overload, ops):
+    """DimTransform's and Crop's bodies per overload: fewer nodes at every call, the
+    reference's result."""
+    x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
+    shapes = shapes or [dims]
+    prim = get_primitive(op_type)
     assert prim.overload(attrs, shapes) == overload
     fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
     assert [n.op_type for n in fn.node] == ops
     want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
-    got = run_primitive("Crop", [x], attrs, shapes=shapes)
+    got = run_primitive(op_type, [x], attrs, shapes=shapes)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
@@ -612,16 +601,13 @@ def test_one_function_serves_every_node_of_its_overload():
     overload with other attribute values each get their own result."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal((3, 4, 5)).astype(np.float32)
-    calls = [("Crop", {"starts": [0], "ends": [1], "axes": [0], "steps": [1]}),
-             ("Crop", {"starts": [2], "ends": [3], "axes": [0], "steps": [1]}),
-             ("Crop", {"starts": [0], "ends": [2], "axes": [0], "steps": [1]}),
-             ("Crop", {"starts": [1], "ends": [3], "axes": [0], "steps": [1]}),
-             ("Crop", {"starts": [1], "ends": [4], "axes": [2], "steps": [1]}),
-             ("Crop", {"starts": [3], "ends": [0], "axes": [1], "steps": [1]}),
-             ("DimTransform", {"perm": [0, 1, 2], "shape": [0, -1]}),
-             ("DimTransform", {"perm": [0, 1, 2], "shape": [-1, 5]}),
-             ("DimTransform", {"perm": [2, 0, 1], "shape": [0, 0, 0]}),
-             ("DimTransform", {"perm": [1, 2, 0], "shape": [0, -1, 3]})]
+    calls = [("Crop", crop([0], [1], [0])), ("Crop", crop([2], [3], [0])),
+             ("Crop", crop([0], [2], [0])), ("Crop", crop([1], [3], [0])),
+             ("Crop", crop([1], [4], [2])), ("Crop", crop([3], [0], [1])),
+             ("DimTransform", dim_transform([0, 1, 2], [0, -1])),
+             ("DimTransform", dim_transform([0, 1, 2], [-1, 5])),
+             ("DimTransform", dim_transform([2, 0, 1], [0, 0, 0])),
+             ("DimTransform", dim_transform([1, 2, 0], [0, -1, 3]))]
     nodes, outputs, want = [], [], []
     for i, (op_type, attrs) in enumerate(calls):
         prim = get_primitive(op_type)
