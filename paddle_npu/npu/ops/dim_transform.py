@@ -31,6 +31,17 @@ def keeps_shape(src, shape):
     return all(kept) or (kept.count(False) == 1 and shape[kept.index(False)] == -1)
 
 
+def _moves_axis0_last(perm):
+    """Whether perm moves axis 0 behind the others (or behind all but the last), keeping
+    their order. onnxruntime 1.32 crashes (MatMul-Transpose fusion, ORT_ENABLE_ALL) on such
+    a Transpose read by an exact VMM body (Cast to float64, MatMul): these DimTransforms
+    keep their Reshape, which stops the fusion while a dim is open (an RNN's time-major
+    output)."""
+    rank = len(perm)
+    rest = list(range(1, rank))
+    return rank >= 3 and list(perm) in (rest + [0], rest[:-1] + [0, rank - 1])
+
+
 @primitive
 class DimTransform(Primitive):
     """Y = Reshape(Transpose(X, perm), shape): the rank and layout changes between the
@@ -58,7 +69,7 @@ class DimTransform(Primitive):
         perm, shape = list(a["perm"]), list(a["shape"])
         moves = perm != list(range(len(perm)))
         src = None if in_shapes[0] is None else [in_shapes[0][p] for p in perm]
-        reshapes = src is None or not keeps_shape(src, shape)
+        reshapes = src is None or not keeps_shape(src, shape) or _moves_axis0_last(perm)
         return {(True, True): "", (False, True): "reshape", (True, False): "transpose",
                 (False, False): "identity"}[moves, reshapes]
 
