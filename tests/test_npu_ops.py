@@ -2,6 +2,7 @@
 NumPy reference and against an independent formula, and what the reference counts."""
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
+from paddle_npu.npu.functions import attach_functions
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.im2col import TABLE_LIMIT, column_source
 
@@ -653,6 +655,137 @@ def test_dim_transform_is_transpose_then_reshape(dims, rnd):
     assert prim.infer([dims], attrs)[0] == list(want.shape)
 
 
+def dim_transform(perm, shape):
+    return {"perm": perm, "shape": shape}
+
+
+def crop(starts, ends, axes, steps=None):
+    return {"starts": starts, "ends": ends, "axes": axes, "steps": steps or [1] * len(axes)}
+
+
+SLICE = ["Constant", "Constant", "Slice"]            # starts, ends
+BOTH = ["Transpose", "Constant", "Reshape"]
+
+
+@pytest.mark.parametrize("op_type, dims, shapes, attrs, overload, ops", [
+    # DimTransform: a Reshape where perm is the identity, a Transpose where the reshape
+    # gives back the permuted shape
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 12]), "", BOTH),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 1, 2], [0, -1]), "reshape",
+     ["Constant", "Reshape"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 4, 3]), "transpose",
+     ["Transpose"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([2, 0, 1], [0, -1, 0]), "transpose",
+     ["Transpose"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 1, 2], [0, 3, 4]), "identity",
+     ["Identity"]),
+    ("DimTransform", [2, 3, 4], None, dim_transform([0, 2, 1], [0, 4, -1, 1]), "", BOTH),
+    # ... axis 0 moved behind the others keeps its Reshape (see the test below)
+    ("DimTransform", [2, 3, 4], None, dim_transform([1, 0, 2], [0, 0, 0]), "", BOTH),
+    ("DimTransform", [2, 3, 4], None, dim_transform([1, 2, 0], [3, 4, 2]), "", BOTH),
+    ("DimTransform", [2, 3, 4, 5], None, dim_transform([1, 2, 0, 3], [0, 0, 0, 0]), "", BOTH),
+    # ... an open dim: 0 or the one -1 keeps it, a fixed size there may not
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([2, 0, 1], [4, -1, 3]),
+     "transpose", ["Transpose"]),
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([0, 2, 1], [2, 4, 3]), "", BOTH),
+    ("DimTransform", [2, 3, 4], [["N", 3, 4]], dim_transform([0, 1, 2], [2, 3, 4]),
+     "reshape", ["Constant", "Reshape"]),
+    ("DimTransform", [2, 3, 4], [[2, "M", 4]], dim_transform([0, 2, 1], [0, -1, 0]),
+     "transpose", ["Transpose"]),
+    # Crop: Slice's steps left out when all 1, its axes too when they are 0, 1, ... (its
+    # defaults)
+    ("Crop", [4, 6], None, crop([1], [3], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([1, -4], [3, 100], [0, 1]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([2], [-1], [1]), "unit_steps", ["Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([0, 1], [4, 6], [1, 0]), "unit_steps", ["Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([5], [0], [1], [-2]), "", ["Constant", "Constant"] + SLICE),
+    ("Crop", [4, 6], None, crop([0], [4], [0], [2]), "", ["Constant", "Constant"] + SLICE),
+    # ... one index of one axis gathered
+    ("Crop", [3, 4, 6], None, crop([1], [2], [0]), "index_axis0", ["Constant", "Gather"]),
+    ("Crop", [4, 6], None, crop([5], [6], [1]), "index_axis1", ["Constant", "Gather"]),
+    # ... only inside the axis' fixed size (Slice's results outside it are empty)
+    ("Crop", [4, 6], None, crop([4], [5], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], None, crop([-1], [0], [0]), "leading_axes", SLICE),
+    ("Crop", [4, 6], [["N", 6]], crop([0], [1], [0]), "leading_axes", SLICE),
+])
+def test_moves_inline_only_what_the_call_needs(op_type, dims, shapes, attrs, overload, ops):
+    """DimTransform's and Crop's bodies per overload: fewer nodes at every call, the
+    reference's result."""
+    x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
+    shapes = shapes or [dims]
+    prim = get_primitive(op_type)
+    assert prim.overload(attrs, shapes) == overload
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    assert [n.op_type for n in fn.node] == ops
+    want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+    got = run_primitive(op_type, [x], attrs, shapes=shapes)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dims, perm", [([6, 10, 4], [1, 0, 2]),
+                                        ([6, 3, 5, 4], [1, 2, 0, 3])])
+def test_a_transpose_of_an_open_axis_0_before_an_exact_vmm_runs(dims, perm):
+    """onnxruntime 1.32 crashes on a Transpose moving axis 0 behind the others when it feeds
+    an exact VMM body (Cast to float64, MatMul) at ORT_ENABLE_ALL (an RNN's time-major
+    output): such a DimTransform keeps its Reshape, which onnxruntime cannot drop while the
+    batch is open, and the graph runs."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(dims).astype(np.float32)
+    open_dims = ["N"] + dims[1:]
+    moved = [open_dims[p] for p in perm]
+    w = rng.standard_normal((dims[-1], 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("DimTransform", ["x"], ["t"], domain=DOMAIN, perm=perm,
+                          shape=[0] * len(perm)),
+         helper.make_node("VMM", ["t", "w"], ["y"], domain=DOMAIN)], "transpose_vmm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, open_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, moved[:-1] + [8])],
+        [numpy_helper.from_array(w, "w")],
+        value_info=[helper.make_tensor_value_info("t", TensorProto.FLOAT, moved)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET)])
+    proto.ir_version = 10
+    model = ir.serde.deserialize_model(proto)
+    attach_functions(model)
+    assert [n.overload for n in model.graph] == ["", "whole"]
+    _, (got,) = run_onnx(ir.serde.serialize_model(model).SerializeToString(), {"x": x})
+    want = np.transpose(x, perm).astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_one_function_serves_every_node_of_its_overload():
+    """Bodies that read the node's attributes are attached once per overload: nodes of one
+    overload with other attribute values each get their own result."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    calls = [("Crop", crop([0], [1], [0])), ("Crop", crop([2], [3], [0])),
+             ("Crop", crop([0], [2], [0])), ("Crop", crop([1], [3], [0])),
+             ("Crop", crop([1], [4], [2])), ("Crop", crop([3], [0], [1])),
+             ("DimTransform", dim_transform([0, 1, 2], [0, -1])),
+             ("DimTransform", dim_transform([0, 1, 2], [-1, 5])),
+             ("DimTransform", dim_transform([2, 0, 1], [0, 0, 0])),
+             ("DimTransform", dim_transform([2, 1, 0], [0, -1, 3]))]
+    nodes, outputs, want = [], [], []
+    for i, (op_type, attrs) in enumerate(calls):
+        prim = get_primitive(op_type)
+        y = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
+        nodes.append(helper.make_node(op_type, ["x"], [f"y{i}"], domain=DOMAIN, **attrs))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, y.shape))
+        want.append(y)
+    graph = helper.make_graph(nodes, "calls", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, x.shape)], outputs)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET)])
+    proto.ir_version = 10
+    model = ir.serde.deserialize_model(proto)
+    # Crop: index_axis0, leading_axes, unit_steps; DimTransform: reshape, transpose
+    assert attach_functions(model) == 5
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto)
+    got = run_onnx(proto.SerializeToString(), {"x": x})[1]
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_, w)
+
+
 def test_symbolic_batch_survives_shape_inference_of_primitives():
     im2col = get_primitive("Im2Col").infer(
         [["N", 3, 8, 8]], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})[0]
@@ -686,6 +819,32 @@ def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
     got = run_primitive(op_type, inputs, attrs, float32=True)
     assert got.shape == want.shape and agreement(got, want)["rel_diff"] <= 1e-6
     np.testing.assert_array_equal(run_primitive(op_type, inputs, attrs), want)
+
+
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("op_type, attrs, shapes, nodes", [
+    ("Reduce", {"function": "mean", "axes": [1], "keepdims": 1}, [[2, 6, 3]], (6, 4)),
+    ("LayerNorm", {"axis": 2, "epsilon": 1e-3}, [[2, 3, 5], [5], [5]], (19, 11)),
+])
+def test_vector_bodies_make_constants_in_the_type_they_sum_in(op_type, attrs, shapes, nodes,
+                                                              float32):
+    """The divisor and epsilon of a mean and a layer norm, and its exponent 2, are constants
+    of the type the body sums in (float64, or float32: float32 bodies are attached to float32
+    inputs only): no node converts a constant at every call."""
+    rng = np.random.default_rng(8)
+    inputs = [(rng.standard_normal(s) * 2 + 1).astype(np.float32) for s in shapes]
+    prim = get_primitive(op_type)
+    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
+    constants = {o for n in fn.node if n.op_type == "Constant" for o in n.output}
+    assert not [n for n in fn.node if n.op_type in ("Cast", "CastLike")
+                and n.input[0] in constants]
+    assert len(fn.node) == nodes[float32]
+    want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
+    got = run_primitive(op_type, inputs, attrs, float32=float32)
+    if float32:
+        assert agreement(got, want)["rel_diff"] <= 1e-6
+    else:
+        np.testing.assert_array_equal(got, want)
 
 
 def test_layer_norm_float32_body_runs_as_one_layer_normalization(tmp_path):

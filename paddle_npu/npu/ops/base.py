@@ -5,9 +5,9 @@ A primitive is a class decorated with `@primitive` whose class attributes descri
 
     infer(in_shapes, attrs)      -> [output shape]   shapes as lists of int | str (symbolic)
     body(b, attrs, in_shapes)    fills a `Body` with standard ONNX ops computing the outputs
-    overload(attrs, in_shapes)   "" when `body` is generic (attributes referenced, one
-                                 function serves every node), else the name of the
-                                 specialisation this node needs
+    overload(attrs, in_shapes)   the name of the body this node needs: "" by default; a
+                                 body that references the node's attributes (`Ref`,
+                                 `Body.attr`) serves every node of its overload
     reference(array, inputs, attrs) -> [outputs]     NumPy, counting into `array`
 
 The function bodies are written against one opset (MIN_BODY_OPSET .. the model's), using
@@ -116,7 +116,7 @@ class Primitive:
         outputs = [a.name for a in cls.outputs]
         b.drop_output_identities(outputs)
         overload = cls.overload(attrs, in_shapes)
-        generic = overload == ""
+        generic = overload == "" or bool(b.refs)     # declares the attributes it reads
         inputs = [a.name for a in cls.inputs if not a.variadic]
         variadic = [a for a in cls.inputs if a.variadic]
         if variadic:   # specialised to a count: P0, P1, ...
@@ -170,6 +170,7 @@ class Body:
     def __init__(self, opset=MIN_BODY_OPSET):
         self.nodes = []
         self.opset = opset
+        self.refs = set()       # the calling node's attributes the body reads
         self._n = 0
 
     def _tmp(self, hint):
@@ -182,6 +183,7 @@ class Body:
         node = helper.make_node(op_type, [i or "" for i in inputs], [out], **plain)
         for key, ref in attrs.items():
             if isinstance(ref, Ref):
+                self.refs.add(ref.name)
                 a = node.attribute.add()
                 a.name, a.ref_attr_name = key, ref.name
                 a.type = {"int": AttributeProto.INT, "ints": AttributeProto.INTS,

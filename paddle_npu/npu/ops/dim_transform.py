@@ -22,6 +22,26 @@ def reshape_dims(src, shape):
     return out
 
 
+def keeps_shape(src, shape):
+    """Whether Reshape to `shape` (0 copies, one -1 inferred) gives back `src` on every input
+    of these dims: each entry 0 or the same fixed size, but one -1 which is then the rest."""
+    if len(src) != len(shape):
+        return False
+    kept = [s == 0 or (isinstance(d, int) and s == d) for d, s in zip(src, shape)]
+    return all(kept) or (kept.count(False) == 1 and shape[kept.index(False)] == -1)
+
+
+def _moves_axis0_last(perm):
+    """Whether perm moves axis 0 behind the others (or behind all but the last), keeping
+    their order. onnxruntime 1.32 crashes (MatMul-Transpose fusion, ORT_ENABLE_ALL) on such
+    a Transpose read by an exact VMM body (Cast to float64, MatMul): these DimTransforms
+    keep their Reshape, which stops the fusion while a dim is open (an RNN's time-major
+    output)."""
+    rank = len(perm)
+    rest = list(range(1, rank))
+    return rank >= 3 and list(perm) in (rest + [0], rest[:-1] + [0, rank - 1])
+
+
 @primitive
 class DimTransform(Primitive):
     """Y = Reshape(Transpose(X, perm), shape): the rank and layout changes between the
@@ -41,9 +61,28 @@ class DimTransform(Primitive):
         return [reshape_dims(src, a["shape"])]
 
     @classmethod
+    def overload(cls, attrs, in_shapes):
+        """"" (Transpose, then Reshape), or the calls that need one of them only: "reshape"
+        (perm is the identity), "transpose" (the reshape keeps the permuted shape),
+        "identity" (both)."""
+        a = cls.attrs_of(attrs)
+        perm, shape = list(a["perm"]), list(a["shape"])
+        moves = perm != list(range(len(perm)))
+        src = None if in_shapes[0] is None else [in_shapes[0][p] for p in perm]
+        reshapes = src is None or not keeps_shape(src, shape) or _moves_axis0_last(perm)
+        return {(True, True): "", (False, True): "reshape", (True, False): "transpose",
+                (False, False): "identity"}[moves, reshapes]
+
+    @classmethod
     def body(cls, b, attrs, in_shapes):
-        t = b.op("Transpose", "X", perm=Ref("perm", "ints"))
-        b.op("Reshape", t, b.attr("shape", "ints"), out="Y")
+        overload = cls.overload(attrs, in_shapes)
+        x = "X"
+        if overload in ("", "transpose"):
+            x = b.op("Transpose", x, perm=Ref("perm", "ints"))
+        if overload in ("", "reshape"):
+            b.op("Reshape", x, b.attr("shape", "ints"), out="Y")
+        else:
+            b.op("Identity", x, out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

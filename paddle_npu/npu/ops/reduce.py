@@ -1,5 +1,6 @@
 """Reduce and LayerNorm: the vector unit's reductions, and layer normalisation built on them."""
 import numpy as np
+from onnx import numpy_helper
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
 
@@ -24,6 +25,14 @@ def _reduced_dims(shape, axes, keepdims):
 def _sum_type(b, v, float32):
     """v in the type the body sums in: as it is in a float32 body, else float64."""
     return v if float32 else b.op("Cast", v, to=DOUBLE)
+
+
+def _sum_constant(b, value, float32):
+    """A scalar constant in the type the body sums in (float32 bodies only ever run on
+    float32 inputs: functions.sums_in_float32), rounded to float32 first as an attribute
+    holds it."""
+    dtype = np.float32 if float32 else np.float64
+    return b.op("Constant", value=numpy_helper.from_array(np.array(np.float32(value), dtype)))
 
 
 def _size(shape, axes):
@@ -62,8 +71,7 @@ class Reduce(Primitive):
         if f in ("sum", "mean"):
             y = _reduce(b, "sum", _sum_type(b, "X", float32), axes, keep)
             if f == "mean":
-                n = b.op("Constant", value_float=float(_size(in_shapes[0], axes)))
-                y = b.op("Div", y, _sum_type(b, n, float32))
+                y = b.op("Div", y, _sum_constant(b, _size(in_shapes[0], axes), float32))
             b.output(y, "Y", like=None if float32 else "X")
         else:
             b.op("Identity", _reduce(b, f, "X", axes, keep), out="Y")
@@ -120,11 +128,11 @@ class LayerNorm(Primitive):
         def wide(v):
             return _sum_type(b, v, float32=False)
         axes = list(range(attrs["axis"], len(in_shapes[0])))
-        n = wide(b.op("Constant", value_float=float(_size(in_shapes[0], axes))))
+        n = _sum_constant(b, _size(in_shapes[0], axes), float32=False)
         x = wide("X")
         d = b.op("Sub", x, b.op("Div", _reduce(b, "sum", x, axes, 1), n))
         var = b.op("Div", _reduce(b, "sum", b.op("Mul", d, d), axes, 1), n)
-        eps = wide(b.op("Constant", value_float=attrs["epsilon"]))
+        eps = _sum_constant(b, attrs["epsilon"], float32=False)
         y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
         if len(in_shapes) > 1 and in_shapes[1] is not None:
             y = b.op("Mul", y, wide("Scale"))
@@ -138,9 +146,9 @@ class LayerNorm(Primitive):
         # ReduceMean, Add, Sqrt, Div, Mul, Add), so that it runs as one LayerNormalization
         axes = list(range(attrs["axis"], len(in_shapes[0])))
         d = b.op("Sub", "X", _reduce(b, "mean", "X", axes, 1))
-        two = b.op("CastLike", b.op("Constant", value_float=2.0), "X")
+        two = _sum_constant(b, 2.0, float32=True)
         var = _reduce(b, "mean", b.op("Pow", d, two), axes, 1)
-        eps = b.op("CastLike", b.op("Constant", value_float=attrs["epsilon"]), "X")
+        eps = _sum_constant(b, attrs["epsilon"], float32=True)
         y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
         if len(in_shapes) > 1 and in_shapes[1] is not None:
             y = b.op("Mul", y, "Scale")
