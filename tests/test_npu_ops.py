@@ -472,7 +472,7 @@ def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts)
 @pytest.mark.parametrize("layout, ops", [
     ([(3, [0, 4, 8])], "Transpose"),               # a depthwise stack: tiles side by side,
     ([(3, [0, 4, 8]), (None, [0])], "Transpose"),  # the last's columns past the width cut
-    ([(5, [0] * 5)], "ReduceSum"),                 # a per-channel stack: all summed
+    ([(5, [0] * 5)], "MatMul"),                    # a per-channel stack: all summed
     ([(3, [0, 4, 0])], "Gather"),                  # neither: tile by tile
     ([(2, [2, 6]), (None, [0])], "Transpose"),     # with a plain partial, a gap
 ])
