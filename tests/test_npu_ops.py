@@ -348,20 +348,24 @@ def test_vmm_body_and_reference_tile_and_count(k, r, m, extra, off, grid):
 
 
 @pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("grid", [(256, 256), (4, 4)])
 @pytest.mark.parametrize("lead, t, r, m", [([2], 3, 9, 4), ([1], 4, 18, 2), ([], 2, 5, 3)])
-def test_vmm_stack_multiplies_each_tile_by_its_own_rows(lead, t, r, m, float32):
+def test_vmm_stack_multiplies_each_tile_by_its_own_rows(lead, t, r, m, grid, float32):
     """W [T, R, M], X [..., T, K, R]: Y[..., t, k, :] = X[..., t, k, :] @ W[t], each tile on
-    its own arrays (the reference counts T tiles)."""
+    its own arrays (the reference counts them: one batched product when each tile fits an
+    array, tile by tile on arrays of 4 x 4)."""
     rng = np.random.default_rng(t * r)
     x = rng.standard_normal(lead + [t, 5, r]).astype(np.float32)
     w = rng.standard_normal((t, r, m)).astype(np.float32)
     want = np.einsum("...tkr,trm->...tkm", x.astype(np.float64), w.astype(np.float64))
     prim = get_primitive("VMM")
     assert prim.infer([list(x.shape), list(w.shape)], {})[0] == list(want.shape)
-    array = ArrayModel(256, 256)
+    array = ArrayModel(*grid)
     ref = prim.reference(array, [x, w], {"_node": "v"})[0]
     np.testing.assert_array_equal(ref, want.astype(np.float32))
-    assert array.arrays == t and array.macs == t * int(np.prod(lead)) * 5 * r * m
+    per_tile = -(-r // grid[0]) * -(-m // grid[1])
+    assert array.arrays == t * per_tile and array.macs == t * int(np.prod(lead)) * 5 * r * m
+    assert array.vmm_invocations == t * per_tile * int(np.prod(lead)) * 5
     got = run_primitive("VMM", [x, w], {}, consts=(1,), float32=float32)
     if float32:
         assert agreement(got, want)["rel_diff"] <= 1e-6

@@ -134,7 +134,7 @@ class AddInTile(Primitive):
                 continue
             places = [next(tiles) for _ in range(shape[-3])]
             (o, w), n = places[0], len(shape) - 3           # n: the leading axes
-            if all(po == o + t * w for t, (po, _) in enumerate(places)):
+            if _side_by_side(places):
                 moved = b.op("Transpose", p, perm=list(range(n)) + [n + 1, n, n + 2])
                 rows = b.op("Reshape", moved, b.const([0] * (n + 1) + [len(places) * w]))
                 yield _cut(b, wide(rows), o, len(places) * w, width, n + 2)
@@ -162,22 +162,43 @@ class AddInTile(Primitive):
         bias, parts = inputs[0], inputs[1:]
         shapes = [None if bias is None else bias.shape] + [p.shape for p in parts]
         layout, width = _layout(attrs, shapes)
-        tiles = [p[..., t, :, :] if flag else p
-                 for p, flag, n in zip(parts, attrs.get("stacked") or [0] * len(parts),
-                                       _stacks(attrs, shapes)) for t in range(n)]
-        lead = np.broadcast_shapes(*(p.shape[:-1] for p in tiles))
-        y = np.zeros(lead + (width,), dtype=np.float64)
-        written = np.zeros(width, dtype=bool)
-        for (o, w), p in zip(layout, tiles):
+        pieces = list(_placed(parts, attrs.get("stacked") or [0] * len(parts), layout))
+        lead = np.broadcast_shapes(*(p.shape[:-1] for _, p in pieces))
+        written, adds = np.zeros(width, dtype=bool), 0
+        for o, w in layout:     # a tile's columns landing on written ones are additions
             w = min(w, width - o)
-            if written[o:o + w].any():
-                array.add_elements += int(np.prod(lead)) * w
-            y[..., o:o + w] += p[..., :w]
+            adds += w if written[o:o + w].any() else 0
             written[o:o + w] = True
+        array.add_elements += int(np.prod(lead)) * adds
+        y = np.zeros(lead + (width,), dtype=np.float64)
+        for o, p in pieces:
+            w = min(p.shape[-1], width - o)
+            y[..., o:o + w] += p[..., :w]
         if bias is not None:
             y += bias
             array.add_elements += y.size
         return [y.astype(parts[0].dtype)]
+
+
+def _side_by_side(places):
+    """Whether a stack's tiles' (offset, width) follow on from the first's."""
+    o, w = places[0]
+    return all(po == o + t * w for t, (po, _) in enumerate(places))
+
+
+def _placed(parts, stacked, layout):
+    """(offset, partial) of each partial in order, a stack's tiles one by one, or at once
+    (moved behind the rows) when side by side."""
+    tiles = iter(layout)
+    for p, flag in zip(parts, stacked):
+        if not flag:
+            yield next(tiles)[0], p
+            continue
+        places = [next(tiles) for _ in range(p.shape[-3])]
+        if _side_by_side(places):
+            yield places[0][0], np.moveaxis(p, -3, -2).reshape(p.shape[:-3] + (p.shape[-2], -1))
+        else:
+            yield from ((po, p[..., t, :, :]) for t, (po, _) in enumerate(places))
 
 
 def _cut(b, value, offset, columns, width, rank):

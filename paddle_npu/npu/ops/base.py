@@ -277,6 +277,21 @@ class ArrayModel:
             self.macs += vectors * ri * mj
         return y.reshape(lead + (m,))
 
+    def vmm_stack(self, node, x, weight, dtype):
+        """X[..., t, k, :] @ W[t] for every tile t of a stack W [T, R, M], each on its own
+        arrays, counted as `vmm` counts them: one batched product when every tile fits one
+        array, else tile by tile."""
+        t, r, m = weight.shape
+        if r > self.rows or m > self.cols:
+            return np.stack([self.vmm((node, i), x[..., i, :, :], weight[i], 0, dtype)
+                             for i in range(t)], axis=-3)
+        y = np.matmul(self.as_type(x, dtype), self.program(node, weight, dtype))
+        vectors = int(np.prod(x.shape[:-3])) * x.shape[-2]
+        self.tile_ids.update(((node, i), 0, 0) for i in range(t))
+        self.vmm_invocations += vectors * t
+        self.macs += vectors * t * r * m
+        return y
+
     def reset(self):
         """Zero the counters of a run (programmed weights stay)."""
         self.vmm_invocations = 0     # row vectors x tiles

@@ -185,10 +185,9 @@ class VMM(Primitive):
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         node = attrs.get("_node")
-        if w.ndim == 3:     # tile by tile, each on its own arrays
+        if w.ndim == 3:
             cls._check_stack(attrs, x.shape, w.shape)
-            return [np.stack([array.vmm((node, t), x[..., t, :, :], w[t], 0, np.float64)
-                              for t in range(w.shape[0])], axis=-3).astype(x.dtype)]
+            return [array.vmm_stack(node, x, w, np.float64).astype(x.dtype)]
         off = cls.attrs_of(attrs)["row_offset"]
         r = w.shape[0]
         if x.shape[-1] < off + r:
