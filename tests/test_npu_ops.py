@@ -195,13 +195,7 @@ def test_im2col_channel_blocks_reorder_the_columns(case, data):
     prim = get_primitive("Im2Col")
     plain = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     want = plain[..., column_source(c, k[0] * k[1], block)]
-    blocked = dict(attrs, channel_block=block)
-    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [x], blocked)[0], want)
-    np.testing.assert_array_equal(run_primitive("Im2Col", [x], blocked), want)
-    nhwc = dict(blocked, layout="nhwc", image_size=[h, w])
-    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [as_rows(x)], nhwc)[0],
-                                  want)
-    np.testing.assert_array_equal(run_primitive("Im2Col", [as_rows(x)], nhwc), want)
+    nhwc = assert_im2col_gives(x, dict(attrs, channel_block=block), want)
     if block == c:          # tap by tap: the gather's own order, nothing moved after it
         fn = prim.function_proto(MIN_BODY_OPSET, nhwc, [[n, h * w, c]])
         assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
@@ -226,12 +220,18 @@ def test_im2col_blocks_first_gives_each_block_its_own_rows(case, data):
         want[:, t, :, j::block] = plain[..., ch * kk:(ch + 1) * kk]
     first = dict(attrs, channel_block=block, blocks_first=1)
     assert prim.infer([list(x.shape)], first)[0] == list(want.shape)
-    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [x], first)[0], want)
-    np.testing.assert_array_equal(run_primitive("Im2Col", [x], first), want)
-    nhwc = dict(first, layout="nhwc", image_size=[h, w])
-    np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [as_rows(x)], nhwc)[0],
-                                  want)
-    np.testing.assert_array_equal(run_primitive("Im2Col", [as_rows(x)], nhwc), want)
+    assert_im2col_gives(x, first, want)
+
+
+def assert_im2col_gives(x, attrs, want):
+    """Im2Col's reference and body give `want` from the NCHW image x and from its rows (the
+    nhwc layout); returns the nhwc attributes."""
+    prim = get_primitive("Im2Col")
+    nhwc = dict(attrs, layout="nhwc", image_size=list(x.shape[2:]))
+    for image, a in ((x, attrs), (as_rows(x), nhwc)):
+        np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [image], a)[0], want)
+        np.testing.assert_array_equal(run_primitive("Im2Col", [image], a), want)
+    return nhwc
 
 
 def test_im2col_bodies_of_other_channel_counts_are_other_functions():
