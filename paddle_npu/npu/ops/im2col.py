@@ -203,10 +203,8 @@ class Im2Col(Primitive):
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
         oh, ow = rows.shape[0], cols.shape[1]
         table = (rows, cols, inside, outside)
-        if attrs.get("blocks_first"):
+        if attrs.get("blocks_first"):       # (the pixels' channels filled up: _channel_fill)
             count = -(-channels // block)
-            if count * block > channels:
-                pixels = b.op("Pad", pixels, b.const([0, 0, 0, 0, 0, count * block - channels]))
             g = cls._gather_blocks(b, pixels, table, count, block, blocks_first=True)
             b.op("Reshape", g, b.const([0, count, oh * ow, -1]), out="Y")
             return
@@ -299,7 +297,9 @@ class Im2Col(Primitive):
         (pt, pl, pb, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow)               # in the padded image
-        x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) if any(attrs["pads"]) else "X"
+        fill = _channel_fill(attrs, channels)
+        x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, fill, pb, pr])) \
+            if any(attrs["pads"]) or fill else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
         cls._gather(b, attrs, b.op("Transpose", xp, perm=[0, 2, 1]), rows * (w + pl + pr),
                     cols, channels)
@@ -314,8 +314,9 @@ class Im2Col(Primitive):
         rows, cols = window_coords(attrs, oh, ow, padded=False)
         inside = (rows >= 0) & (rows < h), (cols >= 0) & (cols < w)
         padding = not (inside[0].all() and inside[1].all())
-        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, 1, 0])) if padding \
-            else "X"                                              # [N, H*W (+1), C]
+        fill = _channel_fill(attrs, channels)
+        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, int(padding), fill])) \
+            if padding or fill else "X"                           # [N, H*W (+1), C]
         cls._gather(b, attrs, pixels, rows * w, cols, channels,
                     inside if padding else None, h * w)
 
@@ -397,6 +398,12 @@ class Im2Col(Primitive):
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def _channel_fill(attrs, channels):
+    """The zero channels a blocks-first image gets to whole blocks (0 for other orders)."""
+    block = attrs["channel_block"]
+    return -channels % block if attrs.get("blocks_first") else 0
 
 
 def check_block(a, channels, h, w):
