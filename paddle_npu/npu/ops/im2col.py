@@ -72,24 +72,16 @@ def output_size(a, h, w):
 TABLE_LIMIT = 1 << 18
 
 
-def index_table(b, rows, cols, shape, inside=None, outside=0):
+def index_table(b, rows, cols, shape):
     """The Constant (or constant expression) of an int32 index table rows + cols (arrays that
-    broadcast), reshaped to `shape`; with `inside` (a pair of boolean arrays shaped as rows
-    and cols), `outside` where either is False. The table itself up to TABLE_LIMIT entries,
-    else the terms and the ops that make it from them, for onnxruntime to fold."""
+    broadcast), reshaped to `shape`. The table itself up to TABLE_LIMIT entries, else the
+    terms and the Add that makes it from them, for onnxruntime to fold."""
     def const(a):
         return b.op("Constant", value=numpy_helper.from_array(np.asarray(a, np.int32)))
 
     if np.prod(np.broadcast_shapes(rows.shape, cols.shape)) <= TABLE_LIMIT:
-        table = rows + cols
-        if inside is not None:
-            table = np.where(inside[0] & inside[1], table, outside)
-        return const(table.reshape(shape))
-    table = b.op("Add", const(rows), const(cols))
-    if inside is not None:
-        mask = b.op("And", *(b.op("Constant", value=numpy_helper.from_array(m)) for m in inside))
-        table = b.op("Where", mask, table, const(outside))
-    return b.op("Reshape", table, b.const(list(shape)))
+        return const((rows + cols).reshape(shape))
+    return b.op("Reshape", b.op("Add", const(rows), const(cols)), b.const(list(shape)))
 
 
 def column_source(channels, taps, block):
@@ -192,17 +184,17 @@ class Im2Col(Primitive):
         return b.op("Transpose", g, perm=[0, 1, 3, 2])
 
     @classmethod
-    def _gather(cls, b, attrs, pixels, rows, cols, channels, inside=None, outside=0):
-        """Y from `pixels` [N, P, C] (an image's pixels, channels last) and the pixel each tap
-        of each window reads, rows + cols (window_coords' shapes, [OH, OW, KH, KW] once
-        added; with `inside`, pixel `outside` where either is False): channel by channel, one
+    def _gather(cls, b, attrs, pixels, rows, cols, channels):
+        """Y from `pixels` [N, P, C] (a padded image's pixels, channels last) and the pixel
+        each tap of each window reads, rows + cols (window_coords' shapes, [OH, OW, KH, KW]
+        once added): channel by channel, one
         Gather of whole pixels and the columns moved after it; with a channel_block, one
         Gather of whole blocks of channels (and one of the last, smaller block); blocks
         first, one Gather of the blocks' rows one block after another (the channels filled
         up to whole blocks first)."""
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
         oh, ow = rows.shape[0], cols.shape[1]
-        table = (rows, cols, inside, outside)
+        table = (rows, cols)
         if attrs.get("blocks_first"):       # (the pixels' channels filled up: _channel_fill)
             count = -(-channels // block)
             g = cls._gather_blocks(b, pixels, table, count, block, blocks_first=True)
@@ -234,27 +226,19 @@ class Im2Col(Primitive):
         """Gather(pixels, the table) of whole pixels [N, OH*OW, KH*KW, C], or of `count`
         blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]
         (blocks_first: [N, count*OH*OW*KH*KW, size], the blocks one after another)."""
-        rows, cols, inside, outside = table
+        rows, cols = table
         oh, ow = rows.shape[0], cols.shape[1]
         shape = [oh * ow, -1]
         if blocks_first:    # a block axis before the window's: [count, OH, OW, KH, KW]
             rows, cols = rows[None] * count, cols[None] * count
             cols = cols + np.arange(count).reshape(-1, 1, 1, 1, 1)
-            if inside is not None:
-                inside = inside[0][None], np.broadcast_to(inside[1][None], cols.shape)
             pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
-            outside *= count
             shape = [-1]
         elif count > 1:     # a block axis after the window's: [OH, OW, count, KH, KW]
             rows, cols = rows[:, :, None] * count, cols[:, :, None] * count
             cols = cols + np.arange(count).reshape(1, 1, -1, 1, 1)
-            if inside is not None:
-                inside = inside[0][:, :, None], np.broadcast_to(inside[1][:, :, None],
-                                                                cols.shape)
             pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
-            outside *= count
-        return b.op("Gather", pixels, index_table(b, rows, cols, shape, inside, outside),
-                    axis=1)
+        return b.op("Gather", pixels, index_table(b, rows, cols, shape), axis=1)
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
@@ -306,19 +290,20 @@ class Im2Col(Primitive):
 
     @classmethod
     def _nhwc_body(cls, b, attrs, channels):
-        """An nhwc image: one Gather of whole pixels from the rows as they are, by a table
-        [OH*OW, KH*KW] made here; a tap in the padding reads one zero pixel put after the
-        last (no padded copy of the image)."""
+        """An nhwc image: the rows padded as an image [N, H, W, C] (Pad copies the image
+        either way), then one Gather of whole pixels by a table [OH*OW, KH*KW] made here
+        (a sum of two small terms, which onnxruntime folds fastest, past TABLE_LIMIT)."""
         h, w = attrs["image_size"]
+        (pt, pl, pb, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
-        rows, cols = window_coords(attrs, oh, ow, padded=False)
-        inside = (rows >= 0) & (rows < h), (cols >= 0) & (cols < w)
-        padding = not (inside[0].all() and inside[1].all())
+        rows, cols = window_coords(attrs, oh, ow)               # in the padded image
         fill = _channel_fill(attrs, channels)
-        pixels = b.op("Pad", "X", b.const([0, 0, 0, 0, int(padding), fill])) \
-            if padding or fill else "X"                           # [N, H*W (+1), C]
-        cls._gather(b, attrs, pixels, rows * w, cols, channels,
-                    inside if padding else None, h * w)
+        pixels = "X"
+        if any(attrs["pads"]) or fill:
+            image = b.op("Reshape", "X", b.const([0, h, w, channels]))
+            padded = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
+            pixels = b.op("Reshape", padded, b.const([0, -1, channels + fill]))
+        cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
     def _generic_body(cls, b):
@@ -418,15 +403,12 @@ def check_block(a, channels, h, w):
         raise ValueError("blocks_first needs a channel_block")
 
 
-def window_coords(a, oh, ow, padded=True):
+def window_coords(a, oh, ow):
     """(rows [OH, 1, KH, 1], cols [1, OW, 1, KW]): the row and the column each tap of each
-    window reads, in the padded image (or, padded=False, in the image: negative or past its
-    edge in the padding)."""
-    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
-    (dh, dw), (pt, pl, _, _) = a["dilations"], a["pads"]
-    pt, pl = (0, 0) if padded else (pt, pl)
-    rows = (np.arange(oh) * sh - pt)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
-    cols = (np.arange(ow) * sw - pl)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
+    window reads, in the padded image."""
+    (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
+    rows = (np.arange(oh) * sh)[:, None, None, None] + (np.arange(kh) * dh)[None, None, :, None]
+    cols = (np.arange(ow) * sw)[None, :, None, None] + (np.arange(kw) * dw)[None, None, None, :]
     return rows, cols
 
 
