@@ -809,10 +809,13 @@ def test_symbolic_batch_survives_shape_inference_of_primitives():
     ("Reduce", {"function": "max", "axes": [0], "keepdims": 1}, [[2, 3, 4, 5]]),
     ("LayerNorm", {"axis": 2, "epsilon": 1e-3}, [[2, 3, 4, 5], [4, 5], [4, 5]]),
     ("LayerNorm", {"axis": 3}, [[2, 3, 4, 5]]),
+    ("Pool", {"mode": "avg", "kernel_shape": [3, 4], "layout": "nhwc", "image_size": [3, 4]},
+     [[2, 12, 5]]),                     # global average of rows (an SE block's)
 ])
 def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
-    """The float32 bodies of attention's run-time VMM, Reduce and LayerNorm: no float64 in
-    them, and within float32 rounding of the reference (which sums in float64)."""
+    """The float32 bodies of attention's run-time VMM, Reduce, LayerNorm and the global
+    average Pool: no float64 in them, and within float32 rounding of the reference (which
+    sums in float64)."""
     rng = np.random.default_rng(5)
     inputs = [(rng.standard_normal(s) * 3 + 1).astype(np.float32) for s in shapes]
     prim = get_primitive(op_type)

@@ -93,8 +93,8 @@ def add_lowering_options(p, target_flag="--target"):
     bodies = p.add_mutually_exclusive_group()
     bodies.add_argument("--float32-bodies", dest="bodies", action="store_const",
                         const="float32", default=None,
-                        help="onnxruntime sums VMM, AddInTile, Col2Im, RuntimeVMM, Reduce "
-                             "and LayerNorm in float32, as fast as the "
+                        help="onnxruntime sums VMM, AddInTile, Col2Im, RuntimeVMM, Reduce, "
+                             "LayerNorm and global average pooling in float32, as fast as the "
                              "model's own Conv / MatMul (default: exact; with --verify, "
                              "float32 when the lowered model then agrees with the model on a "
                              "seeded input as `verify` requires, else exact)")

@@ -62,14 +62,14 @@ class Pool(Primitive):
         return f"{a['mode']}_{config_tag([(k, _plain(a[k])) for k in sorted(a)])}"
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
+    def body(cls, b, attrs, in_shapes, float32=False):
         if not is_nhwc(attrs):
             cls._nchw_body(b, attrs, "X", "Y")
             return
         n, c, oh, ow = _out_dims(image_dims(in_shapes[0], attrs), attrs)
         if _is_global(attrs):           # the image's pixels are the rows: reduce over them
             Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
-                            "axes": [1], "keepdims": 1}, in_shapes)
+                            "axes": [1], "keepdims": 1}, in_shapes, float32=float32)
             return
         # ONNX pools only NCHW: the window sums run there, between two transposes
         h, w = attrs["image_size"]
@@ -77,6 +77,11 @@ class Pool(Primitive):
         y = cls._nchw_body(b, attrs, x, None)
         y = b.op("Transpose", y, perm=[0, 2, 3, 1])
         b.op("Reshape", y, b.const([0, oh * ow, -1]), out="Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        # only a global average of rows changes: it sums in float32 (Reduce's float32 body)
+        cls.body(b, attrs, in_shapes, float32=True)
 
     @classmethod
     def _nchw_body(cls, b, attrs, x, out):
