@@ -187,11 +187,10 @@ class Im2Col(Primitive):
     def _gather(cls, b, attrs, pixels, rows, cols, channels):
         """Y from `pixels` [N, P, C] (a padded image's pixels, channels last) and the pixel
         each tap of each window reads, rows + cols (window_coords' shapes, [OH, OW, KH, KW]
-        once added): channel by channel, one
-        Gather of whole pixels and the columns moved after it; with a channel_block, one
-        Gather of whole blocks of channels (and one of the last, smaller block); blocks
-        first, one Gather of the blocks' rows one block after another (the channels filled
-        up to whole blocks first)."""
+        once added): channel by channel, one Gather of whole pixels and the columns moved
+        after it; with a channel_block, one Gather of whole blocks of channels (and one of
+        the last, smaller block); blocks first, one Gather of the blocks' rows one block
+        after another (the channels filled up to whole blocks first)."""
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
         oh, ow = rows.shape[0], cols.shape[1]
         table = (rows, cols)
