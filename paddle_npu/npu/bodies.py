@@ -3,12 +3,12 @@
 The primitives that sum (VMM, AddInTile, Col2Im, RuntimeVMM, Reduce, LayerNorm, Pool's
 global average) have two bodies: the exact one accumulates in float64 and rounds once, as
 the NumPy reference does; the float32 one sums in float32, as fast as onnxruntime's own
-Conv / MatMul and as far from the exact sums as they are. `lower` writes exact ones unless asked; "auto" (`lower
---verify`'s default) keeps float32 when the lowered model then agrees with the model before
-lowering, on the seeded input `verify` uses by default, within half the 1e-5 tolerance
-(MARGIN), or, where exact sums miss the tolerance too, within the model's own float-noise
-floor (as `verify` accepts them); otherwise the whole model gets the exact bodies. The
-report says which and why. The NumPy reference always sums exactly.
+Conv / MatMul and as far from the exact sums as they are. `lower` writes exact ones unless
+asked; "auto" (`lower --verify`'s default) keeps float32 when the lowered model then agrees
+with the model before lowering, on the seeded input `verify` uses by default, within half
+the 1e-5 tolerance (MARGIN), or, where exact sums miss the tolerance too, within the
+model's own float-noise floor (as `verify` accepts them); otherwise the whole model gets
+the exact bodies. The report says which and why. The NumPy reference always sums exactly.
 """
 import onnx
 import onnx_ir as ir

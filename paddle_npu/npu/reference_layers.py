@@ -29,6 +29,7 @@ The counters (arrays, VMM invocations, MACs, AddInTile additions) are the tiles'
 """
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from onnx import helper
@@ -49,13 +50,26 @@ class LayerPlan:
     """One layer as the lowering wrote it: its tiles in AddInTile's order."""
     kind: str                    # "VMM" or "QVMM"
     names: list                  # the tiles' VMM node names
-    row_offsets: list
-    offsets: list                # AddInTile's output column of each tile
-    width: int
-    acc_bits: int = 32
-    tile_attrs: list = field(default_factory=list)   # each tile node's own attributes
-    sum_attrs: dict = field(default_factory=dict)    # the AddInTile's
+    tile_attrs: list             # each tile node's own attributes
+    sum_attrs: dict              # the AddInTile's
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
+
+    @cached_property
+    def row_offsets(self):
+        return [a.get("row_offset", 0) for a in self.tile_attrs]
+
+    @cached_property
+    def offsets(self):
+        """AddInTile's output column of each tile."""
+        return list(self.sum_attrs.get("offsets") or [0] * len(self.names))
+
+    @property
+    def width(self):
+        return self.sum_attrs.get("width", 0)
+
+    @property
+    def acc_bits(self):
+        return self.tile_attrs[0].get("acc_bits", 32)     # one for all (fuse_matrix_layers)
 
 
 def fuse_matrix_layers(graph):
@@ -76,18 +90,12 @@ def fuse_matrix_layers(graph):
                 or any(used.get(p, 0) != 1 for p in node.input[1:]) \
                 or len({t.name for t in tiles}) != len(tiles) or not all(t.name for t in tiles):
             continue
-        attrs = _attrs(node)
         tile_attrs = [_attrs(t) for t in tiles]
-        acc = {a.get("acc_bits", 32) for a in tile_attrs}
-        if len(acc) != 1:
+        if len({a.get("acc_bits", 32) for a in tile_attrs}) != 1:
             continue
         name = f"{node.name or node.output[0]}/matrix_layer"
-        plans[name] = LayerPlan(
-            kind=tiles[0].op_type, names=[t.name for t in tiles],
-            row_offsets=[a.get("row_offset", 0) for a in tile_attrs],
-            offsets=list(attrs.get("offsets") or [0] * len(tiles)),
-            width=attrs.get("width", 0), acc_bits=acc.pop(), tile_attrs=tile_attrs,
-            sum_attrs=attrs)
+        plans[name] = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
+                                tile_attrs=tile_attrs, sum_attrs=_attrs(node))
         drop.update(id(t) for t in tiles)
         replace[id(node)] = helper.make_node(
             LAYER_OP, [tiles[0].input[0], node.input[0]] + [t.input[1] for t in tiles],

@@ -94,13 +94,13 @@ class Conv:
         if block and group == 1:    # the kernel matrix's rows tap by tap, as Im2Col's columns
             geos["packed"] = Geometry(1, c * kh * kw, 1, m)
             matrix = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1).T
-        # (depthwise: each tile's rows tap by tap, as Im2Col's block of its channels)
-        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan,
-                           by_tap=bool(block) and group > 1)
+        # depthwise: each tile's rows tap by tap, as Im2Col's block of its channels
+        by_tap = bool(block) and group > 1
+        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan, by_tap=by_tap)
         acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
                                                      pads=pads, dilations=dilations,
                                                      channel_block=block),
-                          stack=(bool(block) and group > 1) or ctx.plan == "per-channel")
+                          stack=by_tap or ctx.plan == "per-channel")
         shape = [0, m, ow] if one_d else [0, m, oh, ow]
         y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
 
