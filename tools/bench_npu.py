@@ -7,7 +7,12 @@ onnxruntime the lowered model's session creation time and latency (median over -
 the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.5x), with the
 exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
 --verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
-ONNX model's outputs.
+ONNX model's outputs. Beside them the lowered model's floor: the time this machine takes,
+measured in the same run, to write once the rows every Im2Col produces (at the rate NumPy
+copies 64 MiB) and to do the arrays' products, zeros included (at the rate of onnxruntime's
+float32 MatMul on [4096, 256] x [256, 256]), as a multiple of the ONNX model's latency. No
+run of the lowered model can be faster: those rows and products are its NPU program's
+(`floor x` above 1.5: the latency target is out of reach for that program).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
@@ -94,6 +99,70 @@ def ort_timing(models, feeds, iters, rounds=3):
             for label in models}
 
 
+def machine_rates():
+    """{"copy_bytes_s", "matmul_macs_s"}: the rates a lowered model's floor is counted at,
+    measured now (best of several runs): NumPy copying 64 MiB, and onnxruntime's float32
+    MatMul [4096, 256] x [256, 256] with the weight a constant (its best case)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    src = np.ones(1 << 24, np.float32)
+    dst = np.empty_like(src)
+    copy = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        copy.append(time.perf_counter() - t0)
+    x = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)
+    w = numpy_helper.from_array(np.ones((256, 256), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    session.run(None, {"x": x})
+    product = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        session.run(None, {"x": x})
+        product.append(time.perf_counter() - t0)
+    return {"copy_bytes_s": src.nbytes / min(copy), "matmul_macs_s": x.size * 256 / min(product)}
+
+
+def program_work(serialized, feeds):
+    """{"im2col_bytes", "array_macs"} of one run of a lowered model: the bytes its Im2Col
+    nodes write and its VMM nodes' products, zeros included (every result element is a
+    sum over its weight's rows), read off onnxruntime running it with those tensors as
+    outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load_from_string(serialized)
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    im2col = [n.output[0] for n in model.graph.node if n.op_type == "Im2Col"]
+    vmm = [(n.output[0], n.input[1]) for n in model.graph.node if n.op_type == "VMM"]
+    wanted = im2col + [y for y, _ in vmm] + [w for _, w in vmm if w not in weights]
+    types = {v.name: v.type for v in model.graph.value_info}
+    del model.graph.output[:]
+    for name in dict.fromkeys(wanted):
+        out = model.graph.output.add()
+        out.name = name
+        if name in types:
+            out.type.CopyFrom(types[name])
+        else:       # a primitive's result: float, as the float lowerings timed here give
+            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    names = [o.name for o in model.graph.output]
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    got = dict(zip(names, session.run(names, feeds)))
+    rows = {w: (weights[w] if w in weights else list(got[w].shape))[-2] for _, w in vmm}
+    return {"im2col_bytes": int(sum(got[y].nbytes for y in im2col)),
+            "array_macs": int(sum(got[y].size * rows[w] for y, w in vmm))}
+
+
 def _reference_speed(lowered, target, feeds, macs, repeat):
     """The reference's best time over `repeat` runs, fused and node by node in turn (and
     the fused run's CPU time: on a shared machine, wall time also counts the others' work)."""
@@ -155,7 +224,7 @@ def _lower_met(entry):
 
 
 def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iters=20,
-                input_shape=None, quantize=None, process_runs=0):
+                input_shape=None, quantize=None, process_runs=0, rates=None):
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
     onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
     feeds = _feeds(info)
@@ -203,6 +272,11 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             from paddle_npu.npu.functions import attach_functions
 
             want = run_onnx(onnx_at_size, feeds)[1]
+            attach_functions(lowered, float32=True)
+            work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), feeds)
+            floor = work["im2col_bytes"] / rates["copy_bytes_s"] + \
+                work["array_macs"] / rates["matmul_macs_s"]
+            entry["floor"] = {**work, **rates, "floor_ms": round(floor * 1e3, 3)}
             for bodies in ("exact", "float32", "auto"):
                 extra = {}
                 if bodies == "auto":        # what `lower --verify` chooses, and its cost
@@ -226,6 +300,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     "onnx_latency_ms": round(onnx_latency * 1e3, 3),
                     "session_ratio": round(created / onnx_created, 2),
                     "latency_ratio": round(latency / onnx_latency, 2),
+                    "floor_ratio": round(floor / onnx_latency, 2),
                     "worst_rel_diff": max(agreement(a, b)["rel_diff"] for a, b in zip(got, want))}
         row["plans"][plan] = entry
     pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
@@ -309,20 +384,21 @@ def render(rows):
                          f"{ref}")
         lines.append(f"{'':<20} {'ratio pc/pk':<12} {r['ratio']['arrays']:>7.1f}x {'':>7} "
                      f"{r['ratio']['vmm_invocations']:>15.1f}x")
-    timed = [(r, plan, bodies, t) for r in rows for plan, e in r["plans"].items()
+    timed = [(r, plan, bodies, t, e["floor"]) for r in rows for plan, e in r["plans"].items()
              for bodies, t in e.get("ort", {}).items()]
     if timed:
         head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
                 f"{'ONNX s':>7} {'ratio':>6} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} "
-                f"{'rel diff':>9} {'choice s':>8}")
+                f"{'floor ms':>8} {'floor x':>7} {'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
-        for r, plan, bodies, e in timed:
+        for r, plan, bodies, e, floor in timed:
             label = f"auto={e['chosen']}" if "chosen" in e else bodies
             choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
-                         f"{e['latency_ratio']:>5.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
+                         f"{e['latency_ratio']:>5.2f}x {floor['floor_ms']:>8.2f} "
+                         f"{e['floor_ratio']:>6.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
     measured = [r for r in rows if "process" in r]
     if measured:
         head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'cpu s':>6} "
@@ -365,6 +441,8 @@ def main(argv=None):
     start_launcher()
     target = load_target(args.target)
     names = zoo.select(args.models) if args.whole else args.models.split(",")
+    ort_plans = [p for p in args.ort_plans.split(",") if p]
+    rates = machine_rates() if ort_plans and not (args.whole or args.quantize) else None
     rows = []
     for name in names:
         if args.whole:
@@ -374,11 +452,14 @@ def main(argv=None):
                 rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
         else:
             rows.append(bench_model(name, target, args.cache, args.reference_plans.split(","),
-                                    args.repeat, [p for p in args.ort_plans.split(",") if p],
-                                    args.iters, parse_input_shapes(args.input_shape),
-                                    args.quantize, args.process_runs))
+                                    args.repeat, ort_plans, args.iters,
+                                    parse_input_shapes(args.input_shape), args.quantize,
+                                    args.process_runs, rates))
         print(f"{name}: done", file=sys.stderr, flush=True)
     print(f"target {target.name}: {target.rows} x {target.cols} arrays; {load_note()}")
+    if rates:
+        print(f"floor rates: copy {rates['copy_bytes_s'] / 1e9:.1f} GB/s, onnxruntime MatMul "
+              f"{rates['matmul_macs_s'] / 1e9:.1f} GMAC/s")
     print(render_whole(rows) if args.whole else render(rows))
     if args.json:
         with open(args.json, "w") as f:

@@ -1,0 +1,36 @@
+"""tools/bench_npu.py's floor of a lowered model: the Im2Col bytes and array products it
+counts, against what the layer's sizes and the tiling give by hand."""
+import numpy as np
+import onnx_ir as ir
+import pytest
+from bench_npu import program_work
+from npu_helpers import model, serialized
+from onnx import helper
+
+from paddle_npu.npu import lower
+
+
+def _conv(c, m, group, size):
+    rng = np.random.default_rng(c + m + group)
+    w = rng.standard_normal((m, c // group, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                            group=group)
+    return model([node], [("x", [None, c, size, size])], [("y", [None, m, size, size])],
+                 [("w", w)])
+
+
+# (channels, outputs, groups, Im2Col values, array products) at 2 x 40 x 6 x 6:
+# dense: one Im2Col of 9 * 40 = 360 columns, two bands of rows (256 + 104) x 24 columns;
+# depthwise: 40 channels in 2 stacked tiles of 20 (tiling: evenly filled), 9 * 20 = 180
+# rows x 20 columns each
+CASES = [(40, 24, 1, 2 * 36 * 360, 2 * 36 * 24 * 360),
+         (40, 40, 40, 2 * 2 * 36 * 180, 2 * 2 * 36 * 20 * 180)]
+
+
+@pytest.mark.parametrize("c,m,group,values,products", CASES)
+def test_program_work_counts_im2col_rows_and_array_products(c, m, group, values, products):
+    lowered, _ = lower(serialized(_conv(c, m, group, 6)), "npu256",
+                       input_shape={"x": [2, c, 6, 6]}, bodies="float32")
+    x = np.random.default_rng(0).standard_normal((2, c, 6, 6)).astype(np.float32)
+    work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
+    assert work == {"im2col_bytes": 4 * values, "array_macs": products}
