@@ -272,7 +272,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             from paddle_npu.npu.functions import attach_functions
 
             want = run_onnx(onnx_at_size, feeds)[1]
-            attach_functions(lowered, float32=True)
+            rates = rates or machine_rates()
+            attach_functions(lowered, float32=True)     # (any bodies: the same tensors)
             work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), feeds)
             floor = work["im2col_bytes"] / rates["copy_bytes_s"] + \
                 work["array_macs"] / rates["matmul_macs_s"]
