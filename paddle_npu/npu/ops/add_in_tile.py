@@ -5,14 +5,19 @@ from onnx import numpy_helper
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive
 
 
+def _stacked(attrs, parts):
+    """The `stacked` flag of each of `parts` partials (default: none stacked)."""
+    flags = list(attrs.get("stacked") or [0] * parts)
+    if len(flags) != parts:
+        raise ValueError(f"AddInTile: {parts} partials but {len(flags)} stacked flags")
+    return flags
+
+
 def _stacks(attrs, in_shapes):
     """Per partial, the tiles it holds: T for a stack [..., T, K, w] (`stacked`), else 1."""
     parts = in_shapes[1:]
-    stacked = list(attrs.get("stacked") or [0] * len(parts))
-    if len(stacked) != len(parts):
-        raise ValueError(f"AddInTile: {len(parts)} partials but {len(stacked)} stacked flags")
     counts = []
-    for shape, flag in zip(parts, stacked):
+    for shape, flag in zip(parts, _stacked(attrs, len(parts))):
         if flag and (len(shape) < 3 or not isinstance(shape[-3], int)):
             raise ValueError(f"AddInTile: a stacked partial is [..., T, K, w] with T fixed "
                              f"(got {list(shape)})")
@@ -62,7 +67,7 @@ class AddInTile(Primitive):
     def infer(cls, in_shapes, attrs):
         _, width = _layout(attrs, in_shapes)
         first = list(in_shapes[1])
-        if (attrs.get("stacked") or [0])[0]:                 # [..., T, K, w] -> [..., K]
+        if _stacked(attrs, len(in_shapes) - 1)[0]:         # [..., T, K, w] -> [..., K]
             del first[-3]
         return [first[:-1] + [width]]
 
@@ -71,7 +76,7 @@ class AddInTile(Primitive):
         layout, width = _layout(attrs, in_shapes)
         bias = in_shapes[0] is not None
         stacks = _stacks(attrs, in_shapes)
-        tag = config_tag(layout, width, bias) if not any(attrs.get("stacked") or []) else \
+        tag = config_tag(layout, width, bias) if not any(_stacked(attrs, len(stacks))) else \
             config_tag(layout, width, bias, stacks, [len(s) for s in in_shapes[1:]])
         return f"{'b' if bias else ''}n{len(layout)}_{tag}"
 
@@ -104,7 +109,7 @@ class AddInTile(Primitive):
         sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
                 for place, names in groups.items()}
         edges = [0] + [o + w for o, w in spans]
-        rank = len(in_shapes[1]) - (1 if (attrs.get("stacked") or [0])[0] else 0)
+        rank = len(in_shapes[1]) - (1 if _stacked(attrs, len(in_shapes) - 1)[0] else 0)
         if all(o == e for (o, _), e in zip(spans, edges)) and edges[-1] == width:
             total = b.op("Concat", *(sums[p] for p in spans), axis=-1) if len(spans) > 1 \
                 else sums[spans[0]]
@@ -124,9 +129,9 @@ class AddInTile(Primitive):
         """((offset, columns), value) of each partial, in the accumulator's type (`wide`),
         cut to the width. A stack's tiles side by side are one piece (their products moved
         behind the rows); at one place, their sum; else one piece each."""
-        stacked = attrs.get("stacked") or [0] * (len(in_shapes) - 1)
         tiles = iter(layout)
-        for i, (shape, flag) in enumerate(zip(in_shapes[1:], stacked)):
+        for i, (shape, flag) in enumerate(zip(in_shapes[1:],
+                                              _stacked(attrs, len(in_shapes) - 1))):
             p = f"P{i}"
             if not flag:
                 o, w = next(tiles)
@@ -162,7 +167,7 @@ class AddInTile(Primitive):
         bias, parts = inputs[0], inputs[1:]
         shapes = [None if bias is None else bias.shape] + [p.shape for p in parts]
         layout, width = _layout(attrs, shapes)
-        pieces = list(_placed(parts, attrs.get("stacked") or [0] * len(parts), layout))
+        pieces = list(_placed(parts, _stacked(attrs, len(parts)), layout))
         lead = np.broadcast_shapes(*(p.shape[:-1] for _, p in pieces))
         written, adds = np.zeros(width, dtype=bool), 0
         for o, w in layout:     # a tile's columns landing on written ones are additions
