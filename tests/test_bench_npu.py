@@ -5,7 +5,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from bench_npu import program_work
-from npu_helpers import model, serialized
+from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
 from paddle_npu.npu import lower
@@ -30,7 +30,7 @@ CASES = [(40, 24, 1, 2 * 36 * 360, 2 * 36 * 24 * 360),
 
 @pytest.mark.parametrize("c,m,group,values,products", CASES)
 def test_program_work_counts_im2col_rows_and_array_products(c, m, group, values, products):
-    lowered, _ = lower(serialized(_conv(c, m, group, 6)), "npu256",
+    lowered, _ = lower(serialized(_conv(c, m, group, 6)), on_arrays(),
                        input_shape={"x": [2, c, 6, 6]}, bodies="float32")
     x = np.random.default_rng(0).standard_normal((2, c, 6, 6)).astype(np.float32)
     work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})

@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from npu_helpers import assert_close, checked, model, serialized, three_way
+from npu_helpers import assert_close, checked, model, on_arrays, serialized, three_way
 from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
@@ -15,7 +15,7 @@ from paddle_npu.npu.target import Target
 from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
 from test_npu_ops import run_primitive
 
-BIG = Target("big", rows=256, cols=256)
+BIG = on_arrays(Target("big", rows=256, cols=256))   # depthwise Convs on tiles
 
 VMM = get_primitive("VMM")
 

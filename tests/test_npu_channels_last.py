@@ -3,7 +3,7 @@ NPU layers, with a move to NCHW only where something needs NCHW. Every model her
 onnxruntime before lowering and against onnxruntime and the NumPy reference after."""
 import numpy as np
 import onnx_ir as ir
-from npu_helpers import assert_close, model, serialized, three_way
+from npu_helpers import assert_close, model, on_arrays, serialized, three_way
 from onnx import helper
 
 from paddle_npu.compare import run_onnx
@@ -95,15 +95,28 @@ def _network():
 def test_rows_stay_channels_last_between_layers():
     proto = _network()
     lowered, result = _lower(proto)
-    # six convs moved their rows to NCHW; now the rows of two values: the flatten's input,
-    # and `s1` (read by b's Im2Col as rows, by `side`, a graph output, as NCHW)
-    assert result.info == {"moves_before": 6, "moves_after": 2}
+    # the five convs on the arrays moved their rows to NCHW (dw runs on the vector unit);
+    # now the rows of two values: the flatten's input, and `s1` (read by b's Im2Col as rows,
+    # by `side`, a graph output, as NCHW)
+    assert result.info == {"moves_before": 5, "moves_after": 2}
     assert len(_of(lowered, "DimTransform")) == 2
     layouts = sorted(n.attributes["layout"].value if "layout" in n.attributes else "nchw"
                      for n in _of(lowered, "Im2Col"))
-    # a reads the model's input; b, d (strided 1x1) and dw read rows; c and e (1x1) need none
-    assert layouts == ["nchw", "nhwc", "nhwc", "nhwc"]
-    assert all(n.attributes["layout"].value == "nhwc" for n in _of(lowered, "Pool"))
+    # a reads the model's input; b and d (strided 1x1) read rows; c and e (1x1) need none
+    assert layouts == ["nchw", "nhwc", "nhwc"]
+    windows = _of(lowered, "Pool") + _of(lowered, "DepthwiseConv")
+    assert len(windows) == 3 and all(n.attributes["layout"].value == "nhwc" for n in windows)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    _check(proto, lowered, {"x": x})
+
+
+def test_rows_reach_the_tiles_of_a_depthwise_conv():
+    proto = _network()
+    lowered, result = _lower(proto, on_arrays())
+    assert result.info == {"moves_before": 6, "moves_after": 2}      # dw on the arrays too
+    layouts = sorted(n.attributes["layout"].value if "layout" in n.attributes else "nchw"
+                     for n in _of(lowered, "Im2Col"))
+    assert layouts == ["nchw", "nhwc", "nhwc", "nhwc"]               # dw's Im2Col reads rows
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     _check(proto, lowered, {"x": x})
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
+from npu_helpers import assert_close, checked, model, npu_ops, on_arrays, op_types, three_way
 from paddle_npu.npu import DOMAIN, Target, lower
 from paddle_npu.npu.tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
 
@@ -76,6 +76,7 @@ def conv_model(c, seed=0):
 @SETTINGS
 @given(case=conv_cases())
 def test_random_conv_lowers_and_matches(case, plan, target):
+    target = on_arrays(target)          # depthwise ones too: test_random_depthwise_conv_...
     original, feeds = conv_model(case)
     lowered, report = lower(original, target, plan)
     checked(lowered)
@@ -104,6 +105,33 @@ def test_random_conv_lowers_and_matches(case, plan, target):
     assert len(set(spans)) == len(spans)
     assert 0 < cost.utilisation <= 1
     assert cost.weights == case["mg"] * case["group"] * case["cg"] * case["k"][0] * case["k"][1]
+
+
+@st.composite
+def depthwise_cases(draw):
+    case = draw(conv_cases())
+    case.update(group=draw(st.integers(2, 12)), cg=1, mg=1)
+    return case
+
+
+@pytest.mark.parametrize("bodies", ["exact", "float32"])
+@SETTINGS
+@given(case=depthwise_cases())
+def test_random_depthwise_conv_runs_on_the_vector_unit(case, bodies):
+    original, feeds = conv_model(case)
+    lowered, report = lower(original, TINY, "packed", bodies=bodies)
+    checked(lowered)
+    assert npu_ops(lowered) == ({"DepthwiseConv", "DimTransform"} if case["one_d"] else
+                                {"DepthwiseConv"})
+    want, got, ref_out, ref = three_way(original, lowered, feeds, TINY)
+    assert_close(got[0], want[0], "onnxruntime on the lowered model")
+    assert_close(ref_out[0], want[0], "NumPy reference")
+    (layer,) = report.layers
+    assert layer.cost.plan == "vector" and layer.cost.arrays == 0 and layer.alternative is None
+    taps = case["k"][0] * case["k"][1]
+    n = case["batch"] if not case["dynamic_batch"] else 1
+    assert layer.cost.macs == want[0][:n].size * taps          # batch 1 when it is open
+    assert ref.array.vector_elements == want[0].size * taps and ref.array.arrays == 0
 
 
 @pytest.mark.parametrize("target", [TINY, BIG], ids=["12x8", "256x256"])

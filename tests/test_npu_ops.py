@@ -289,6 +289,38 @@ def test_pool_reads_an_nhwc_image_as_it_reads_the_nchw_one(shape, attrs):
     np.testing.assert_allclose(run_primitive("Pool", [rows], nhwc), want, rtol=1e-6, atol=1e-6)
 
 
+@SETTINGS
+@given(case=im2col_cases(), layout=st.sampled_from(["nchw", "nhwc"]), bias=st.booleans())
+def test_depthwise_conv_is_each_channels_own_convolution(case, layout, bias):
+    """DepthwiseConv against the convolution written out (a group per channel), in both
+    layouts: the reference, the exact body bit for bit with it (float64 sums rounded once,
+    the bias added after), the float32 body (onnxruntime's Conv) within float32 rounding."""
+    n, c, h, w, kernel, s, p, d = case
+    rng = np.random.default_rng(c * 100 + h * 10 + w)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    taps = rng.standard_normal((c, *kernel)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32) if bias else None
+    want = np.concatenate([conv_by_loops(x[:, i:i + 1], taps[i:i + 1, None], s, p, d)
+                           for i in range(c)], axis=1)
+    want = want.astype(np.float32)
+    if bias:                # in float32, after the taps' sum is rounded (as AddInTile adds it)
+        want += b[None, :, None, None]
+    attrs = dict(kernel_shape=kernel, strides=s, pads=p, dilations=d)
+    if layout == "nhwc":
+        x, want = as_rows(x), as_rows(want)
+        attrs.update(layout="nhwc", image_size=[h, w])
+    inputs = [x, taps] + ([b] if bias else [])
+    prim = get_primitive("DepthwiseConv")
+    array = ArrayModel(8, 8)
+    got = prim.reference(array, inputs, attrs)[0]
+    assert list(got.shape) == prim.infer([list(v.shape) for v in inputs], attrs)[0]
+    np.testing.assert_array_equal(got, want)
+    assert array.vector_elements == got.size * kernel[0] * kernel[1] and array.arrays == 0
+    np.testing.assert_array_equal(run_primitive("DepthwiseConv", inputs, attrs), got)
+    fast = run_primitive("DepthwiseConv", inputs, attrs, float32=True)
+    assert fast.shape == got.shape and agreement(fast, got)["rel_diff"] <= 1e-6
+
+
 @pytest.mark.parametrize("block, first", [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1)])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block, first):

@@ -2,7 +2,7 @@
 model run node by node (every VMM tile, then AddInTile): equal bit for bit, counts equal."""
 import numpy as np
 import pytest
-from npu_helpers import model, serialized
+from npu_helpers import model, on_arrays, serialized
 from onnx import helper, numpy_helper
 
 from paddle_npu.npu import DOMAIN, VERSION, Reference, get_primitive, lower
@@ -63,7 +63,7 @@ CONVS = [(300, 600, 3, 6, 1, 1), (64, 520, 1, 5, 2, 1), (96, 96, 3, 7, 1, 96),
 def test_float_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, batch):
     rng = np.random.default_rng(c + m + k + size)
     onnx_model = _conv_model(rng, c, m, k, size, stride, group)
-    lowered, _ = lower(serialized(onnx_model), "npu256",
+    lowered, _ = lower(serialized(onnx_model), on_arrays(),       # depthwise on arrays too
                        input_shape={"x": [batch, c, size, size]})
     x = rng.standard_normal((batch, c, size, size)).astype(np.float32)
     assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1

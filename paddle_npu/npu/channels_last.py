@@ -12,8 +12,9 @@ NCHW only where something needs it:
     Im2Col                                            reads the rows (layout "nhwc"); a 1x1
                                                       kernel at stride 1 is the rows: dropped
     DimTransform to rows (ConvTranspose's input)      the rows: dropped
-    Pool, Join / Concat of channels, Crop of          on the rows (Pool's layout "nhwc";
-    channels, Reduce over the pixels                  the others on the rows' axes)
+    Pool, DepthwiseConv, Join / Concat of channels,   on the rows (Pool's and Depthwise-
+    Crop of channels, Reduce over the pixels          Conv's layout "nhwc"; the others on
+                                                      the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
@@ -36,6 +37,8 @@ ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu", 
 # Primitives computing element by element on their first input; the others are a scale of
 # one element, or QLut's table (not an operand of the same shape).
 ELEMENTWISE_PRIMITIVES = ("Lut", "QLut", "Quantize", "Dequantize")
+# Primitives walking windows of their first input, an image, in either layout.
+WINDOW_PRIMITIVES = ("Pool", "DepthwiseConv")
 
 
 class ChannelsLast(Pass):
@@ -116,10 +119,11 @@ class ChannelsLast(Pass):
         node.graph.remove(node, safe=True)
         result.fired.append(f"{node.name} dropped: its output is the rows")
 
-    def _pool(self, node, rows, replaced, result):
+    def _window(self, node, rows, replaced, result):
         n, c, oh, ow = g.dims(node.outputs[0])
-        new = self._replace(node, [rows[node.inputs[0]]], [n, oh * ow, c], replaced,
-                            layout="nhwc", image_size=g.dims(node.inputs[0])[2:])
+        new = self._replace(node, [rows[node.inputs[0]]] + list(node.inputs[1:]),
+                            [n, oh * ow, c], replaced, layout="nhwc",
+                            image_size=g.dims(node.inputs[0])[2:])
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
@@ -220,12 +224,12 @@ def _choose_rows_maker(node, sizes):
     """(the rewrite making rows of a node's output, None), or (None, why it cannot)."""
     elementwise = g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
                                                    node.op_type in ELEMENTWISE_PRIMITIVES)
-    pool = node.domain == DOMAIN and node.op_type == "Pool"
+    window = node.domain == DOMAIN and node.op_type in WINDOW_PRIMITIVES
     join = (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat")
     remap = node.domain == DOMAIN and node.op_type in ("Crop", "Reduce")
     if _is_dim_transform(node):
         return None, "DimTransform reads NCHW (its element order depends on the layout)"
-    if not (elementwise or pool or join or remap):
+    if not (elementwise or window or join or remap):
         return None, f"{node.op_type} is not known to the layout pass: it reads NCHW"
     if _image_dims(node.outputs[0]) is None:
         return None, "its output is not an image of fixed channels and size"
@@ -233,8 +237,8 @@ def _choose_rows_maker(node, sizes):
     if elementwise:
         why = _check_elementwise(node, sizes, out)
         return (None, why) if why else (ChannelsLast._elementwise, None)
-    if pool:
-        return ChannelsLast._pool, None
+    if window:
+        return ChannelsLast._window, None
     if remap:
         if _rows_axes(node) is None:
             return None, f"{node.op_type} over these axes has no rows form"

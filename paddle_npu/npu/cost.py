@@ -13,6 +13,7 @@ from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN, get_primitive
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
+VECTOR_MATRIX_PRIMITIVES = ("DepthwiseConv",)   # a matrix layer's MACs on the vector unit
 WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 RNN_OPS = {"LSTM": 4, "GRU": 3, "RNN": 1}       # gates: weight blocks of W and R
@@ -40,11 +41,20 @@ def is_array_node(node):
     return node.domain == DOMAIN and node.op_type in ARRAY_PRIMITIVES
 
 
+def is_matrix_layer_node(node):
+    """A primitive doing a matrix layer's multiply-accumulates (on the arrays or not)."""
+    return is_array_node(node) or (node.domain == DOMAIN and
+                                   node.op_type in VECTOR_MATRIX_PRIMITIVES)
+
+
 def node_macs(node):
     """Multiply-accumulates of a matrix layer (plain Conv / ConvTranspose / MatMul / Gemm,
-    LSTM / GRU / RNN, or an array primitive), 0 for anything else or when shapes are not
-    known."""
+    LSTM / GRU / RNN, an array primitive or DepthwiseConv), 0 for anything else or when
+    shapes are not known."""
     ins = [v for v in node.inputs]
+    if node.domain == DOMAIN and node.op_type in VECTOR_MATRIX_PRIMITIVES:
+        w, y = dims(ins[1]), dims(node.outputs[0])       # each output: its channel's taps
+        return count(y) * count(w[1:]) if w is not None and y is not None else 0
     if node.domain == DOMAIN and node.op_type in ARRAY_PRIMITIVES:
         x, w, y = dims(ins[0]), dims(ins[1]), dims(node.outputs[0])
         if x is None or w is None or y is None:
@@ -124,8 +134,9 @@ def transfer_ns(nbytes, target):
 
 
 def segment_costs(model, segments, target, layers):
-    """The whole-model story per segment, set as `segment.cost`: MACs (the arrays' useful
-    ones as the layer reports count them, plus the matrix layers a CPU runs), NPU share of
+    """The whole-model story per segment, set as `segment.cost`: MACs (the matrix layers'
+    useful ones as the layer reports count them, on the arrays or the vector unit, plus the
+    matrix layers a CPU runs), NPU share of
     them, bytes coming in from the other device (or the host), going out to it, and the
     model's outputs an NPU segment hands to the host, and the estimated ns per unit (arrays,
     vector, cpu) and of the hand-overs it receives (one for everything it takes from the
@@ -153,7 +164,7 @@ def segment_costs(model, segments, target, layers):
             unit, t = node_ns(node, s.device, target)
             ns[unit] += t
             layer = source(node) or node.name
-            if is_array_node(node):
+            if is_matrix_layer_node(node):
                 if layer not in counted:
                     counted.add(layer)
                     macs += layer_macs.get(layer, node_macs(node))

@@ -170,7 +170,9 @@ class Report:
             c, a = l.cost, l.alternative
             other = (f"{a.arrays:>18} {a.utilisation:>7.1%} {a.vmm_invocations:>10}"
                      if a is not None else "")
-            lines.append(f"{l.name[-34:]:<34} {l.op_type:<8} {c.arrays:>7} {c.utilisation:>7.1%} "
+            arrays, util = ("vector", "-") if c.plan == "vector" else \
+                (c.arrays, f"{c.utilisation:.1%}")      # a layer on the vector unit
+            lines.append(f"{l.name[-34:]:<34} {l.op_type:<8} {arrays:>7} {util:>7} "
                          f"{c.vmm_invocations:>10} {c.weight_bytes:>10}   {other}")
         tot = self.totals()
         lines.append("-" * len(head))

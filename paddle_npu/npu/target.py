@@ -64,6 +64,7 @@ EDGE_PRIMITIVES = ALL_PRIMITIVES + (
     "Lut",                                          # the lookup-table unit
     "Im2Col3D", "Col2Im",                           # Conv3D, ConvTranspose
     "Pool", "AxisResample", "InstanceNorm",         # pooling, resizing, instance / group norm
+    "DepthwiseConv",                                # a channel per group: Pool's walk, weighted
     "TableRead", "Crop", "Join",                    # embedding tables; Slice / Split / Concat
     "Reduce", "LayerNorm",                          # reductions, Softmax's sums, LayerNorm
 )

@@ -1,4 +1,6 @@
 """Small ONNX models built in the tests of stage 2, and running them three ways."""
+import dataclasses
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -6,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, Reference
+from paddle_npu.npu.target import load_target
 
 TOL = 1e-5
 
@@ -19,6 +22,14 @@ def model(nodes, inputs, outputs, inits=(), opset=17):
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
+
+
+def on_arrays(target="npu256"):
+    """`target` (a Target or a preset's name) without DepthwiseConv: a depthwise Conv lowers
+    to block-diagonal array tiles there, which the tests of those tiles need."""
+    t = load_target(target)
+    return dataclasses.replace(t, primitives=tuple(p for p in t.primitives
+                                                   if p != "DepthwiseConv"))
 
 
 def serialized(m):

@@ -1,11 +1,12 @@
 """Conv -> Im2Col + one VMM per band of array tiles + AddInTile (+ bias) + DimTransform
-(integer: matrix.emit_matrix); 3-D convolutions: conv3d.py."""
+(integer: matrix.emit_matrix), or a depthwise one -> DepthwiseConv on the vector unit;
+3-D convolutions: conv3d.py."""
 import numpy as np
 
 from ..ops.im2col import out_size, resolve_pads
 from ..registry import onnx_op
 from ..report import LayerReport
-from ..tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
+from ..tiling import PLANS, Geometry, PlanCost, plan_cost, plan_cost_of, plan_tiles
 from . import conv3d
 from .matrix import emit_matrix, plan_matrix
 
@@ -24,6 +25,16 @@ def operand_reason(ctx, node):
     if ctx.static_dims(node.inputs[0], skip=(0,)) is None:
         return "channels and spatial size of the input must be static"
     return None
+
+
+def runs_depthwise(ctx, group, channels, outputs):
+    """Whether a Conv runs on the vector unit (DepthwiseConv): a group per channel, one
+    output channel each, on a target that lists the primitive. There it costs KH*KW
+    multiply-adds per output element, the element operations its Im2Col alone would take on
+    the arrays' way, and no array; its block-diagonal tiles would be mostly zeros. The
+    integer plans keep it on the arrays, where their bit-true path is."""
+    return group > 1 and group == channels == outputs and ctx.quantization is None and \
+        ctx.target.runs_primitive("DepthwiseConv")
 
 
 def column_block(geo, plan, target):
@@ -87,6 +98,27 @@ class Conv:
         oh = out_size(h, kh, strides[0], dilations[0], pt, pb)
         ow = out_size(wd, kw, strides[1], dilations[1], pl, pr)
 
+        k = "x".join(map(str, kernel[-1:] if one_d else kernel))
+        detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"
+                  + (f" d={'x'.join(map(str, dilations[one_d:]))}" if max(dilations) > 1 else "")
+                  + (f" -> {ow}" if one_d else f" -> {oh}x{ow}"))
+        batch = n_ if isinstance(n_, int) else 1
+        vectors = batch * oh * ow
+        target = ctx.target
+        if runs_depthwise(ctx, group, c, m):
+            y = ctx.npu.DepthwiseConv(
+                x, ctx.initializer(np.ascontiguousarray(w[:, 0]), "taps"),
+                ctx.initializer(b.astype(w.dtype), "bias") if b is not None else None,
+                kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations,
+                _name="depthwise")
+            if one_d:
+                y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=[0, m, ow], _name="to_1d")
+            weights = m * kh * kw
+            ctx.record(LayerReport(node.name, node.op_type, detail + " on the vector unit",
+                                   PlanCost("vector", 0, 0, 0, vectors, 0, vectors * weights, 0,
+                                            (weights * target.weight_bits + 7) // 8)))
+            return [y]
+
         geo = Geometry(group, cg, kh * kw, m // group)
         geos = {p: geo for p in PLANS}
         block = column_block(geo, ctx.plan, ctx.target)
@@ -104,17 +136,10 @@ class Conv:
         shape = [0, m, ow] if one_d else [0, m, oh, ow]
         y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
 
-        batch = n_ if isinstance(n_, int) else 1
-        vectors = batch * oh * ow
-        target = ctx.target
         costs = {p: (plan_cost_of(geos[p], p, target.rows, target.cols, vectors, b is not None,
                                   target.weight_bits) if p != ctx.plan else
                      plan_cost(plan.tiles, p, target.rows, target.cols, vectors, b is not None,
                                target.weight_bits)) for p in PLANS}
         other = next(p for p in PLANS if p != ctx.plan)
-        k = "x".join(map(str, kernel[-1:] if one_d else kernel))
-        detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"
-                  + (f" d={'x'.join(map(str, dilations[one_d:]))}" if max(dilations) > 1 else "")
-                  + (f" -> {ow}" if one_d else f" -> {oh}x{ow}"))
         ctx.record(LayerReport(node.name, node.op_type, detail, costs[ctx.plan], costs[other]))
         return [y]

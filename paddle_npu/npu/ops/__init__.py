@@ -3,7 +3,7 @@ from . import add_in_tile, dim_transform, im2col, vmm  # noqa: F401  (registers 
 from . import scale, scale_lut, swap_channel  # noqa: F401  (fused preprocessing)
 from . import quant  # noqa: F401  (integer primitives)
 from . import lut, runtime_vmm  # noqa: F401  (the lookup-table unit, arrays written at run time)
-from . import col2im, im2col3d, instance_norm, pool, resample  # noqa: F401  (spatial ops)
+from . import col2im, depthwise, im2col3d, instance_norm, pool, resample  # noqa: F401  (spatial)
 from . import moves, table_read  # noqa: F401  (Crop / Join moves, embedding tables)
 from . import reduce  # noqa: F401  (the vector unit's reductions, LayerNorm)
 from .base import (DOMAIN, MIN_BODY_OPSET, VERSION, ArrayModel, Primitive, all_primitives,

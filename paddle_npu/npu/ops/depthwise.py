@@ -1,0 +1,125 @@
+"""DepthwiseConv: a convolution of one channel per group, on the vector unit."""
+import numpy as np
+
+from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
+from .im2col import (LAYOUT_ATTRS, as_nchw, check_layout, image_dims, index_table, is_nhwc,
+                     kernel_taps, output_size, window_coords)
+from .reduce import _reduce
+
+
+@primitive
+class DepthwiseConv(Primitive):
+    """Y[n, c, oh, ow] = sum over the window's taps (kh, kw) of W[c, kh, kw] *
+    X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] (zero in the padding), + B[c]: a Conv
+    whose groups are its channels. The vector unit walks the windows as Pool does and multiplies
+    and adds where Pool compares or adds (KH*KW multiply-adds per output element); the
+    arrays, which would hold such a kernel block-diagonally, mostly zeros, are not used. An
+    "nhwc" image (a matrix layer's rows [N, H*W, C]) gives nhwc rows [N, OH*OW, C]. The taps
+    sum in float64, rounded once to X's type, and the bias is added in that type: what the
+    layer's arrays and AddInTile give (in float32 in the float32 body, onnxruntime's own
+    Conv)."""
+
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
+              Arg("W", "the taps of each channel [C, KH, KW]"),
+              Arg("B", "bias [C] (may be left out)", optional=True))
+    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
+    attributes = (
+        Attr("kernel_shape", "ints", "[KH, KW]"),
+        Attr("strides", "ints", "[sh, sw]", [1, 1]),
+        Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
+                             "(ONNX Conv's order)", [0, 0, 0, 0]),
+        Attr("dilations", "ints", "[dh, dw]", [1, 1]),
+    ) + LAYOUT_ATTRS
+
+    @classmethod
+    def infer(cls, in_shapes, attrs):
+        a = cls.attrs_of(attrs)
+        check_layout(a, in_shapes[0])
+        n, c, h, w = image_dims(in_shapes[0], a)
+        oh, ow = output_size(a, h, w) if isinstance(h, int) and isinstance(w, int) else \
+            (None, None)
+        if is_nhwc(a):
+            return [[n, oh * ow, c]]
+        return [[n, c, oh, ow]]
+
+    @classmethod
+    def work(cls, attrs, in_shapes, out_shapes):
+        return count_dims(out_shapes[0]) * int(np.prod(attrs["kernel_shape"]))
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        a = cls.attrs_of(attrs)
+        n, c, h, w = image_dims(in_shapes[0], a)
+        bias = len(in_shapes) > 2 and in_shapes[2] is not None
+        parts = [(k, [int(i) for i in a[k]]) for k in ("kernel_shape", "strides", "pads",
+                                                       "dilations", "image_size")]
+        return f"{a['layout']}_{config_tag(parts, c, h, w, bias)}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        """Exact: the windows gathered as Im2Col's nhwc body gathers them, [N, OH*OW, KH*KW,
+        C], times the taps and summed over them in float64."""
+        n, c, h, w = image_dims(in_shapes[0], attrs)
+        (kh, kw), (pt, pl, pb, pr) = attrs["kernel_shape"], attrs["pads"]
+        oh, ow = output_size(attrs, h, w)
+        pixels = b.op("Reshape", "X", b.const([0, h, w, c])) if is_nhwc(attrs) else \
+            b.op("Transpose", "X", perm=[0, 2, 3, 1])
+        padded = b.op("Pad", b.op("Cast", pixels, to=DOUBLE),
+                      b.const([0, pt, pl, 0, 0, pb, pr, 0]))
+        rows, cols = window_coords(attrs, oh, ow)
+        table = index_table(b, rows * (w + pl + pr), cols, [oh * ow, kh * kw])
+        windows = b.op("Gather", b.op("Reshape", padded, b.const([0, -1, c])), table, axis=1)
+        taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
+                                      b.const([c, kh * kw])), perm=[1, 0])     # [KH*KW, C]
+        y = b.op("CastLike", _reduce(b, "sum", b.op("Mul", windows, taps), [2], 0), "X")
+        if len(in_shapes) > 2 and in_shapes[2] is not None:                # [N, OH*OW, C]
+            y = b.op("Add", y, b.op("CastLike", "B", "X"))
+        if not is_nhwc(attrs):
+            y = b.op("Transpose", b.op("Reshape", y, b.const([0, oh, ow, c])),
+                     perm=[0, 3, 1, 2])
+        b.output(y, "Y")
+
+    @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        """onnxruntime's Conv with a group per channel (it pools NCHW: an nhwc image goes
+        there and back)."""
+        n, c, h, w = image_dims(in_shapes[0], attrs)
+        kh, kw = attrs["kernel_shape"]
+        x = "X"
+        if is_nhwc(attrs):
+            x = b.op("Transpose", b.op("Reshape", x, b.const([0, h, w, c])), perm=[0, 3, 1, 2])
+        weight = b.op("Reshape", "W", b.const([c, 1, kh, kw]))
+        bias = "B" if len(in_shapes) > 2 and in_shapes[2] is not None else None
+        y = b.op("Conv", x, weight, *([bias] if bias else []), group=c,
+                 kernel_shape=list(attrs["kernel_shape"]), strides=list(attrs["strides"]),
+                 pads=list(attrs["pads"]), dilations=list(attrs["dilations"]),
+                 out=None if is_nhwc(attrs) else "Y")
+        if is_nhwc(attrs):
+            oh, ow = output_size(attrs, h, w)
+            b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 3, 1]),
+                 b.const([0, oh * ow, c]), out="Y")
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        x, w = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        check_layout(a, x.shape)
+        image = as_nchw(x, a)
+        n, c, h, wd = image.shape
+        oh, ow = output_size(a, h, wd)
+        pt, pl, pb, pr = a["pads"]
+        xp = np.pad(image.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        w64 = w.astype(np.float64)
+        y = np.zeros((n, c, oh, ow))
+        for i, j, rows, cols in kernel_taps(a["kernel_shape"], a["strides"], a["dilations"],
+                                            (oh, ow)):
+            y += xp[:, :, rows, cols] * w64[None, :, i, j, None, None]
+        array.vector_elements += y.size * int(np.prod(a["kernel_shape"]))
+        y = y.astype(x.dtype)
+        if bias is not None:
+            y += bias.astype(x.dtype)[None, :, None, None]
+        if is_nhwc(a):
+            y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)
+        return [y]
+
