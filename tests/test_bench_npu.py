@@ -1,6 +1,6 @@
-"""tools/bench_npu.py's floor of a lowered model: the Im2Col bytes and array products it
-counts (one Im2Col each here), against what the layer's sizes and the tiling give by
-hand."""
+"""tools/bench_npu.py's floor of a lowered model: the Im2Col bytes, array products and
+depthwise multiply-adds it counts (one layer each here), against what the layer's sizes and
+the tiling give by hand."""
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -34,4 +34,14 @@ def test_program_work_counts_im2col_rows_and_array_products(c, m, group, values,
                        input_shape={"x": [2, c, 6, 6]}, bodies="float32")
     x = np.random.default_rng(0).standard_normal((2, c, 6, 6)).astype(np.float32)
     work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
-    assert work == {"im2col_bytes": [4 * values], "array_macs": products}
+    assert work == {"im2col_bytes": [4 * values], "array_macs": products, "vector_macs": 0}
+
+
+def test_program_work_counts_a_depthwise_convs_multiply_adds():
+    """On the vector unit (the default target): no Im2Col, no array; 9 taps for each of the
+    2 x 40 x 6 x 6 outputs."""
+    lowered, _ = lower(serialized(_conv(40, 40, 40, 6)), "npu256",
+                       input_shape={"x": [2, 40, 6, 6]}, bodies="float32")
+    x = np.random.default_rng(0).standard_normal((2, 40, 6, 6)).astype(np.float32)
+    work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
+    assert work == {"im2col_bytes": [], "array_macs": 0, "vector_macs": 2 * 40 * 36 * 9}

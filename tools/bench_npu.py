@@ -10,8 +10,9 @@ exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones 
 ONNX model's outputs. Beside them the lowered model's floor: the time this machine takes,
 measured in the same run, to write once the rows each Im2Col produces (NumPy filling a
 buffer of that size, best of several: in cache when it fits) and to do the arrays'
-products, zeros included (at the rate of onnxruntime's float32 MatMul on [4096, 256] x
-[256, 256]), as a multiple of the ONNX model's latency. No run of the lowered model can be
+products, zeros included, and the vector unit's depthwise multiply-adds (at the rate of
+onnxruntime's float32 MatMul on [4096, 256] x [256, 256]), as a multiple of the ONNX
+model's latency. No run of the lowered model can be
 faster: those rows and products are its NPU program's, and the count leaves out all else
 it does (`floor x` above 1.5: the latency target is out of reach for that program).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
@@ -33,7 +34,7 @@ layers (calibrated on the zoo's generator, 8 inputs at the export's size), and o
 is then not timed (its table compares float lowerings).
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
-arrays' share of the MACs and the segments, lowered as exported (sizes left open) and at the
+NPU's share of the MACs and the segments, lowered as exported (sizes left open) and at the
 zoo's test input size (--input-shape), the arrays, the estimated latency at that size
 (cost.py: arrays, vector unit, CPU and hand-overs between chip and CPU, with the number of
 hand-overs), the lowering time and how the lowered model agrees with the ONNX one
@@ -141,10 +142,11 @@ def machine_rates():
 
 
 def program_work(serialized, feeds):
-    """{"im2col_bytes": [bytes each Im2Col node writes], "array_macs"} of one run of a
-    lowered model (array_macs: its VMM nodes' products, zeros included, every result
-    element a sum over its weight's rows), read off onnxruntime running it with those
-    tensors as outputs."""
+    """{"im2col_bytes": [bytes each Im2Col node writes], "array_macs", "vector_macs"} of one
+    run of a lowered model (array_macs: its VMM nodes' products, zeros included, every
+    result element a sum over its weight's rows; vector_macs: its DepthwiseConv nodes',
+    every result element a sum over its channel's taps), read off onnxruntime running it
+    with those tensors as outputs."""
     import onnx
     import onnxruntime as ort
 
@@ -152,7 +154,9 @@ def program_work(serialized, feeds):
     weights = {t.name: list(t.dims) for t in model.graph.initializer}
     im2col = [n.output[0] for n in model.graph.node if n.op_type == "Im2Col"]
     vmm = [(n.output[0], n.input[1]) for n in model.graph.node if n.op_type == "VMM"]
-    wanted = im2col + [y for y, _ in vmm] + [w for _, w in vmm if w not in weights]
+    depthwise = [(n.output[0], n.input[1]) for n in model.graph.node
+                 if n.op_type == "DepthwiseConv"]             # taps [C, KH, KW], constant
+    wanted = im2col + [y for y, _ in vmm + depthwise] + [w for _, w in vmm if w not in weights]
     types = {v.name: v.type for v in model.graph.value_info}
     del model.graph.output[:]
     for name in dict.fromkeys(wanted):
@@ -168,7 +172,9 @@ def program_work(serialized, feeds):
     got = dict(zip(names, session.run(names, feeds)))
     rows = {w: (weights[w] if w in weights else list(got[w].shape))[-2] for _, w in vmm}
     return {"im2col_bytes": [int(got[y].nbytes) for y in im2col],
-            "array_macs": int(sum(got[y].size * rows[w] for y, w in vmm))}
+            "array_macs": int(sum(got[y].size * rows[w] for y, w in vmm)),
+            "vector_macs": int(sum(got[y].size * weights[w][1] * weights[w][2]
+                                   for y, w in depthwise))}
 
 
 def _reference_speed(lowered, target, feeds, macs, repeat):
@@ -284,7 +290,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             attach_functions(lowered, float32=True)     # (any bodies: the same tensors)
             work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), feeds)
             floor = sum(write_seconds(b) for b in work["im2col_bytes"]) + \
-                work["array_macs"] / rates["matmul_macs_s"]
+                (work["array_macs"] + work["vector_macs"]) / rates["matmul_macs_s"]
             entry["floor"] = {**work, **rates, "floor_ms": round(floor * 1e3, 3)}
             for bodies in ("exact", "float32", "auto"):
                 extra = {}

@@ -83,7 +83,8 @@ class Report:
     bodies: Optional[dict] = None       # bodies.py: float32 or exact function bodies, and why
 
     def npu_mac_share(self):
-        """The arrays' share of the model's multiply-accumulates (1.0 with none at all)."""
+        """The NPU's share of the model's multiply-accumulates (its matrix layers', on the arrays
+        or the vector unit; 1.0 with none at all)."""
         npu = self.totals()["macs"]
         rest = sum((self.plain_macs or {}).values())
         return npu / (npu + rest) if npu + rest else 1.0
