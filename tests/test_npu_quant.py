@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
+from paddle_npu.npu import graph as g
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
 from paddle_npu.npu.quant.accuracy import layer_report, worst_layers
@@ -102,6 +103,82 @@ def test_qvmm_body_equals_reference_and_exact_int32():
     ref = get_primitive("QVMM").reference(ArrayModel(64, 16), [x, w],
                                           {"row_offset": 50, "acc_bits": 32})[0]
     assert np.array_equal(ref, want)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype, acc_bits, out_type", [(np.int8, 32, onnx.TensorProto.INT32),
+                                                       (np.int16, 64, onnx.TensorProto.INT64)])
+def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, acc_bits,
+                                                                       out_type, layout):
+    """Extreme values, strides, dilation and padding: onnxruntime (the body sums in float64)
+    and the reference give the integer convolution of each channel, written out in int64."""
+    from paddle_npu.npu.ops import ArrayModel
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(4)
+    n, c, h, w = 2, 5, 9, 8
+    x = rng.choice([info.min, info.max, -1, 0, 3], size=(n, c, h, w)).astype(dtype)
+    taps = rng.choice([info.min + 1, info.max, -2, 0], size=(c, 3, 3)).astype(dtype)
+    bias = rng.integers(-1000, 1000, size=c).astype(np.int32 if acc_bits == 32 else np.int64)
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 1], "pads": [1, 2, 0, 1],
+             "dilations": [1, 2], "acc_bits": acc_bits}
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 0), (2, 1)))
+    oh, ow = (h + 1 - 3) // 2 + 1, (w + 3 - 5) + 1
+    want = np.zeros((n, c, oh, ow), np.int64) + bias[None, :, None, None]
+    for i in range(3):
+        for j in range(3):
+            want += xp[:, :, i:i + 2 * oh - 1:2, 2 * j:2 * j + ow] * \
+                taps[None, :, i, j, None, None].astype(np.int64)
+    if layout == "nhwc":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n, h * w, c)
+        want = want.transpose(0, 2, 3, 1).reshape(n, oh * ow, c)
+        attrs.update(layout="nhwc", image_size=[h, w])
+    got = run_primitive("QDepthwiseConv", [x, taps, bias], attrs, out_type)
+    assert got.dtype == bias.dtype and np.array_equal(got, want)
+    ref = get_primitive("QDepthwiseConv").reference(ArrayModel(64, 16), [x, taps, bias], attrs)
+    assert ref[0].dtype == bias.dtype and np.array_equal(ref[0], want)
+
+
+def _depthwise_block(rng, c=24, size=10):
+    """1x1 conv, ReLU, depthwise 3x3 (bias), ReLU, 1x1 conv: a MobileNet block."""
+    from npu_helpers import model
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="pw1"),
+             helper.make_node("Relu", ["a"], ["a1"], name="relu1"),
+             helper.make_node("Conv", ["a1", "wd", "bd"], ["d"], name="dw", group=c,
+                              kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["d"], ["d1"], name="relu2"),
+             helper.make_node("Conv", ["d1", "w2"], ["y"], name="pw2")]
+    inits = [("w1", rng.standard_normal((c, 3, 1, 1)).astype(np.float32)),
+             ("wd", rng.standard_normal((c, 1, 3, 3)).astype(np.float32)),
+             ("bd", rng.standard_normal(c).astype(np.float32)),
+             ("w2", (rng.standard_normal((8, c, 1, 1)) / 5).astype(np.float32))]
+    return model(nodes, [("x", [None, 3, size, size])], [("y", [None, 8, size, size])], inits)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_an_integer_depthwise_layer_runs_on_the_vector_unit(bits):
+    """QDepthwiseConv instead of block-diagonal QVMM tiles: onnxruntime equals the bit-true
+    reference; at 8 bits the integers are the arrays' (the same exact sums and scales)."""
+    from npu_helpers import on_arrays, serialized
+
+    rng = np.random.default_rng(6)
+    onnx_bytes = serialized(_depthwise_block(rng))
+    table = calibrate(onnx_bytes, {"x": rng.standard_normal((4, 3, 10, 10)).astype(np.float32)})
+    x = {"x": rng.standard_normal((1, 3, 10, 10)).astype(np.float32)}
+    outs = {}
+    for target in ("npu256", on_arrays()):
+        m, report, records = quantized_lower(onnx_bytes, table, bits, target)
+        proto = ir.serde.serialize_model(m)
+        got = _ort(proto, x)[0]
+        assert np.array_equal(got, Reference(proto, None).run(x)[0])
+        outs[report.target["name"] if target == "npu256" else "arrays"] = got
+        assert [r["layer"] for r in records] == ["pw1", "dw", "pw2"]
+        kinds = [n.op_type for n in m.graph if g.source(n) == "dw"]
+        assert ("QDepthwiseConv" in kinds) == (target == "npu256")
+        assert ("QVMM" in kinds) == (target != "npu256")
+    if bits == 8:
+        assert np.array_equal(outs["npu256"], outs["arrays"])
 
 
 @pytest.mark.parametrize("dtype, bits, via", [(np.int8, 32, np.float32),

@@ -84,8 +84,8 @@ def test_integer_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, bi
     rng = np.random.default_rng(c * m + bits)
     onnx_bytes = serialized(_conv_model(rng, c, m, k, size, stride, group))
     calib = {"x": rng.standard_normal((4, c, size, size)).astype(np.float32)}
-    lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), bits, "npu256",
-                                    input_shape={"x": [2, c, size, size]})
+    lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), bits,
+                                    on_arrays(), input_shape={"x": [2, c, size, size]})
     x = rng.standard_normal((2, c, size, size)).astype(np.float32)
     assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
     ref = Reference(serialized(lowered), "npu256")

@@ -38,7 +38,7 @@ ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu", 
 # one element, or QLut's table (not an operand of the same shape).
 ELEMENTWISE_PRIMITIVES = ("Lut", "QLut", "Quantize", "Dequantize")
 # Primitives walking windows of their first input, an image, in either layout.
-WINDOW_PRIMITIVES = ("Pool", "DepthwiseConv")
+WINDOW_PRIMITIVES = ("Pool", "DepthwiseConv", "QDepthwiseConv")
 
 
 class ChannelsLast(Pass):

@@ -13,7 +13,8 @@ from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN, get_primitive
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
-VECTOR_MATRIX_PRIMITIVES = ("DepthwiseConv",)   # a matrix layer's MACs on the vector unit
+# a matrix layer's multiply-accumulates on the vector unit
+VECTOR_MATRIX_PRIMITIVES = ("DepthwiseConv", "QDepthwiseConv")
 WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 RNN_OPS = {"LSTM": 4, "GRU": 3, "RNN": 1}       # gates: weight blocks of W and R
@@ -49,7 +50,7 @@ def is_matrix_layer_node(node):
 
 def node_macs(node):
     """Multiply-accumulates of a matrix layer (plain Conv / ConvTranspose / MatMul / Gemm,
-    LSTM / GRU / RNN, an array primitive or DepthwiseConv), 0 for anything else or when
+    LSTM / GRU / RNN, an array primitive or (Q)DepthwiseConv), 0 for anything else or when
     shapes are not known."""
     ins = [v for v in node.inputs]
     if node.domain == DOMAIN and node.op_type in VECTOR_MATRIX_PRIMITIVES:

@@ -190,11 +190,11 @@ def _plain_macs(model):
 
 
 def _records(model, plans):
-    """The quantisation records of the integer layers, in the order their first array
-    (QVMM) runs in the placed graph."""
+    """The quantisation records of the integer layers, in the order their first products
+    (QVMM, or QDepthwiseConv on the vector unit) run in the placed graph."""
     first = {}
     for i, node in enumerate(model.graph):
-        if node.domain == DOMAIN and node.op_type == "QVMM":
+        if node.domain == DOMAIN and node.op_type in ("QVMM", "QDepthwiseConv"):
             first.setdefault(g.source(node), i)
     return [p.record() for p in sorted((p for p in plans if p.bits is not None),
                                        key=lambda p: first[p.layer])]

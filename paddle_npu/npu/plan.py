@@ -13,6 +13,9 @@ Integer arithmetic (symmetric, zero point 0; the primitives are in ops/quant.py)
     x (float) -Quantize(s_x)-> Im2Col -> QVMM per tile (int8 x int8 -> int32)
       -> AddInTile (+ int32 bias) -> Requantize (M / 2^shift per column) -Dequantize(s_y)->
 
+    (a depthwise layer on the vector unit: QDepthwiseConv, + its bias, in place of Im2Col,
+    the tiles and AddInTile; planned by `plan_vector_layer`)
+
     s_x = threshold(x) / qmax          activations: per tensor, from the calibration table
     s_w[m] = max |W[:, m]| / qmax_w     weights: per output column (qmax_w = 127 / 32767)
     bias_q[m] = round(b[m] / (s_x s_w[m]))   in the accumulator's type
@@ -36,7 +39,7 @@ from ..errors import ConversionError
 from . import graph as g
 from .ops.im2col import column_source
 from .ops.quant import qrange
-from .tiling import bands, plan_tiles, tile_weight
+from .tiling import Tile, bands, plan_tiles, tile_weight
 
 HP_SUFFIX = "_hp"
 MULT_BITS = 31
@@ -166,6 +169,20 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_ta
     plan = LayerPlan(node.name, node.op_type, tiles, merged, matrices,
                      None if bias is None else bias.astype(weight.dtype),
                      geo.groups * geo.outputs)
+    if quantization is not None and g.mark(node) != "cpu":
+        plan.bits, plan.scales = _scales(node, plan, quantization)
+    return plan
+
+
+def plan_vector_layer(node, matrix, bias, quantization=None):
+    """The plan of a matrix layer the vector unit runs (DepthwiseConv): `matrix` [K, N], each
+    output column the sum of its own K products (a depthwise layer's taps x channels), one
+    tile standing for it, on no array, so that its scales, accumulator bound and record come
+    out as a matrix layer's on the arrays; integer as `plan_layer`'s."""
+    k, n = matrix.shape
+    tile = Tile(0, k, 0, n, k * n)
+    plan = LayerPlan(node.name, node.op_type, [tile], [tile], [matrix],
+                     None if bias is None else bias.astype(matrix.dtype), n)
     if quantization is not None and g.mark(node) != "cpu":
         plan.bits, plan.scales = _scales(node, plan, quantization)
     return plan

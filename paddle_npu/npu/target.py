@@ -74,7 +74,8 @@ RUNTIME_WRITTEN_ARRAYS = ("RuntimeVMM",)
 # what a target file may list, the vocabulary of a target spelled here so that loading one
 # needs nothing but this file.
 OPERATOR_SET = EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS + (
-    "Quantize", "Dequantize", "QVMM", "Requantize", "QLut", "QRuntimeVMM")   # integer plans
+    "Quantize", "Dequantize", "QVMM", "Requantize", "QLut", "QRuntimeVMM",   # integer plans
+    "QDepthwiseConv")
 EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
     "Pow", "Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2",

@@ -19,7 +19,8 @@ NUDGE = 1e-7
 # model's (the way vendor toolchains compare), and onnxruntime must match the bit-true NumPy
 # reference exactly.
 MIN_COSINE = 0.99
-INTEGER_PRIMITIVES = {"Quantize", "QVMM", "Requantize", "Dequantize", "QLut", "QRuntimeVMM"}
+INTEGER_PRIMITIVES = {"Quantize", "QVMM", "Requantize", "Dequantize", "QLut", "QRuntimeVMM",
+                      "QDepthwiseConv"}
 
 _NP = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
        9: np.bool_, 10: np.float16, 11: np.float64}

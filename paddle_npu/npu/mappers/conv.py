@@ -1,14 +1,16 @@
 """Conv -> Im2Col + one VMM per band of array tiles + AddInTile (+ bias) + DimTransform
-(integer: matrix.emit_matrix), or a depthwise one -> DepthwiseConv on the vector unit;
-3-D convolutions: conv3d.py."""
+(integer: matrix.emit_matrix), or a depthwise one -> DepthwiseConv on the vector unit
+(integer: QDepthwiseConv between Quantize and Requantize); 3-D convolutions: conv3d.py."""
 import numpy as np
+import onnx_ir as ir
 
 from ..ops.im2col import out_size, resolve_pads
+from ..plan import plan_vector_layer
 from ..registry import onnx_op
 from ..report import LayerReport
 from ..tiling import PLANS, Geometry, PlanCost, plan_cost, plan_cost_of, plan_tiles
 from . import conv3d
-from .matrix import emit_matrix, plan_matrix
+from .matrix import emit_matrix, plan_matrix, quantize_rows, read_out
 
 
 def operand_reason(ctx, node):
@@ -28,13 +30,38 @@ def operand_reason(ctx, node):
 
 
 def runs_depthwise(ctx, group, channels, outputs):
-    """Whether a Conv runs on the vector unit (DepthwiseConv): a group per channel, one
-    output channel each, on a target that lists the primitive. There it costs KH*KW
-    multiply-adds per output element, the element operations its Im2Col alone would take on
-    the arrays' way, and no array; its block-diagonal tiles would be mostly zeros. The
-    integer plans keep it on the arrays, where their bit-true path is."""
-    return group > 1 and group == channels == outputs and ctx.quantization is None and \
+    """Whether a Conv runs on the vector unit (DepthwiseConv, QDepthwiseConv on integers): a
+    group per channel, one output channel each, on a target that lists the primitive. There
+    it costs KH*KW multiply-adds per output element, the element operations its Im2Col
+    alone would take on the arrays' way, and no array; its block-diagonal tiles would be
+    mostly zeros."""
+    return group > 1 and group == channels == outputs and \
         ctx.target.runs_primitive("DepthwiseConv")
+
+
+def _depthwise(ctx, node, x, taps, bias, window, out):
+    """A depthwise layer on the vector unit, taps [C, KH, KW]: DepthwiseConv, or on an
+    integer plan Quantize, QDepthwiseConv, Requantize and Dequantize on the image's rows
+    (Requantize's scales are per channel, the rows' last axis), moved back to NCHW `out`."""
+    plan = plan_vector_layer(node, taps.reshape(len(taps), -1).T, bias, ctx.quantization)
+    s = plan.scales
+    if s is None:
+        return ctx.npu.DepthwiseConv(
+            x, ctx.initializer(np.ascontiguousarray(taps), "taps"),
+            ctx.initializer(plan.bias, "bias") if bias is not None else None,
+            **window, _name="depthwise")
+    ctx.plans.append(plan)
+    n_, c, h, w = ctx.dims(x)
+    rows = ctx.npu.DimTransform(x, perm=[0, 2, 3, 1], shape=[0, h * w, c], _name="to_rows")
+    acc = ctx.npu.QDepthwiseConv(
+        quantize_rows(ctx, plan, rows),
+        ctx.initializer(np.ascontiguousarray(s.weights_q[0].T.reshape(taps.shape)), "taps_q"),
+        ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None,
+        **window, layout="nhwc", image_size=[h, w], acc_bits=plan.acc_bits,
+        _name="qdepthwise", _dtype=ir.DataType.INT32 if plan.acc_bits == 32 else
+        ir.DataType.INT64)
+    return ctx.npu.DimTransform(read_out(ctx, plan, acc), perm=[0, 2, 1], shape=[0] + out,
+                                _name="to_nchw")
 
 
 def column_block(geo, plan, target):
@@ -106,11 +133,8 @@ class Conv:
         vectors = batch * oh * ow
         target = ctx.target
         if runs_depthwise(ctx, group, c, m):
-            y = ctx.npu.DepthwiseConv(
-                x, ctx.initializer(np.ascontiguousarray(w[:, 0]), "taps"),
-                ctx.initializer(b.astype(w.dtype), "bias") if b is not None else None,
-                kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations,
-                _name="depthwise")
+            window = dict(kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations)
+            y = _depthwise(ctx, node, x, w[:, 0], b, window, [m, oh, ow])
             if one_d:
                 y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=[0, m, ow], _name="to_1d")
             weights = m * kh * kw

@@ -37,19 +37,13 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         return ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                  _name="add_in_tile")
 
-    int_type = ir.DataType.INT8 if plan.bits == 8 else ir.DataType.INT16
     acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
-
-    def quantize(v):
-        return ctx.npu.Quantize(v, ctx.initializer(s.s_x, "s_x"), bits=plan.bits,
-                                _name="quantize", _dtype=int_type)
-
     early = bool(im2col) and plan.bits == 8
-    rows = quantize(x) if early else x
+    rows = quantize_rows(ctx, plan, x) if early else x
     if im2col:
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
     if not early:
-        rows = quantize(rows)
+        rows = quantize_rows(ctx, plan, rows)
     partials = [ctx.npu.QVMM(rows, ctx.initializer(w, f"wq_{_tag(t)}"), row_offset=t.row_start,
                              acc_bits=plan.acc_bits, _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
                 for t, w in zip(plan.bands, s.weights_q)]
@@ -59,6 +53,21 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
         acc = ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                 _name="add_in_tile", _dtype=acc_type)
+    return read_out(ctx, plan, acc)
+
+
+def quantize_rows(ctx, plan, x):
+    """x on an integer plan's grid (Quantize by its s_x)."""
+    int_type = ir.DataType.INT8 if plan.bits == 8 else ir.DataType.INT16
+    return ctx.npu.Quantize(x, ctx.initializer(plan.scales.s_x, "s_x"), bits=plan.bits,
+                            _name="quantize", _dtype=int_type)
+
+
+def read_out(ctx, plan, acc):
+    """An integer plan's accumulator [..., width] as floats: requantised to the output's
+    grid and dequantised (a ReLU folded in), or, with no output scale, read out as they are."""
+    s = plan.scales
+    int_type = ir.DataType.INT8 if plan.bits == 8 else ir.DataType.INT16
     if s.float_out:         # no scale to requantise to: the accumulator read out as floats
         scale = (np.float64(s.s_x) * s.s_w).astype(np.float32)
         return ctx.npu.Dequantize(acc, ctx.initializer(scale, "s_acc"), _name="dequantize",

@@ -1,7 +1,9 @@
-"""DepthwiseConv: a convolution of one channel per group, on the vector unit."""
+"""DepthwiseConv and QDepthwiseConv: a convolution of one channel per group, on the vector
+unit, in floats and on integers."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
+from .quant import _ACC_OF_BITS
 from .im2col import (LAYOUT_ATTRS, as_nchw, check_layout, image_dims, index_table, is_nhwc,
                      kernel_taps, output_size, window_coords)
 from .reduce import _reduce
@@ -57,27 +59,11 @@ class DepthwiseConv(Primitive):
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        """Exact: the windows gathered as Im2Col's nhwc body gathers them, [N, OH*OW, KH*KW,
-        C], times the taps and summed over them in float64."""
-        n, c, h, w = image_dims(in_shapes[0], attrs)
-        (kh, kw), (pt, pl, pb, pr) = attrs["kernel_shape"], attrs["pads"]
-        oh, ow = output_size(attrs, h, w)
-        pixels = b.op("Reshape", "X", b.const([0, h, w, c])) if is_nhwc(attrs) else \
-            b.op("Transpose", "X", perm=[0, 2, 3, 1])
-        padded = b.op("Pad", b.op("Cast", pixels, to=DOUBLE),
-                      b.const([0, pt, pl, 0, 0, pb, pr, 0]))
-        rows, cols = window_coords(attrs, oh, ow)
-        table = index_table(b, rows * (w + pl + pr), cols, [oh * ow, kh * kw])
-        windows = b.op("Gather", b.op("Reshape", padded, b.const([0, -1, c])), table, axis=1)
-        taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
-                                      b.const([c, kh * kw])), perm=[1, 0])     # [KH*KW, C]
-        y = b.op("CastLike", _reduce(b, "sum", b.op("Mul", windows, taps), [2], 0), "X")
-        if len(in_shapes) > 2 and in_shapes[2] is not None:                # [N, OH*OW, C]
+        """Exact: the taps' products summed in float64 (`_tap_sums`), rounded to X's type."""
+        y = b.op("CastLike", _tap_sums(b, attrs, in_shapes), "X")
+        if len(in_shapes) > 2 and in_shapes[2] is not None:
             y = b.op("Add", y, b.op("CastLike", "B", "X"))
-        if not is_nhwc(attrs):
-            y = b.op("Transpose", b.op("Reshape", y, b.const([0, oh, ow, c])),
-                     perm=[0, 3, 1, 2])
-        b.output(y, "Y")
+        _image_out(b, attrs, in_shapes, y)
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
@@ -102,24 +88,104 @@ class DepthwiseConv(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        x, w = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        check_layout(a, x.shape)
-        image = as_nchw(x, a)
-        n, c, h, wd = image.shape
-        oh, ow = output_size(a, h, wd)
-        pt, pl, pb, pr = a["pads"]
-        xp = np.pad(image.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-        w64 = w.astype(np.float64)
-        y = np.zeros((n, c, oh, ow))
-        for i, j, rows, cols in kernel_taps(a["kernel_shape"], a["strides"], a["dilations"],
-                                            (oh, ow)):
-            y += xp[:, :, rows, cols] * w64[None, :, i, j, None, None]
-        array.vector_elements += y.size * int(np.prod(a["kernel_shape"]))
-        y = y.astype(x.dtype)
+        x, bias = inputs[0], inputs[2] if len(inputs) > 2 else None
+        y = _tap_sums_array(array, x, inputs[1], a, np.float64).astype(x.dtype)
         if bias is not None:
             y += bias.astype(x.dtype)[None, :, None, None]
-        if is_nhwc(a):
-            y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)
-        return [y]
+        return [_as_layout(y, a)]
 
+
+@primitive
+class QDepthwiseConv(Primitive):
+    """DepthwiseConv on integers: int8 (or int16) images and taps, the products summed
+    exactly into an `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones), +
+    the integer bias B: what the layer's QVMM tiles and AddInTile give. The body sums in
+    float64, which holds every such sum exactly."""
+    placed_as = "DepthwiseConv"     # the vector unit's, on integers
+
+    inputs = (Arg("X", "integer image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
+              Arg("W", "the integer taps of each channel [C, KH, KW]"),
+              Arg("B", "integer bias [C] in the accumulator's type (may be left out)",
+                  optional=True))
+    outputs = (Arg("Y", "[N, C, OH, OW] (nhwc: [N, OH*OW, C]), int32 / int64"),)
+    attributes = DepthwiseConv.attributes + (
+        Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),)
+
+    infer = DepthwiseConv.infer
+    work = DepthwiseConv.work
+
+    @classmethod
+    def overload(cls, attrs, in_shapes):
+        return f"{DepthwiseConv.overload(attrs, in_shapes)}_acc{cls.attrs_of(attrs)['acc_bits']}"
+
+    @classmethod
+    def body(cls, b, attrs, in_shapes):
+        y = b.op("Cast", _tap_sums(b, attrs, in_shapes), to=_ACC_OF_BITS[attrs["acc_bits"]][0])
+        if len(in_shapes) > 2 and in_shapes[2] is not None:
+            y = b.op("Add", y, "B")
+        _image_out(b, attrs, in_shapes, y)
+
+    @classmethod
+    def reference(cls, array, inputs, attrs):
+        a = cls.attrs_of(attrs)
+        acc_type = _ACC_OF_BITS[a["acc_bits"]][1]
+        y = _tap_sums_array(array, inputs[0], inputs[1], a, np.int64)
+        if len(inputs) > 2:
+            y += inputs[2].astype(np.int64)[None, :, None, None]
+        info = np.iinfo(acc_type)
+        if y.size and (y.min() < info.min or y.max() > info.max):
+            raise OverflowError(f"QDepthwiseConv {attrs.get('_node')}: the {a['acc_bits']}-bit "
+                                "accumulator overflows")
+        return [_as_layout(y.astype(acc_type), a)]
+
+
+def _tap_sums(b, attrs, in_shapes):
+    """Body: the windows gathered as Im2Col's nhwc body gathers them, [N, OH*OW, KH*KW, C],
+    times the taps and summed over them in float64: [N, OH*OW, C]."""
+    n, c, h, w = image_dims(in_shapes[0], attrs)
+    (kh, kw), (pt, pl, pb, pr) = attrs["kernel_shape"], attrs["pads"]
+    oh, ow = output_size(attrs, h, w)
+    pixels = b.op("Reshape", "X", b.const([0, h, w, c])) if is_nhwc(attrs) else \
+        b.op("Transpose", "X", perm=[0, 2, 3, 1])
+    padded = b.op("Pad", b.op("Cast", pixels, to=DOUBLE), b.const([0, pt, pl, 0, 0, pb, pr, 0]))
+    rows, cols = window_coords(attrs, oh, ow)
+    table = index_table(b, rows * (w + pl + pr), cols, [oh * ow, kh * kw])
+    windows = b.op("Gather", b.op("Reshape", padded, b.const([0, -1, c])), table, axis=1)
+    taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
+                                  b.const([c, kh * kw])), perm=[1, 0])     # [KH*KW, C]
+    return _reduce(b, "sum", b.op("Mul", windows, taps), [2], 0)
+
+
+def _image_out(b, attrs, in_shapes, y):
+    """Body: Y from its rows [N, OH*OW, C], as they are (nhwc) or as an NCHW image."""
+    if not is_nhwc(attrs):
+        n, c, h, w = image_dims(in_shapes[0], attrs)
+        oh, ow = output_size(attrs, h, w)
+        y = b.op("Transpose", b.op("Reshape", y, b.const([0, oh, ow, c])), perm=[0, 3, 1, 2])
+    b.output(y, "Y")
+
+
+def _tap_sums_array(array, x, w, a, dtype):
+    """The taps' products of X summed in `dtype` (float64, or int64: exact on integers), as
+    NCHW [N, C, OH, OW]; the vector unit's multiply-adds counted."""
+    check_layout(a, x.shape)
+    image = as_nchw(x, a)
+    n, c, h, wd = image.shape
+    oh, ow = output_size(a, h, wd)
+    pt, pl, pb, pr = a["pads"]
+    xp = np.pad(image.astype(dtype), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    taps = w.astype(dtype)
+    y = np.zeros((n, c, oh, ow), dtype)
+    for i, j, rows, cols in kernel_taps(a["kernel_shape"], a["strides"], a["dilations"],
+                                        (oh, ow)):
+        y += xp[:, :, rows, cols] * taps[None, :, i, j, None, None]
+    array.vector_elements += y.size * int(np.prod(a["kernel_shape"]))
+    return y
+
+
+def _as_layout(y, a):
+    """An NCHW result in the primitive's layout."""
+    if not is_nhwc(a):
+        return y
+    n, c = y.shape[:2]
+    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)

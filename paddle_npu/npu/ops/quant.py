@@ -1,5 +1,5 @@
 """Integer primitives of a quantised NPU model: Quantize, Dequantize, QVMM,
-Requantize.
+Requantize (and QDepthwiseConv, the vector unit's depthwise layers: ops/depthwise.py).
 
 The arithmetic, one convention everywhere (symmetric, zero point 0):
 
