@@ -298,9 +298,9 @@ def test_depthwise_conv_is_each_channels_own_convolution(case, layout, bias):
     n, c, h, w, kernel, s, p, d = case
     rng = np.random.default_rng(c * 100 + h * 10 + w)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    taps = rng.standard_normal((c, *kernel)).astype(np.float32)
+    taps = rng.standard_normal((c, 1, *kernel)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32) if bias else None
-    want = np.concatenate([conv_by_loops(x[:, i:i + 1], taps[i:i + 1, None], s, p, d)
+    want = np.concatenate([conv_by_loops(x[:, i:i + 1], taps[i:i + 1], s, p, d)
                            for i in range(c)], axis=1)
     want = want.astype(np.float32)
     if bias:                # in float32, after the taps' sum is rounded (as AddInTile adds it)

@@ -118,7 +118,7 @@ def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, ac
     rng = np.random.default_rng(4)
     n, c, h, w = 2, 5, 9, 8
     x = rng.choice([info.min, info.max, -1, 0, 3], size=(n, c, h, w)).astype(dtype)
-    taps = rng.choice([info.min + 1, info.max, -2, 0], size=(c, 3, 3)).astype(dtype)
+    taps = rng.choice([info.min + 1, info.max, -2, 0], size=(c, 1, 3, 3)).astype(dtype)
     bias = rng.integers(-1000, 1000, size=c).astype(np.int32 if acc_bits == 32 else np.int64)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 1], "pads": [1, 2, 0, 1],
              "dilations": [1, 2], "acc_bits": acc_bits}
@@ -128,7 +128,7 @@ def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, ac
     for i in range(3):
         for j in range(3):
             want += xp[:, :, i:i + 2 * oh - 1:2, 2 * j:2 * j + ow] * \
-                taps[None, :, i, j, None, None].astype(np.int64)
+                taps[None, :, 0, i, j, None, None].astype(np.int64)
     if layout == "nhwc":
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n, h * w, c)
         want = want.transpose(0, 2, 3, 1).reshape(n, oh * ow, c)

@@ -155,7 +155,7 @@ def program_work(serialized, feeds):
     im2col = [n.output[0] for n in model.graph.node if n.op_type == "Im2Col"]
     vmm = [(n.output[0], n.input[1]) for n in model.graph.node if n.op_type == "VMM"]
     depthwise = [(n.output[0], n.input[1]) for n in model.graph.node
-                 if n.op_type == "DepthwiseConv"]             # taps [C, KH, KW], constant
+                 if n.op_type == "DepthwiseConv"]          # taps [C, 1, KH, KW], constant
     wanted = im2col + [y for y, _ in vmm + depthwise] + [w for _, w in vmm if w not in weights]
     types = {v.name: v.type for v in model.graph.value_info}
     del model.graph.output[:]
@@ -173,7 +173,7 @@ def program_work(serialized, feeds):
     rows = {w: (weights[w] if w in weights else list(got[w].shape))[-2] for _, w in vmm}
     return {"im2col_bytes": [int(got[y].nbytes) for y in im2col],
             "array_macs": int(sum(got[y].size * rows[w] for y, w in vmm)),
-            "vector_macs": int(sum(got[y].size * weights[w][1] * weights[w][2]
+            "vector_macs": int(sum(got[y].size * weights[w][2] * weights[w][3]
                                    for y, w in depthwise))}
 
 

@@ -40,7 +40,7 @@ def runs_depthwise(ctx, group, channels, outputs):
 
 
 def _depthwise(ctx, node, x, taps, bias, window, out):
-    """A depthwise layer on the vector unit, taps [C, KH, KW]: DepthwiseConv, or on an
+    """A depthwise layer on the vector unit, taps [C, 1, KH, KW]: DepthwiseConv, or on an
     integer plan Quantize, QDepthwiseConv, Requantize and Dequantize on the image's rows
     (Requantize's scales are per channel, the rows' last axis), moved back to NCHW `out`."""
     plan = plan_vector_layer(node, taps.reshape(len(taps), -1).T, bias, ctx.quantization)
@@ -134,7 +134,7 @@ class Conv:
         target = ctx.target
         if runs_depthwise(ctx, group, c, m):
             window = dict(kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations)
-            y = _depthwise(ctx, node, x, w[:, 0], b, window, [m, oh, ow])
+            y = _depthwise(ctx, node, x, w, b, window, [m, oh, ow])
             if one_d:
                 y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=[0, m, ow], _name="to_1d")
             weights = m * kh * kw

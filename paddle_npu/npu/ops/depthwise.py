@@ -11,7 +11,7 @@ from .reduce import _reduce
 
 @primitive
 class DepthwiseConv(Primitive):
-    """Y[n, c, oh, ow] = sum over the window's taps (kh, kw) of W[c, kh, kw] *
+    """Y[n, c, oh, ow] = sum over the window's taps (kh, kw) of W[c, 0, kh, kw] *
     X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] (zero in the padding), + B[c]: a Conv
     whose groups are its channels. The vector unit walks the windows as Pool does and multiplies
     and adds where Pool compares or adds (KH*KW multiply-adds per output element); the
@@ -22,7 +22,7 @@ class DepthwiseConv(Primitive):
     Conv)."""
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
-              Arg("W", "the taps of each channel [C, KH, KW]"),
+              Arg("W", "the taps of each channel [C, 1, KH, KW] (ONNX Conv's weight)"),
               Arg("B", "bias [C] (may be left out)", optional=True))
     outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
     attributes = (
@@ -67,16 +67,14 @@ class DepthwiseConv(Primitive):
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
-        """onnxruntime's Conv with a group per channel (it pools NCHW: an nhwc image goes
-        there and back)."""
+        """onnxruntime's Conv with a group per channel (it convolves NCHW: an nhwc image
+        goes there and back)."""
         n, c, h, w = image_dims(in_shapes[0], attrs)
-        kh, kw = attrs["kernel_shape"]
         x = "X"
         if is_nhwc(attrs):
             x = b.op("Transpose", b.op("Reshape", x, b.const([0, h, w, c])), perm=[0, 3, 1, 2])
-        weight = b.op("Reshape", "W", b.const([c, 1, kh, kw]))
         bias = "B" if len(in_shapes) > 2 and in_shapes[2] is not None else None
-        y = b.op("Conv", x, weight, *([bias] if bias else []), group=c,
+        y = b.op("Conv", x, "W", *([bias] if bias else []), group=c,
                  kernel_shape=list(attrs["kernel_shape"]), strides=list(attrs["strides"]),
                  pads=list(attrs["pads"]), dilations=list(attrs["dilations"]),
                  out=None if is_nhwc(attrs) else "Y")
@@ -104,7 +102,7 @@ class QDepthwiseConv(Primitive):
     placed_as = "DepthwiseConv"     # the vector unit's, on integers
 
     inputs = (Arg("X", "integer image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
-              Arg("W", "the integer taps of each channel [C, KH, KW]"),
+              Arg("W", "the integer taps of each channel [C, 1, KH, KW]"),
               Arg("B", "integer bias [C] in the accumulator's type (may be left out)",
                   optional=True))
     outputs = (Arg("Y", "[N, C, OH, OW] (nhwc: [N, OH*OW, C]), int32 / int64"),)
@@ -178,7 +176,7 @@ def _tap_sums_array(array, x, w, a, dtype):
     y = np.zeros((n, c, oh, ow), dtype)
     for i, j, rows, cols in kernel_taps(a["kernel_shape"], a["strides"], a["dilations"],
                                         (oh, ow)):
-        y += xp[:, :, rows, cols] * taps[None, :, i, j, None, None]
+        y += xp[:, :, rows, cols] * taps[None, :, 0, i, j, None, None]
     array.vector_elements += y.size * int(np.prod(a["kernel_shape"]))
     return y
 
