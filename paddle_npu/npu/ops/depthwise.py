@@ -3,9 +3,9 @@ unit, in floats and on integers."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
-from .quant import _ACC_OF_BITS
 from .im2col import (LAYOUT_ATTRS, as_nchw, check_layout, image_dims, index_table, is_nhwc,
                      kernel_taps, output_size, window_coords)
+from .quant import _ACC_OF_BITS
 from .reduce import _reduce
 
 
@@ -13,9 +13,9 @@ from .reduce import _reduce
 class DepthwiseConv(Primitive):
     """Y[n, c, oh, ow] = sum over the window's taps (kh, kw) of W[c, 0, kh, kw] *
     X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] (zero in the padding), + B[c]: a Conv
-    whose groups are its channels. The vector unit walks the windows as Pool does and multiplies
-    and adds where Pool compares or adds (KH*KW multiply-adds per output element); the
-    arrays, which would hold such a kernel block-diagonally, mostly zeros, are not used. An
+    whose groups are its channels. The vector unit walks the windows as Pool does and
+    multiplies and adds where Pool compares or adds (KH*KW multiply-adds per output element);
+    the arrays, which would hold such a kernel block-diagonally, mostly zeros, are not used. An
     "nhwc" image (a matrix layer's rows [N, H*W, C]) gives nhwc rows [N, OH*OW, C]. The taps
     sum in float64, rounded once to X's type, and the bias is added in that type: what the
     layer's arrays and AddInTile give (in float32 in the float32 body, onnxruntime's own
@@ -86,7 +86,7 @@ class DepthwiseConv(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        x, bias = inputs[0], inputs[2] if len(inputs) > 2 else None
+        x, bias = inputs[0], _bias(inputs)
         y = _tap_sums_array(array, x, inputs[1], a, np.float64).astype(x.dtype)
         if bias is not None:
             y += bias.astype(x.dtype)[None, :, None, None]
@@ -128,13 +128,18 @@ class QDepthwiseConv(Primitive):
         a = cls.attrs_of(attrs)
         acc_type = _ACC_OF_BITS[a["acc_bits"]][1]
         y = _tap_sums_array(array, inputs[0], inputs[1], a, np.int64)
-        if len(inputs) > 2:
+        if _bias(inputs) is not None:
             y += inputs[2].astype(np.int64)[None, :, None, None]
         info = np.iinfo(acc_type)
         if y.size and (y.min() < info.min or y.max() > info.max):
             raise OverflowError(f"QDepthwiseConv {attrs.get('_node')}: the {a['acc_bits']}-bit "
                                 "accumulator overflows")
         return [_as_layout(y.astype(acc_type), a)]
+
+
+def _bias(inputs):
+    """The reference's optional input B, or None."""
+    return inputs[2] if len(inputs) > 2 else None
 
 
 def _tap_sums(b, attrs, in_shapes):
