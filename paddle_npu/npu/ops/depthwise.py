@@ -3,8 +3,8 @@ unit, in floats and on integers."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
-from .im2col import (LAYOUT_ATTRS, as_nchw, check_layout, image_dims, index_table, is_nhwc,
-                     kernel_taps, output_size, window_coords)
+from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, as_nchw, check_layout, image_dims,
+                     index_table, is_nhwc, kernel_taps, output_size, window_coords)
 from .quant import _ACC_OF_BITS
 from .reduce import _reduce
 
@@ -25,13 +25,7 @@ class DepthwiseConv(Primitive):
               Arg("W", "the taps of each channel [C, 1, KH, KW] (ONNX Conv's weight)"),
               Arg("B", "bias [C] (may be left out)", optional=True))
     outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
-    attributes = (
-        Attr("kernel_shape", "ints", "[KH, KW]"),
-        Attr("strides", "ints", "[sh, sw]", [1, 1]),
-        Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
-                             "(ONNX Conv's order)", [0, 0, 0, 0]),
-        Attr("dilations", "ints", "[dh, dw]", [1, 1]),
-    ) + LAYOUT_ATTRS
+    attributes = WINDOW_ATTRS + LAYOUT_ATTRS
 
     @classmethod
     def infer(cls, in_shapes, attrs):

@@ -14,6 +14,15 @@ LAYOUT_ATTRS = (
     Attr("image_size", "ints", '[H, W] of an "nhwc" X (unused for "nchw")', [0, 0]),
 )
 
+# A convolution window's attributes (Im2Col's, DepthwiseConv's).
+WINDOW_ATTRS = (
+    Attr("kernel_shape", "ints", "[KH, KW]"),
+    Attr("strides", "ints", "[sh, sw]", [1, 1]),
+    Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
+                         "(ONNX Conv's order)", [0, 0, 0, 0]),
+    Attr("dilations", "ints", "[dh, dw]", [1, 1]),
+)
+
 
 def is_nhwc(a):
     return a["layout"] == "nhwc"
@@ -119,12 +128,7 @@ class Im2Col(Primitive):
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
     outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW] ([N, blocks, OH*OW, KH*KW*B] blocks first)"),)
-    attributes = (
-        Attr("kernel_shape", "ints", "[KH, KW]"),
-        Attr("strides", "ints", "[sh, sw]", [1, 1]),
-        Attr("pads", "ints", "[top, left, bottom, right], zeros added around the image "
-                             "(ONNX Conv's order)", [0, 0, 0, 0]),
-        Attr("dilations", "ints", "[dh, dw]", [1, 1]),
+    attributes = WINDOW_ATTRS + (
         Attr("channel_block", "int", "0: the columns channel by channel; B: blocks of B "
                                      "channels, each tap by tap", 0),
         Attr("blocks_first", "int", "1: each channel_block's rows on their own (a leading "
