@@ -24,6 +24,15 @@ DOMAIN = "ai.paddle_npu"
 VERSION = 1
 MIN_BODY_OPSET = 15     # CastLike; Unsqueeze axes and Pad pads as inputs; Constant value_ints
 DOUBLE = 11             # TensorProto.DOUBLE: the accumulators' type
+FLOAT_TYPES = (1, DOUBLE)   # TensorProto.FLOAT, DOUBLE
+
+
+def float_input_attrs(inputs):
+    """{"_float": True} when a node's first input is float32 or float64 (a body that may use
+    an op with no integer kernel, as Einsum), else {}: `Primitive.input_attrs` for those."""
+    x = inputs[0] if inputs else None
+    return {"_float": True} if x is not None and x.dtype is not None and \
+        int(x.dtype) in FLOAT_TYPES else {}
 
 _primitives = {}        # op type -> class
 

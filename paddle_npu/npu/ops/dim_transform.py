@@ -2,7 +2,7 @@
 original op list)."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, Ref, primitive
+from .base import Arg, Attr, Primitive, Ref, float_input_attrs, primitive
 
 
 def reshape_dims(src, shape):
@@ -33,10 +33,12 @@ def keeps_shape(src, shape):
 
 def _moves_axis0_last(perm):
     """Whether perm moves axis 0 behind the others (or behind all but the last), keeping
-    their order. onnxruntime 1.32 crashes (MatMul-Transpose fusion, ORT_ENABLE_ALL) on such
-    a Transpose read by an exact VMM body (Cast to float64, MatMul): these DimTransforms
-    keep their Reshape, which stops the fusion while a dim is open (an RNN's time-major
-    output)."""
+    their order. onnxruntime 1.32 crashes at ORT_ENABLE_ALL (its NCHWc pass reads a node the
+    MatMul-Transpose fusion made for float64, which has no schema: onnxruntime issue 28392)
+    on such a Transpose read by an exact VMM body (Cast to float64, MatMul), an RNN's
+    time-major output before a Linear. A float X is moved by an Einsum instead, which no
+    fusion takes into the MatMul; any other keeps its Reshape, which stops the fusion while
+    a dim is open."""
     rank = len(perm)
     rest = list(range(1, rank))
     return rank >= 3 and list(perm) in (rest + [0], rest[:-1] + [0, rank - 1])
@@ -61,15 +63,24 @@ class DimTransform(Primitive):
         return [reshape_dims(src, a["shape"])]
 
     @classmethod
+    def input_attrs(cls, inputs):
+        return float_input_attrs(inputs)
+
+    @classmethod
     def overload(cls, attrs, in_shapes):
         """"" (Transpose, then Reshape), or the calls that need one of them only: "reshape"
         (perm is the identity), "transpose" (the reshape keeps the permuted shape),
-        "identity" (both)."""
+        "identity" (both); "einsum_<perm>" (and "_reshape") for a float X whose axis 0
+        moves behind the others (`_moves_axis0_last`), its body written for that perm."""
         a = cls.attrs_of(attrs)
         perm, shape = list(a["perm"]), list(a["shape"])
         moves = perm != list(range(len(perm)))
+        einsum = _moves_axis0_last(perm) and attrs.get("_float", False)
         src = None if in_shapes[0] is None else [in_shapes[0][p] for p in perm]
-        reshapes = src is None or not keeps_shape(src, shape) or _moves_axis0_last(perm)
+        reshapes = src is None or not keeps_shape(src, shape) or \
+            (_moves_axis0_last(perm) and not einsum)
+        if einsum:
+            return "einsum_" + "_".join(map(str, perm)) + ("_reshape" if reshapes else "")
         return {(True, True): "", (False, True): "reshape", (True, False): "transpose",
                 (False, False): "identity"}[moves, reshapes]
 
@@ -77,9 +88,13 @@ class DimTransform(Primitive):
     def body(cls, b, attrs, in_shapes):
         overload = cls.overload(attrs, in_shapes)
         x = "X"
-        if overload in ("", "transpose"):
+        if overload.startswith("einsum"):       # the perm is the body's own: no Ref
+            letters = "abcdefghij"[:len(attrs["perm"])]
+            moved = "".join(letters[p] for p in attrs["perm"])
+            x = b.op("Einsum", x, equation=f"{letters}->{moved}")
+        elif overload in ("", "transpose"):
             x = b.op("Transpose", x, perm=Ref("perm", "ints"))
-        if overload in ("", "reshape"):
+        if overload in ("", "reshape") or overload.endswith("_reshape"):
             b.op("Reshape", x, b.attr("shape", "ints"), out="Y")
         else:
             b.op("Identity", x, out="Y")

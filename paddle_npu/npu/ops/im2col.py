@@ -1,8 +1,8 @@
 """Im2Col: an image to the rows a crossbar array multiplies (reshape_2 in the original op list)."""
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
-from .base import Arg, Attr, Primitive, config_tag, primitive
+from .base import Arg, Attr, Primitive, config_tag, float_input_attrs, primitive
 
 
 # The layouts of an image a spatial primitive (Im2Col, Pool) reads: "nchw", or "nhwc": the
@@ -175,10 +175,7 @@ class Im2Col(Primitive):
         taps and channels with an Einsum, not a Transpose: on the image sizes of MobileNet
         and ResNet onnxruntime's Einsum measured up to several times faster, never clearly
         slower (it has no int8 kernel: an int8 image keeps the Transpose)."""
-        x = inputs[0] if inputs else None
-        floats = (TensorProto.FLOAT, TensorProto.DOUBLE)
-        return {"_float": True} if x is not None and x.dtype is not None and \
-            int(x.dtype) in floats else {}
+        return float_input_attrs(inputs)
 
     @staticmethod
     def _channels_first(b, attrs, g):
