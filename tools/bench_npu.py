@@ -72,29 +72,32 @@ def _feeds(info):
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
 
 
-def ort_timing(models, feeds, iters, rounds=3):
+def ort_timing(models, feeds, iters, rounds=3, session_rounds=9):
     """{label: (median InferenceSession creation seconds, median latency seconds)} of
     serialized models, timed side by side with onnxruntime's default options: in each of
-    `rounds` rounds, each model in turn gets a new session (timed), a warm-up run and
-    iters / rounds timed runs, and its session is gone before the next model's is made. So a
-    ratio is not taken minutes apart on a shared machine, and no session's idle threads
-    (onnxruntime's spin between runs) take the cores from another's runs."""
+    `session_rounds` rounds, each model in turn gets a new session (timed: a small model's
+    takes milliseconds, and a median of three moved with one slow creation), and in the
+    first `rounds` of them a warm-up run and iters / rounds timed runs; its session is gone
+    before the next model's is made. So a ratio is not taken minutes apart on a shared
+    machine, and no session's idle threads (onnxruntime's spin between runs) take the cores
+    from another's runs."""
     import gc
 
     import onnxruntime as ort   # heavy, and only for timing
 
     made = {label: [] for label in models}
     times = {label: [] for label in models}
-    for _ in range(rounds):
+    for r in range(max(rounds, session_rounds)):
         for label, model in models.items():
             t0 = time.perf_counter()
             session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
             made[label].append(time.perf_counter() - t0)
-            session.run(None, feeds)               # warm-up
-            for _ in range(max(1, iters // rounds)):
-                t0 = time.perf_counter()
-                session.run(None, feeds)
-                times[label].append(time.perf_counter() - t0)
+            if r < rounds:
+                session.run(None, feeds)           # warm-up
+                for _ in range(max(1, iters // rounds)):
+                    t0 = time.perf_counter()
+                    session.run(None, feeds)
+                    times[label].append(time.perf_counter() - t0)
             del session
             gc.collect()                           # its threads end with it
     return {label: (statistics.median(made[label]), statistics.median(times[label]))
