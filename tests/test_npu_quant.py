@@ -10,6 +10,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
+from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
 from paddle_npu.npu import graph as g
@@ -139,10 +140,26 @@ def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, ac
     assert ref[0].dtype == bias.dtype and np.array_equal(ref[0], want)
 
 
+@pytest.mark.parametrize("op, inputs, attrs", [
+    ("QVMM", [np.full((1, 2, 9), 32767, np.int16), np.full((9, 3), 32767, np.int16)], {}),
+    ("QDepthwiseConv", [np.full((1, 2, 3, 3), 32767, np.int16),
+                        np.full((2, 1, 3, 3), 32767, np.int16)], {"kernel_shape": [3, 3]}),
+    ("QRuntimeVMM", [np.full((1, 2, 9), 32767, np.int16), np.full((1, 9, 3), 32767, np.int16)],
+     {}),
+])
+def test_integer_references_refuse_an_accumulator_that_overflows(op, inputs, attrs):
+    """Nine int16 products of 32767^2 pass 2^31: a 32-bit accumulator cannot hold them."""
+    from paddle_npu.npu.ops import ArrayModel
+
+    with pytest.raises(OverflowError, match=f"{op} layer/{op}: the 32-bit accumulator"):
+        get_primitive(op).reference(ArrayModel(64, 16), inputs,
+                                    {**attrs, "acc_bits": 32, "_node": f"layer/{op}"})
+    sums = get_primitive(op).reference(ArrayModel(64, 16), inputs, {**attrs, "acc_bits": 64})[0]
+    assert sums.dtype == np.int64 and sums.max() == 9 * 32767 ** 2
+
+
 def _depthwise_block(rng, c=24, size=10):
     """1x1 conv, ReLU, depthwise 3x3 (bias), ReLU, 1x1 conv: a MobileNet block."""
-    from npu_helpers import model
-
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="pw1"),
              helper.make_node("Relu", ["a"], ["a1"], name="relu1"),
              helper.make_node("Conv", ["a1", "wd", "bd"], ["d"], name="dw", group=c,
@@ -160,8 +177,6 @@ def _depthwise_block(rng, c=24, size=10):
 def test_an_integer_depthwise_layer_runs_on_the_vector_unit(bits):
     """QDepthwiseConv instead of block-diagonal QVMM tiles: onnxruntime equals the bit-true
     reference; at 8 bits the integers are the arrays' (the same exact sums and scales)."""
-    from npu_helpers import on_arrays, serialized
-
     rng = np.random.default_rng(6)
     onnx_bytes = serialized(_depthwise_block(rng))
     table = calibrate(onnx_bytes, {"x": rng.standard_normal((4, 3, 10, 10)).astype(np.float32)})

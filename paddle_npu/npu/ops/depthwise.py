@@ -3,9 +3,9 @@ unit, in floats and on integers."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
-from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, as_nchw, check_layout, image_dims,
-                     index_table, is_nhwc, kernel_taps, output_size, window_coords)
-from .quant import _ACC_OF_BITS
+from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, Im2Col, as_nchw, check_layout, image_dims,
+                     is_nhwc, kernel_taps, output_size, padded_rows, window_coords)
+from .quant import _ACC_OF_BITS, in_accumulator
 from .reduce import _reduce
 
 
@@ -120,15 +120,11 @@ class QDepthwiseConv(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        acc_type = _ACC_OF_BITS[a["acc_bits"]][1]
         y = _tap_sums_array(array, inputs[0], inputs[1], a, np.int64)
         if _bias(inputs) is not None:
             y += inputs[2].astype(np.int64)[None, :, None, None]
-        info = np.iinfo(acc_type)
-        if y.size and (y.min() < info.min or y.max() > info.max):
-            raise OverflowError(f"QDepthwiseConv {attrs.get('_node')}: the {a['acc_bits']}-bit "
-                                "accumulator overflows")
-        return [_as_layout(y.astype(acc_type), a)]
+        y = in_accumulator(y, a["acc_bits"], "QDepthwiseConv", attrs.get("_node"))
+        return [_as_layout(y, a)]
 
 
 def _bias(inputs):
@@ -137,17 +133,17 @@ def _bias(inputs):
 
 
 def _tap_sums(b, attrs, in_shapes):
-    """Body: the windows gathered as Im2Col's nhwc body gathers them, [N, OH*OW, KH*KW, C],
-    times the taps and summed over them in float64: [N, OH*OW, C]."""
+    """Body: the windows of X in float64 gathered as Im2Col's nhwc body gathers them,
+    [N, OH*OW, KH*KW, C], times the taps and summed over them: [N, OH*OW, C]."""
     n, c, h, w = image_dims(in_shapes[0], attrs)
-    (kh, kw), (pt, pl, pb, pr) = attrs["kernel_shape"], attrs["pads"]
+    (kh, kw), (_, pl, _, pr) = attrs["kernel_shape"], attrs["pads"]
     oh, ow = output_size(attrs, h, w)
-    pixels = b.op("Reshape", "X", b.const([0, h, w, c])) if is_nhwc(attrs) else \
-        b.op("Transpose", "X", perm=[0, 2, 3, 1])
-    padded = b.op("Pad", b.op("Cast", pixels, to=DOUBLE), b.const([0, pt, pl, 0, 0, pb, pr, 0]))
+    x = b.op("Cast", "X", to=DOUBLE)
+    if not is_nhwc(attrs):                                  # the image's rows [N, H*W, C]
+        x = b.op("Reshape", b.op("Transpose", x, perm=[0, 2, 3, 1]), b.const([0, -1, c]))
+    pixels = padded_rows(b, x, c, (h, w), attrs["pads"])
     rows, cols = window_coords(attrs, oh, ow)
-    table = index_table(b, rows * (w + pl + pr), cols, [oh * ow, kh * kw])
-    windows = b.op("Gather", b.op("Reshape", padded, b.const([0, -1, c])), table, axis=1)
+    windows = Im2Col.gather_blocks(b, pixels, (rows * (w + pl + pr), cols), 1)
     taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
                                   b.const([c, kh * kw])), perm=[1, 0])     # [KH*KW, C]
     return _reduce(b, "sum", b.op("Mul", windows, taps), [2], 0)

@@ -75,10 +75,10 @@ class DimTransform(Primitive):
         a = cls.attrs_of(attrs)
         perm, shape = list(a["perm"]), list(a["shape"])
         moves = perm != list(range(len(perm)))
-        einsum = _moves_axis0_last(perm) and attrs.get("_float", False)
+        axis0_last = _moves_axis0_last(perm)
+        einsum = axis0_last and attrs.get("_float", False)
         src = None if in_shapes[0] is None else [in_shapes[0][p] for p in perm]
-        reshapes = src is None or not keeps_shape(src, shape) or \
-            (_moves_axis0_last(perm) and not einsum)
+        reshapes = src is None or not keeps_shape(src, shape) or (axis0_last and not einsum)
         if einsum:
             return "einsum_" + "_".join(map(str, perm)) + ("_reshape" if reshapes else "")
         return {(True, True): "", (False, True): "reshape", (True, False): "transpose",

@@ -197,11 +197,11 @@ class Im2Col(Primitive):
         table = (rows, cols)
         if attrs.get("blocks_first"):       # (the pixels' channels filled up: _channel_fill)
             count = -(-channels // block)
-            g = cls._gather_blocks(b, pixels, table, count, block, blocks_first=True)
+            g = cls.gather_blocks(b, pixels, table, count, block, blocks_first=True)
             b.op("Reshape", g, b.const([0, count, oh * ow, -1]), out="Y")
             return
         if not block:
-            g = cls._gather_blocks(b, pixels, table, 1)             # [N, OH*OW, KH*KW, C]
+            g = cls.gather_blocks(b, pixels, table, 1)             # [N, OH*OW, KH*KW, C]
             if kh * kw > 1:
                 g = cls._channels_first(b, attrs, g)
             b.op("Reshape", g, b.const([0, oh * ow, -1]), out="Y")
@@ -214,7 +214,7 @@ class Im2Col(Primitive):
             part = pixels if size == channels else b.op(
                 "Slice", pixels, b.const([first]), b.const([first + count * size]),
                 b.const([2]))
-            parts.append(cls._gather_blocks(b, part, table, count, size))
+            parts.append(cls.gather_blocks(b, part, table, count, size))
         if len(parts) == 1:                                     # [N, OH*OW, n*KH*KW, B]
             b.op("Reshape", parts[0], b.const([0, oh * ow, -1]), out="Y")
         else:
@@ -222,7 +222,7 @@ class Im2Col(Primitive):
                  axis=-1, out="Y")
 
     @staticmethod
-    def _gather_blocks(b, pixels, table, count, size=None, blocks_first=False):
+    def gather_blocks(b, pixels, table, count, size=None, blocks_first=False):
         """Gather(pixels, the table) of whole pixels [N, OH*OW, KH*KW, C], or of `count`
         blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]
         (blocks_first: [N, count*OH*OW*KH*KW, size], the blocks one after another)."""
@@ -294,15 +294,11 @@ class Im2Col(Primitive):
         either way), then one Gather of whole pixels by a table [OH*OW, KH*KW] made here
         (a sum of two small terms, which onnxruntime folds fastest, past TABLE_LIMIT)."""
         h, w = attrs["image_size"]
-        (pt, pl, pb, pr) = attrs["pads"]
+        (_, pl, _, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow)               # in the padded image
-        fill = _channel_fill(attrs, channels)
-        pixels = "X"
-        if any(attrs["pads"]) or fill:
-            image = b.op("Reshape", "X", b.const([0, h, w, channels]))
-            padded = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
-            pixels = b.op("Reshape", padded, b.const([0, -1, channels + fill]))
+        pixels = padded_rows(b, "X", channels, (h, w), attrs["pads"],
+                             _channel_fill(attrs, channels))
         cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
@@ -383,6 +379,18 @@ class Im2Col(Primitive):
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         array.moved_elements += out.size
         return [out.reshape(n, oh * ow, c * kh * kw)]
+
+
+def padded_rows(b, x, channels, image_size, pads, fill=0):
+    """Body: an nhwc image's rows x [N, H*W, C] padded as the image [N, H, W, C] (`pads` as
+    a window's), with `fill` zero channels after its own: the pixels [N, Hp*Wp, C + fill]
+    a window table indexes (x itself when nothing is added)."""
+    (h, w), (pt, pl, pb, pr) = image_size, pads
+    if not any(pads) and not fill:
+        return x
+    image = b.op("Reshape", x, b.const([0, h, w, channels]))
+    padded = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
+    return b.op("Reshape", padded, b.const([0, -1, channels + fill]))
 
 
 def _channel_fill(attrs, channels):

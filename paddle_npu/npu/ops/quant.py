@@ -106,6 +106,16 @@ class Dequantize(Primitive):
         return [x.astype(np.float32) * np.float32(s)]
 
 
+def in_accumulator(sums, acc_bits, op, node):
+    """Exact integer sums in the `acc_bits`-bit accumulator's type; an OverflowError naming
+    the node where one does not fit (the integer primitives' references)."""
+    acc_type = _ACC_OF_BITS[acc_bits][1]
+    info = np.iinfo(acc_type)
+    if sums.size and (sums.min() < info.min or sums.max() > info.max):
+        raise OverflowError(f"{op} {node}: the {acc_bits}-bit accumulator overflows")
+    return sums.astype(acc_type)
+
+
 def _exact_type(x, w, r):
     """The cheapest type whose BLAS product of integer rows `x` and matrix `w` (`r` rows) is
     exact: every partial sum is an integer below r * max|x| * max|w|, which float32 holds
@@ -151,17 +161,12 @@ class QVMM(Primitive):
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         a = cls.attrs_of(attrs)
-        off, acc_type = a["row_offset"], _ACC_OF_BITS[a["acc_bits"]][1]
-        r = w.shape[0]
+        off, r = a["row_offset"], w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
         y = array.vmm(attrs.get("_node"), x, w, off, _exact_type(x, w, r))
-        info = np.iinfo(acc_type)
-        if y.size and (y.min() < info.min or y.max() > info.max):
-            raise OverflowError(f"QVMM {attrs.get('_node')}: the {a['acc_bits']}-bit "
-                                f"accumulator overflows")
-        return [y.astype(acc_type)]
+        return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 
 def requantize_array(acc, mult, div, bits, relu=0):

@@ -3,7 +3,7 @@ QRuntimeVMM, its integer form."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
-from .quant import INT32, INT64
+from .quant import INT32, INT64, in_accumulator
 
 
 @primitive
@@ -84,10 +84,7 @@ class QRuntimeVMM(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         x, w = inputs
-        acc = np.int32 if cls.attrs_of(attrs)["acc_bits"] == 32 else np.int64
-        y = np.matmul(x.astype(np.int64), w.astype(np.int64))
-        info = np.iinfo(acc)
-        if y.size and (y.min() < info.min or y.max() > info.max):
-            raise OverflowError(f"QRuntimeVMM {attrs.get('_node')}: the accumulator overflows")
+        y = in_accumulator(np.matmul(x.astype(np.int64), w.astype(np.int64)),
+                           cls.attrs_of(attrs)["acc_bits"], "QRuntimeVMM", attrs.get("_node"))
         _count(array, x, w, y)
-        return [y.astype(acc)]
+        return [y]
