@@ -158,7 +158,7 @@ def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, si
 def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel, stride, pads):
     """A float image's fixed-size Im2Col body moves taps behind channels with an Einsum (an
     int8 one keeps the Transpose): the same rows as the reference, bit for bit."""
-    n, c, h, w = 2, 5, 7, 9
+    n, c, h, w = 2, 9, 7, 9
     x = np.random.default_rng(4).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads}
     prim = get_primitive("Im2Col")
@@ -178,6 +178,38 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
     assert "Einsum" not in {node.op_type for node in plain.node}
 
 
+@pytest.mark.parametrize("kernel,stride,pads,block,known", [
+    ([1, 1], [1, 1], [0, 0, 0, 0], 0, True),      # a 1x1 kernel: the image moved as it is
+    ([1, 1], [2, 2], [0, 0, 0, 0], 0, True),
+    ([3, 3], [2, 2], [1, 1, 1, 1], 0, True),      # channel by channel
+    ([3, 3], [2, 2], [1, 1, 1, 1], 3, True),      # tap by tap (a dense layer's packed plan)
+    ([7, 7], [2, 2], [3, 3, 3, 3], 0, False),     # height and width open: the generic body
+])
+@pytest.mark.parametrize("channels", [3, 8])
+def test_a_pictures_few_channels_move_channels_last_with_an_einsum(kernel, stride, pads,
+                                                                    block, known, channels):
+    """An NCHW float image of fewer than 8 channels (a picture at a network's input) moves
+    channels-last with an Einsum, 8 channels and more with a Transpose; an int8 one always
+    with a Transpose. The same rows as the reference, bit for bit, either way."""
+    n, h, w = 2, 11, 10
+    x = np.random.default_rng(5).standard_normal((n, channels, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "channel_block": block}
+    prim = get_primitive("Im2Col")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    shapes = [list(x.shape) if known else [n, channels, "h", "w"]]
+    few = channels < 8
+    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
+    moves = [node for node in fn.node if node.op_type in ("Einsum", "Transpose")]
+    assert [(node.op_type, onnx.helper.get_attribute_value(node.attribute[0]))
+            for node in moves][0] == (("Einsum", b"ncp->npc") if few else ("Transpose", [0, 2, 1]))
+    assert fn.overload.endswith("einsum_pixels") == few
+    got = run_primitive("Im2Col", [x], attrs, shapes=shapes, derived={"_float": True})
+    np.testing.assert_array_equal(got, want)
+    plain = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)      # an int8 image's
+    assert "Einsum" not in {node.op_type for node in plain.node}
+    assert plain.overload != fn.overload or not few
+
+
 @pytest.mark.parametrize("group, overload", [
     (1, "_b4of4"),          # dense: the columns tap by tap, as the gather gives them
     (4, "_b4of4"),          # depthwise, one tile: its 4 channels tap by tap
@@ -192,7 +224,8 @@ def test_lowered_float_convs_call_the_fastest_im2col(group, overload):
     lowered = lower(original, BIG)[0]
     checked(lowered)
     im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
-    assert im2col and all(n.overload.endswith(overload) for n in im2col)
+    # (4 channels: moved channels-last by an Einsum as well)
+    assert im2col and all(n.overload.endswith(overload + "_einsum_pixels") for n in im2col)
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "onnxruntime on the lowered model")

@@ -155,27 +155,37 @@ class Im2Col(Primitive):
         a = cls.attrs_of(attrs)
         h, w = _height_width(in_shapes, a)
         nhwc = "nhwc_" if is_nhwc(a) else ""
+        channels = image_dims(in_shapes[0], a)[1] if in_shapes and in_shapes[0] else None
+        pixels = "_einsum_pixels" if _pixels_by_einsum({**attrs, **a}, channels) else ""
         if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]) and not a["blocks_first"]:
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
-            return f"pointwise_{nhwc}s{sh}x{sw}{size}"
+            return f"pointwise_{nhwc}s{sh}x{sw}{size}{pixels}"
         # a block's body holds the blocks per pixel: the channels are part of it
-        channels = image_dims(in_shapes[0], a)[1] if in_shapes and in_shapes[0] else None
         order = f"_b{a['channel_block']}of{channels}" if a["channel_block"] else \
             "_einsum" if attrs.get("_float") else ""
         order += "_first" if a["blocks_first"] else ""
         if isinstance(h, int) and isinstance(w, int):       # (an nhwc image always is)
             return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
-                                                         a["pads"], a["dilations"]) + order
-        return ""
+                                                         a["pads"], a["dilations"]) + order + \
+                pixels
+        return pixels[1:]
 
     @classmethod
     def input_attrs(cls, inputs):
         """{"_float": True} when X is float32 or float64: the fixed-size bodies then swap
         taps and channels with an Einsum, not a Transpose: on the image sizes of MobileNet
         and ResNet onnxruntime's Einsum measured up to several times faster, never clearly
-        slower (it has no int8 kernel: an int8 image keeps the Transpose)."""
+        slower (it has no int8 kernel: an int8 image keeps the Transpose). A picture's few
+        channels move channels-last by one too (_pixels_by_einsum)."""
         return float_input_attrs(inputs)
+
+    @staticmethod
+    def _channels_last(b, attrs, x, channels):
+        """[N, C, P] -> [N, P, C]: an NCHW image's pixels, channels last."""
+        if _pixels_by_einsum(attrs, channels):
+            return b.op("Einsum", x, equation="ncp->npc")
+        return b.op("Transpose", x, perm=[0, 2, 1])
 
     @staticmethod
     def _channels_first(b, attrs, g):
@@ -251,7 +261,7 @@ class Im2Col(Primitive):
         elif overload.startswith("fixed"):
             cls._fixed_size_body(b, attrs, *_height_width(in_shapes, attrs), channels)
         else:
-            cls._generic_body(b)
+            cls._generic_body(b, attrs, channels)
 
     @classmethod
     def _pointwise_body(cls, b, attrs, channels):
@@ -270,7 +280,7 @@ class Im2Col(Primitive):
             x = b.op("Slice", x, b.const([0, 0]), b.const([big, big]), b.const([2, 3]),
                      b.const([sh, sw]))
         flat = b.op("Reshape", x, b.const([0, 0, -1]))                 # [N, C, OH*OW]
-        b.op("Transpose", flat, perm=[0, 2, 1], out="Y")
+        b.op("Identity", cls._channels_last(b, attrs, flat, channels), out="Y")
 
     @classmethod
     def _fixed_size_body(cls, b, attrs, h, w, channels):
@@ -285,7 +295,7 @@ class Im2Col(Primitive):
         x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, fill, pb, pr])) \
             if any(attrs["pads"]) or fill else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
-        cls._gather(b, attrs, b.op("Transpose", xp, perm=[0, 2, 1]), rows * (w + pl + pr),
+        cls._gather(b, attrs, cls._channels_last(b, attrs, xp, channels), rows * (w + pl + pr),
                     cols, channels)
 
     @classmethod
@@ -302,7 +312,7 @@ class Im2Col(Primitive):
         cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
-    def _generic_body(cls, b):
+    def _generic_body(cls, b, attrs, channels):
         """The receptive fields as one index table into the padded image (a few small ops on
         the attributes and the image's height and width), gathered channels-last: whole
         pixels (C values) per index."""
@@ -330,7 +340,7 @@ class Im2Col(Primitive):
 
         pads = b.op("Concat", pair0, before, pair0, after, axis=0)
         xp = b.op("Reshape", b.op("Pad", "X", pads), b.const([0, 0, -1]))   # [N, C, Hp*Wp]
-        g = b.op("Gather", b.op("Transpose", xp, perm=[0, 2, 1]), index, axis=1)
+        g = b.op("Gather", cls._channels_last(b, attrs, xp, channels), index, axis=1)
         out_rows = b.op("ReduceProd", o, keepdims=1)                            # [OH*OW]
         taps = b.op("ReduceProd", k, keepdims=1)                                # [KH*KW]
         g = b.op("Reshape", g, b.op("Concat", i0, out_rows, taps, b.const([-1]), axis=0))
@@ -391,6 +401,15 @@ def padded_rows(b, x, channels, image_size, pads, fill=0):
     image = b.op("Reshape", x, b.const([0, h, w, channels]))
     padded = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
     return b.op("Reshape", padded, b.const([0, -1, channels + fill]))
+
+
+def _pixels_by_einsum(attrs, channels):
+    """Whether an NCHW image's pixels move channels-last by an Einsum, not a Transpose: a
+    float image of fewer than 8 channels (a picture's, at a network's input). There
+    onnxruntime's Einsum after the Pad measured 1.4-2.5x faster from 56x56 up (even below);
+    on more channels neither is faster throughout, and an int8 image has no Einsum kernel."""
+    return bool(attrs.get("_float")) and not is_nhwc(attrs) and isinstance(channels, int) \
+        and channels < 8
 
 
 def _channel_fill(attrs, channels):
