@@ -8,7 +8,10 @@ import pytest
 from onnx import helper
 
 from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
-from paddle_npu.npu import DOMAIN, lower
+from paddle_npu.npu import DOMAIN, get_primitive, lower
+from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
+from paddle_npu.npu.ops.resample import repeats
+from test_npu_ops import run_primitive
 
 
 def _vector_ns(lowered, primitive):
@@ -222,6 +225,41 @@ def test_resize_runs_on_the_npu(xs, attrs, scales, sizes, opset, op, prims):
         assert r.array.moved_elements >= want[0].size and r.array.vector_elements == 0
     else:                     # per resized axis, taps multiply-adds per output element
         assert want[0].size * taps <= r.array.vector_elements <= 2 * x.size * 4 * taps
+
+
+@pytest.mark.parametrize("shape, axis, indices, resize", [
+    ([2, 3, 4, 5], 3, np.repeat(np.arange(5), 2), True),      # nearest x2 along the width
+    ([1, 2, 7], 2, np.repeat(np.arange(7), 3), True),          # x3, rank 3
+    ([2, 3, 4, 5], 2, np.repeat(np.arange(4), 2), False),      # the height: whole rows
+    ([2, 3, 4, 5], 3, np.array([0, 0, 1, 2, 2, 3, 4, 4]), False),  # not a whole factor
+    ([2, 3, 4, 5], 3, np.arange(5)[::-1], False),              # a move, nothing repeated
+])
+@pytest.mark.parametrize("floats", [True, False])
+def test_a_pick_repeating_the_last_axis_runs_as_a_nearest_resize(shape, axis, indices,
+                                                                  resize, floats):
+    """AxisResample's pick along a float X's last axis that repeats every entry a whole
+    number of times calls onnxruntime's nearest Resize; other picks (and an X given as not
+    float: no Resize in its body) a Gather. The same values as the reference either way."""
+    attrs = {"axis": axis, "indices": [int(i) for i in indices]}
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    prim = get_primitive("AxisResample")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    derived = {"_float": True} if floats else {}
+    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [shape])
+    body = [n.op_type for n in fn.node if n.op_type != "Constant"]
+    assert body == (["Resize"] if resize and floats else ["Gather"])
+    assert fn.overload.endswith("_resize") == (resize and floats)
+    got = run_primitive("AxisResample", [x], attrs, derived=derived)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_repeats_finds_whole_factors_only():
+    assert repeats(np.repeat(np.arange(4), 3)) == 3
+    assert repeats(np.arange(4)) == 0                   # each once: no upscaling
+    assert repeats(np.array([0, 0, 1, 1, 2])) == 0      # the last entry once
+    assert repeats(np.array([1, 1, 0, 0])) == 0         # out of order
+    assert repeats(np.array([0, 0, 2, 2])) == 0         # an entry left out
+    assert repeats(np.array([], np.int64)) == 0
 
 
 def test_resize_refusals():

@@ -3,7 +3,8 @@ constant places (resizing), or, with no weights, a pick of one (a move)."""
 import numpy as np
 from onnx import numpy_helper
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
+from .base import DOUBLE, Arg, Attr, Primitive, config_tag, float_input_attrs, primitive, \
+    static_numel
 
 
 def _taps(a):
@@ -12,6 +13,25 @@ def _taps(a):
     idx = np.asarray(a["indices"], np.int64).reshape(-1, t)
     w = np.asarray(a["weights"], np.float64).reshape(-1, t) if len(a["weights"]) else None
     return idx, w
+
+
+def repeats(indices):
+    """r when a pick's indices take every entry r > 1 times in turn (0, .., 0, 1, .., 1, ..:
+    nearest upscaling by a whole factor), else 0."""
+    n, r = int(indices.max(initial=-1)) + 1, len(indices)
+    if n < 1 or r % n or r == n:
+        return 0
+    return r // n if np.array_equal(indices, np.repeat(np.arange(n), r // n)) else 0
+
+
+def _resized_last_axis(attrs, rank):
+    """Whether a float X's pick along its last axis repeats entries (`repeats`): the body
+    is then onnxruntime's nearest Resize, which measured 3.5x faster than its Gather of
+    single elements there (along an outer axis the Gather copies whole rows: 3-6x faster
+    than the Resize)."""
+    idx, w = _taps(attrs)
+    return w is None and bool(attrs.get("_float")) and int(attrs["axis"]) == rank - 1 and \
+        repeats(idx[:, 0]) > 0
 
 
 @primitive
@@ -41,15 +61,28 @@ class AxisResample(Primitive):
         return static_numel(out_shapes[0]) * attrs["taps"]
 
     @classmethod
+    def input_attrs(cls, inputs):
+        return float_input_attrs(inputs)
+
+    @classmethod
     def overload(cls, attrs, in_shapes):
         a = cls.attrs_of(attrs)
-        return config_tag(int(a["axis"]), int(a["taps"]), [int(i) for i in a["indices"]],
-                          [float(w) for w in a["weights"]], len(in_shapes[0]))
+        rank = len(in_shapes[0])
+        tag = config_tag(int(a["axis"]), int(a["taps"]), [int(i) for i in a["indices"]],
+                         [float(w) for w in a["weights"]], rank)
+        return tag + ("_resize" if _resized_last_axis({**attrs, **a}, rank) else "")
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
         axis, rank = int(attrs["axis"]), len(in_shapes[0])
         idx, w = _taps(attrs)
+        if _resized_last_axis(attrs, rank):         # Y[..., o] = X[..., floor(o / r)]
+            scales = np.ones(rank, np.float32)
+            scales[axis] = repeats(idx[:, 0])
+            b.op("Resize", "X", "", b.op("Constant", value=numpy_helper.from_array(scales)),
+                 mode="nearest", coordinate_transformation_mode="asymmetric",
+                 nearest_mode="floor", out="Y")
+            return
         if w is None:
             b.op("Gather", "X", b.const(idx[:, 0]), axis=axis, out="Y")
             return
