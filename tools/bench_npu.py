@@ -435,7 +435,8 @@ def render(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="resnet50,mobilenet_v3_large")
+    ap.add_argument("--models", default="resnet50,mobilenet_v3_large",
+                    help="zoo models: comma-separated names, 'ci' or 'all'")
     ap.add_argument("--target", default="npu256")
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
@@ -458,7 +459,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     start_launcher()
     target = load_target(args.target)
-    names = zoo.select(args.models) if args.whole else args.models.split(",")
+    names = zoo.select(args.models)
     ort_plans = [p for p in args.ort_plans.split(",") if p]
     rates = machine_rates() if ort_plans and not (args.whole or args.quantize) else None
     rows = []
