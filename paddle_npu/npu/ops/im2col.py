@@ -406,8 +406,9 @@ def padded_rows(b, x, channels, image_size, pads, fill=0):
 def _pixels_by_einsum(attrs, channels):
     """Whether an NCHW image's pixels move channels-last by an Einsum, not a Transpose: a
     float image of fewer than 8 channels (a picture's, at a network's input). There
-    onnxruntime's Einsum after the Pad measured 1.4-2.5x faster from 56x56 up (even below);
-    on more channels neither is faster throughout, and an int8 image has no Einsum kernel."""
+    onnxruntime's Einsum after the Pad measured 1.4-2.2x faster from 56x56 up (about even
+    below); on more channels neither is faster throughout, and an int8 image has no Einsum
+    kernel."""
     return bool(attrs.get("_float")) and not is_nhwc(attrs) and isinstance(channels, int) \
         and channels < 8
 
