@@ -2,12 +2,14 @@
 NPU layers, with a move to NCHW only where something needs NCHW. Every model here is run by
 onnxruntime before lowering and against onnxruntime and the NumPy reference after."""
 import numpy as np
+import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 from npu_helpers import assert_close, model, on_arrays, serialized, three_way
 from onnx import helper
 
 from paddle_npu.compare import run_onnx
-from paddle_npu.npu import DOMAIN
+from paddle_npu.npu import DOMAIN, lower
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.channels_last import ChannelsLast
 from paddle_npu.npu.context import LowerContext
@@ -43,6 +45,12 @@ def _lower(proto, target="npu256"):
 
 def _of(lowered, op_type):
     return [n for n in lowered.graph if n.domain == DOMAIN and n.op_type == op_type]
+
+
+def _moves(lowered):
+    """The DimTransforms that move elements (the others only reshape)."""
+    return [n for n in _of(lowered, "DimTransform")
+            if list(n.attributes["perm"].value) != sorted(n.attributes["perm"].value)]
 
 
 def _check(proto, lowered, feeds):
@@ -99,7 +107,10 @@ def test_rows_stay_channels_last_between_layers():
     # now the rows of two values: the flatten's input, and `s1` (read by b's Im2Col as rows,
     # by `side`, a graph output, as NCHW)
     assert result.info == {"moves_before": 5, "moves_after": 2}
-    assert len(_of(lowered, "DimTransform")) == 2
+    assert len(_moves(lowered)) == 2
+    # the rows [N, H*W, C] of a, b and d (Im2Col's) reshaped to images [N, H, W, C]; c's and
+    # e's VMMs read the rows as they are, and make such images themselves
+    assert len(_of(lowered, "DimTransform")) == 2 + 3
     layouts = sorted(n.attributes["layout"].value if "layout" in n.attributes else "nchw"
                      for n in _of(lowered, "Im2Col"))
     # a reads the model's input; b and d (strided 1x1) read rows; c and e (1x1) need none
@@ -193,8 +204,9 @@ def test_what_needs_nchw_gets_it():
 
 
 def test_conv_transpose_reads_the_rows():
-    """ConvTranspose multiplies each pixel's channels: the move of its input to rows goes
-    when the input already is rows, and with it the conv's move to NCHW."""
+    """ConvTranspose multiplies each pixel's channels: the move of its input to rows
+    [N, H*W, C] becomes a reshape when the input already is rows, and the conv's move to
+    NCHW goes."""
     nodes, inits = _conv("a", "x", 3, 4, 3, 1)
     inits.append(("up.w", _rng_weights(2, 4, 2, 3, 3)))
     nodes += [helper.make_node("Relu", ["a"], ["relu"], name="relu"),
@@ -202,9 +214,9 @@ def test_conv_transpose_reads_the_rows():
                                strides=[2, 2], pads=[1, 1, 1, 1])]
     proto = model(nodes, [("x", [1, 3, 5, 5])], [("y", [1, 2, 9, 9])], inits)
     lowered, result = _lower(proto)
-    assert "up/to_rows dropped: its output is the rows" in result.fired
+    assert "up/to_rows reshapes the rows" in result.fired
     assert result.info == {"moves_before": 1, "moves_after": 0}
-    assert _of(lowered, "DimTransform") == []
+    assert _moves(lowered) == []
     x = np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32)
     _check(proto, lowered, {"x": x})
 
@@ -237,7 +249,7 @@ def test_integer_layers_keep_rows_too(monkeypatch):
     table = calibrate(proto.SerializeToString(),
                       {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)})
     lowered, _, _ = quantized_lower(proto.SerializeToString(), table)
-    assert len(_of(lowered, "DimTransform")) == 1            # the output's
+    assert len(_moves(lowered)) == 1            # the output's
     assert any(n.attributes["layout"].value == "nhwc" for n in _of(lowered, "Im2Col")
                if "layout" in n.attributes)
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -257,3 +269,48 @@ def test_integer_layers_keep_rows_too(monkeypatch):
     plain, _, _ = quantized_lower(proto.SerializeToString(), table)
     assert len(_of(plain, "DimTransform")) == 3
     np.testing.assert_array_equal(run_onnx(serialized(plain), {"x": x})[1][0], got[0])
+
+
+def _mobile_blocks():
+    """A stem conv, then two depthwise + pointwise blocks of 96 channels (on npu64 each
+    pointwise layer's 96 rows are two bands, each a Slice of the rows), a ReLU after each."""
+    steps = [_conv("stem", "x", 3, 96, 3, 1, stride=2)]
+    x = "stem"
+    for i in range(2):
+        steps += [helper.make_node("Relu", [x], [f"r{i}"], name=f"r{i}"),
+                  _conv(f"dw{i}", f"r{i}", 96, 96, 3, 10 + i, group=96),
+                  helper.make_node("Relu", [f"dw{i}"], [f"q{i}"], name=f"q{i}"),
+                  _conv(f"pw{i}", f"q{i}", 96, 96, 1, 20 + i)]
+        x = f"pw{i}"
+    nodes, inits = [], []
+    for step in steps:
+        if isinstance(step, tuple):
+            nodes += step[0]
+            inits += step[1]
+        else:
+            nodes.append(step)
+    return model(nodes, [("x", [1, 3, 16, 16])], [(x, [1, 96, 8, 8])], inits)
+
+
+def test_a_chain_of_depthwise_and_pointwise_layers_is_one_image_in_onnxruntime(tmp_path):
+    """The pointwise layers' VMMs read the rows as an image (their float32 bodies 1x1
+    Convs); onnxruntime cancels the transposes between them and the depthwise layers' Convs
+    (no Reshape stands between them), and runs the chain as the Convs the model had; the
+    outputs agree with the model's."""
+    proto = _mobile_blocks()
+    lowered, _ = lower(proto, "npu64", bodies="float32")
+    vmm = {n.name: n.overload for n in lowered.graph if n.op_type == "VMM"}
+    pointwise = {k: v for k, v in vmm.items() if k.startswith("pw")}
+    assert len(pointwise) == 4 and all("_image" in v for v in pointwise.values())
+    assert not any("_image" in v for k, v in vmm.items() if k.startswith("stem"))
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    data = ir.serde.serialize_model(lowered).SerializeToString()
+    ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    optimized = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    assert optimized.count("Conv") == 2 + 2 * 2          # depthwise, and 2 bands per pointwise
+    assert "Transpose" not in optimized
+    x = np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _, want = run_onnx(serialized(proto), {"x": x})
+    _, got = run_onnx(data, {"x": x})
+    assert_close(got[0], want[0], "onnxruntime, float32 bodies")

@@ -160,15 +160,14 @@ def test_im2col_body_for_a_fixed_image_and_an_open_batch(case):
 
 
 def as_rows(x):
-    """An NCHW image as the rows of a matrix layer, [N, H*W, C] (the nhwc layout)."""
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1).reshape(n, h * w, c))
+    """An NCHW image as the rows of a matrix layer, [N, H, W, C] (the nhwc layout)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
 @SETTINGS
 @given(im2col_cases())
 def test_im2col_reads_an_nhwc_image_as_it_reads_the_nchw_one(case):
-    """layout "nhwc": the previous matrix layer's rows [N, H*W, C] in, the same rows out as
+    """layout "nhwc": the previous matrix layer's rows [N, H, W, C] in, the same rows out as
     from the NCHW image, in the body (pointwise or fixed-size) and in the reference."""
     n, c, h, w, k, s, p, d = case
     x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
@@ -178,7 +177,7 @@ def test_im2col_reads_an_nhwc_image_as_it_reads_the_nchw_one(case):
     nhwc = dict(attrs, layout="nhwc", image_size=[h, w])
     rows = as_rows(x)
     assert prim.infer([list(rows.shape)], nhwc)[0] == list(want.shape)
-    assert prim.overload(nhwc, [["N", h * w, c]]).startswith(("pointwise_nhwc", "fixed_nhwc"))
+    assert prim.overload(nhwc, [["N", h, w, c]]).startswith(("pointwise_nhwc", "fixed_nhwc"))
     np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [rows], nhwc)[0], want)
     np.testing.assert_array_equal(run_primitive("Im2Col", [rows], nhwc), want)
 
@@ -197,7 +196,7 @@ def test_im2col_channel_blocks_reorder_the_columns(case, data):
     want = plain[..., column_source(c, k[0] * k[1], block)]
     nhwc = assert_im2col_gives(x, dict(attrs, channel_block=block), want)
     if block == c:          # tap by tap: the gather's own order, nothing moved after it
-        fn = prim.function_proto(MIN_BODY_OPSET, nhwc, [[n, h * w, c]])
+        fn = prim.function_proto(MIN_BODY_OPSET, nhwc, [[n, h, w, c]])
         assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
 
 
@@ -241,9 +240,9 @@ def test_im2col_bodies_of_other_channel_counts_are_other_functions():
     prim = get_primitive("Im2Col")
     a = dict(kernel_shape=[5, 5], pads=[2] * 4, channel_block=10, layout="nhwc",
              image_size=[4, 4])
-    assert prim.overload(a, [[1, 16, 120]]) != prim.overload(a, [[1, 16, 240]])
+    assert prim.overload(a, [[1, 4, 4, 120]]) != prim.overload(a, [[1, 4, 4, 240]])
     for c in (120, 240):
-        x = np.random.default_rng(c).standard_normal((1, 16, c)).astype(np.float32)
+        x = np.random.default_rng(c).standard_normal((1, 4, 4, c)).astype(np.float32)
         np.testing.assert_array_equal(run_primitive("Im2Col", [x], a),
                                       prim.reference(ArrayModel(8, 8), [x], a)[0])
 
@@ -263,7 +262,10 @@ def test_im2col_refuses_a_channel_block_of_an_image_of_open_size():
 def test_im2col_refuses_an_nhwc_image_without_its_size():
     prim = get_primitive("Im2Col")
     with pytest.raises(ValueError, match="image_size"):
-        prim.infer([[1, 16, 3]], {"kernel_shape": [3, 3], "layout": "nhwc"})
+        prim.infer([[1, 4, 4, 3]], {"kernel_shape": [3, 3], "layout": "nhwc"})
+    with pytest.raises(ValueError, match="image_size"):
+        prim.infer([[1, 16, 3]], {"kernel_shape": [3, 3], "layout": "nhwc",
+                                  "image_size": [4, 4]})
     with pytest.raises(ValueError, match="unknown layout"):
         prim.infer([[1, 3, 4, 4]], {"kernel_shape": [3, 3], "layout": "hwcn"})
 
@@ -276,7 +278,7 @@ def test_im2col_refuses_an_nhwc_image_without_its_size():
     ([2, 4, 5, 3], dict(mode="max", kernel_shape=[5, 3])),
 ])
 def test_pool_reads_an_nhwc_image_as_it_reads_the_nchw_one(shape, attrs):
-    """layout "nhwc": a matrix layer's rows [N, H*W, C] in, the NCHW result's rows out."""
+    """layout "nhwc": a matrix layer's rows [N, H, W, C] in, the NCHW result's rows out."""
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     prim = get_primitive("Pool")
     want = as_rows(prim.reference(ArrayModel(8, 8), [x], attrs)[0])
@@ -345,7 +347,7 @@ def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block, first):
         a = dict(attrs, channel_block=block, blocks_first=first)
         if layout == "nhwc":
             a.update(layout="nhwc", image_size=[size, size])
-            x = x.reshape(1, 2, -1).transpose(0, 2, 1).copy()
+            x = as_rows(x)
         fn = prim.function_proto(MIN_BODY_OPSET, a, [list(x.shape)])
         assert fn.overload.startswith(f"fixed_{layout + '_' if layout == 'nhwc' else ''}"
                                       f"{size}x{size}_")
@@ -843,7 +845,7 @@ def test_symbolic_batch_survives_shape_inference_of_primitives():
     ("LayerNorm", {"axis": 2, "epsilon": 1e-3}, [[2, 3, 4, 5], [4, 5], [4, 5]]),
     ("LayerNorm", {"axis": 3}, [[2, 3, 4, 5]]),
     ("Pool", {"mode": "avg", "kernel_shape": [3, 4], "layout": "nhwc", "image_size": [3, 4]},
-     [[2, 12, 5]]),                     # global average of rows (an SE block's)
+     [[2, 3, 4, 5]]),                   # global average of rows (an SE block's)
 ])
 def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
     """The float32 bodies of attention's run-time VMM, Reduce, LayerNorm and the global

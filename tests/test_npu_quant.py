@@ -131,8 +131,8 @@ def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, ac
             want += xp[:, :, i:i + 2 * oh - 1:2, 2 * j:2 * j + ow] * \
                 taps[None, :, 0, i, j, None, None].astype(np.int64)
     if layout == "nhwc":
-        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n, h * w, c)
-        want = want.transpose(0, 2, 3, 1).reshape(n, oh * ow, c)
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        want = want.transpose(0, 2, 3, 1)
         attrs.update(layout="nhwc", image_size=[h, w])
     got = run_primitive("QDepthwiseConv", [x, taps, bias], attrs, out_type)
     assert got.dtype == bias.dtype and np.array_equal(got, want)

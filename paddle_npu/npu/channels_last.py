@@ -2,20 +2,27 @@
 
 A lowered Conv ends in a move of its rows [N, H*W, C] (the arrays' output, pixel by pixel)
 to NCHW, and the next Conv's Im2Col gathers them channels-last again. This pass keeps the
-rows as they are along chains of layers that do not care about the layout, and moves to
-NCHW only where something needs it:
+rows as they are along chains of layers that do not care about the layout, as an image
+[N, H, W, C] (the same elements in the same order), and moves to NCHW only where something
+needs it:
 
     to NCHW (DimTransform of a matrix layer's rows)   the rows stand for its output
     elementwise ops and activations (Add, Mul, Relu,  run on the rows: constants moved to
-    Clip, Lut, Quantize, ...)                         the rows' layout once, here; a
-                                                      per-image gate [N, C, 1, 1] is [N, 1, C]
+    Clip, Lut, Quantize, ...)                         the rows' layout once, here; a per-
+                                                      image gate [N, C, 1, 1] is [N, 1, 1, C]
     Im2Col                                            reads the rows (layout "nhwc"); a 1x1
-                                                      kernel at stride 1 is the rows: dropped
-    DimTransform to rows (ConvTranspose's input)      the rows: dropped
+                                                      kernel at stride 1 is the rows: dropped,
+                                                      its layer's VMMs read them as they are
+    DimTransform to rows                              the rows as they are, or (ConvTranspose's
+                                                      input) their [N, H*W, C]
     Pool, DepthwiseConv, Join / Concat of channels,   on the rows (Pool's and Depthwise-
     Crop of channels, Reduce over the pixels          Conv's layout "nhwc"; the others on
                                                       the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
+
+Rows of rank 4, not [N, H*W, C], let onnxruntime see a chain of such layers as one image:
+the transposes in the bodies of DepthwiseConv, Pool and a pointwise layer's VMM cancel, as
+no Reshape stands between them.
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
 unchanged (tests/test_npu_channels_last.py checks them against onnxruntime before lowering).
@@ -73,8 +80,10 @@ class ChannelsLast(Pass):
             if node in plan:
                 plan[node](self, node, rows, replaced, result)
             elif _to_nchw(node) is not None:
-                rows[node.outputs[0]] = node.inputs[0]
+                rows[node.outputs[0]] = self._seed_rows(node, replaced)
                 seeds.append(node)
+        for r in rows.values():
+            g.set_image_rows(r)
         added = self._back_to_nchw(graph, rows, sizes, needed, seeds)
         g.drop_dead(graph, seeds + replaced)
         for v, r in rows.items():       # a tensor left only as rows keeps its name
@@ -86,6 +95,25 @@ class ChannelsLast(Pass):
         result.info.update(moves_before=len(seeds), moves_after=kept + added)
         if seeds:
             result.fired.append(f"{len(seeds)} move(s) to NCHW -> {kept + added}")
+
+    def _seed_rows(self, node, replaced):
+        """The rows [N, H, W, C] a move to NCHW reads: its input as it is when that has rank
+        4 (the move then fixed to read it, should it stay), else that reshaped."""
+        x = node.inputs[0]
+        n, c, h, w = g.dims(node.outputs[0])
+        if len(g.dims(x)) == 4:
+            node.attributes["perm"] = ir.AttrInt64s("perm", [0, 3, 1, 2])
+            node.overload = _overload(node)
+            return x
+        image = g.make_node(DOMAIN, "DimTransform", [x],
+                            {"perm": [0, 1, 2], "shape": [0, h, w, c]},
+                            self.builder.names(f"{node.name}/rows"), dtype=x.dtype,
+                            shape=[n, h, w, c])
+        g.copy_annotations(node, image)
+        image.overload = _overload(image)
+        node.graph.insert_before(node, image)
+        replaced.append(image)                  # goes if nothing reads it
+        return image.outputs[0]
 
     # --- the rewrites, each of a node _plan accepted ---------------------------------------
 
@@ -100,7 +128,7 @@ class ChannelsLast(Pass):
                 moved = _constant_rows(c_, (h, w))
                 if moved is not c_:
                     inputs[k] = g.initializer(node.graph, moved, f"{v.name}.rows")
-        new = self._replace(node, inputs, [n, h * w, c], replaced)
+        new = self._replace(node, inputs, [n, h, w, c], replaced)
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
@@ -114,30 +142,43 @@ class ChannelsLast(Pass):
         result.fired.append(f"{node.name} reads rows")
 
     def _drop(self, node, rows, replaced, result):
-        """An Im2Col of a 1x1 kernel at stride 1, or a move to rows: its output is the rows."""
-        ir.convenience.replace_all_uses_with(node.outputs[0], rows[node.inputs[0]])
+        """An Im2Col of a 1x1 kernel at stride 1, or a move to rows [N, H, W, C]: its output
+        is the rows. What the Im2Col fed, its layer up to the move to NCHW, now reads rows
+        of rank 4: their shapes are inferred again."""
+        r = rows[node.inputs[0]]
+        readers = g.users(node.outputs[0])
+        ir.convenience.replace_all_uses_with(node.outputs[0], r)
         node.graph.remove(node, safe=True)
+        if len(g.dims(node.outputs[0])) != 4:
+            _infer_layer(readers)
         result.fired.append(f"{node.name} dropped: its output is the rows")
+
+    def _flatten(self, node, rows, replaced, result):
+        """A move to rows [N, H*W, C] (ConvTranspose's input): a reshape of the rows."""
+        node.replace_input_with(0, rows[node.inputs[0]])
+        node.attributes["perm"] = ir.AttrInt64s("perm", [0, 1, 2, 3])
+        node.overload = _overload(node)
+        result.fired.append(f"{node.name} reshapes the rows")
 
     def _window(self, node, rows, replaced, result):
         n, c, oh, ow = g.dims(node.outputs[0])
         new = self._replace(node, [rows[node.inputs[0]]] + list(node.inputs[1:]),
-                            [n, oh * ow, c], replaced, layout="nhwc",
+                            [n, oh, ow, c], replaced, layout="nhwc",
                             image_size=g.dims(node.inputs[0])[2:])
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
     def _remap(self, node, rows, replaced, result):
         n, c, h, w = g.dims(node.outputs[0])
-        new = self._replace(node, [rows[node.inputs[0]]], [n, h * w, c], replaced,
+        new = self._replace(node, [rows[node.inputs[0]]], [n, h, w, c], replaced,
                             axes=_rows_axes(node))
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
     def _join(self, node, rows, replaced, result):
         n, c, h, w = g.dims(node.outputs[0])
-        new = self._replace(node, [rows[v] for v in node.inputs], [n, h * w, c], replaced,
-                            axis=2)
+        new = self._replace(node, [rows[v] for v in node.inputs], [n, h, w, c], replaced,
+                            axis=3)
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
@@ -168,7 +209,7 @@ class ChannelsLast(Pass):
                 continue
             r, (h, w) = rows[v], sizes[v]
             back = g.make_node(DOMAIN, "DimTransform", [r],
-                               {"perm": [0, 2, 1], "shape": [0, g.dims(r)[2], h, w]},
+                               {"perm": [0, 3, 1, 2], "shape": [0, g.dims(r)[3], h, w]},
                                "", dtype=v.dtype, shape=g.dims(v))
             g.copy_annotations(r.producer(), back)
             if g.source(back) is None:
@@ -199,7 +240,7 @@ def _plan(graph, pinned):
             refused[node.name] = why
             continue
         plan[node] = rewrite
-        if rewrite not in (ChannelsLast._im2col, ChannelsLast._drop):
+        if rewrite not in (ChannelsLast._im2col, ChannelsLast._drop, ChannelsLast._flatten):
             sizes[node.outputs[0]] = tuple(g.dims(node.outputs[0])[2:])
     return sizes, plan, refused
 
@@ -208,8 +249,9 @@ def _choose(node, sizes, pinned):
     """(the rewrite of a node reading rows, None), or (None, why it keeps NCHW)."""
     if node.domain == DOMAIN and node.op_type == "Im2Col":
         return _check_im2col(node)
-    if _is_to_rows(node):           # ConvTranspose's input: the rows themselves
-        return ChannelsLast._drop, None
+    if _is_to_rows(node):
+        return (ChannelsLast._drop if len(g.dims(node.outputs[0])) == 4 else
+                ChannelsLast._flatten), None
     rewrite, why = _choose_rows_maker(node, sizes)
     if why is not None:
         return None, why
@@ -257,8 +299,8 @@ def _rows_axes(node):
     a = _attrs(node)
     axes = tuple(sorted(int(x) for x in a["axes"]))
     if node.op_type == "Crop":
-        return [2] if axes == (1,) else None
-    return [1] if axes == (2, 3) and a["keepdims"] else None
+        return [3] if axes == (1,) else None
+    return [1, 2] if axes == (2, 3) and a["keepdims"] else None
 
 
 def _check_im2col(node):
@@ -297,21 +339,45 @@ def _operands(node):
 
 
 def _to_nchw(node):
-    """(H, W) when `node` moves a matrix layer's rows [N, H*W, C] to [N, C, H, W], else None."""
-    if not _is_dim_transform(node) or list(node.attributes.get_ints("perm", [])) != [0, 2, 1]:
+    """(H, W) when `node` moves a matrix layer's rows, [N, H*W, C] or [N, H, W, C] (a
+    layer reading the rows as they are: _drop), to [N, C, H, W], else None."""
+    if not _is_dim_transform(node):
         return None
+    perm = list(node.attributes.get_ints("perm", []))
     x, y = g.dims(node.inputs[0]), _image_dims(node.outputs[0])
-    if x is None or y is None or len(x) != 3 or x[1:] != [y[2] * y[3], y[1]]:
+    if x is None or y is None:
         return None
-    return y[2], y[3]
+    n, c, h, w = y
+    if (perm, x[1:]) not in (([0, 2, 1], [h * w, c]), ([0, 2, 1], [h, w, c]),
+                             ([0, 3, 1, 2], [h, w, c])):
+        return None
+    return h, w
 
 
 def _is_to_rows(node):
-    """Whether `node` moves an NCHW image [N, C, H, W] to its rows [N, H*W, C]."""
+    """Whether `node` moves an NCHW image [N, C, H, W] to its rows, [N, H*W, C] or
+    [N, H, W, C]."""
     if not _is_dim_transform(node) or list(node.attributes.get_ints("perm", [])) != [0, 2, 3, 1]:
         return False
     x, y = _image_dims(node.inputs[0]), g.dims(node.outputs[0])
-    return x is not None and y is not None and y[1:] == [x[2] * x[3], x[1]]
+    return x is not None and y is not None and y[1:] in ([x[2] * x[3], x[1]],
+                                                           [x[2], x[3], x[1]])
+
+
+def _infer_layer(readers):
+    """Infers again the output shapes of a layer's primitives from `readers` on, up to its
+    moves (DimTransform), after their input changed rank."""
+    todo = list(readers)
+    while todo:
+        node = todo.pop(0)
+        if node.domain != DOMAIN or _is_dim_transform(node):
+            continue
+        prim = get_primitive(node.op_type)
+        shapes = prim.infer([g.dims(v) for v in node.inputs],
+                            {k: a.value for k, a in node.attributes.items()})
+        for v, shape in zip(node.outputs, shapes):
+            v.shape = ir.Shape(shape)
+            todo.extend(g.users(v))
 
 
 def _is_dim_transform(node):
@@ -328,16 +394,16 @@ def _image_dims(value):
 
 def _constant_rows(c, size):
     """A constant operand of an NCHW image of `size` (H, W), as the operand of its rows:
-    `c` itself when it is one element of rank <= 3, None when it has no rows form (rank
-    over 4, or varying over height or width alone)."""
-    if c.size == 1 and c.ndim <= 3:
+    `c` itself when it is one element, None when it has no rows form (rank over 4, or
+    varying over height or width alone)."""
+    if c.size == 1 and c.ndim <= 4:
         return c
     if c.ndim > 4:
         return None
     a, b, h, w = (1,) * (4 - c.ndim) + c.shape
     if (h, w) not in ((1, 1), tuple(size)):
         return None
-    return np.ascontiguousarray(c.reshape(a, b, h * w).transpose(0, 2, 1))
+    return np.ascontiguousarray(c.reshape(a, b, h, w).transpose(0, 2, 3, 1))
 
 
 def _attrs(node):
@@ -351,13 +417,12 @@ def _overload(node):
 
 def tensors_as_nchw(model_proto, tensors):
     """{name: array} of tensors fetched from a lowered model, those it holds as rows
-    [N, H*W, C] (graph.set_rows_size) given back as the model's NCHW arrays."""
+    [N, H, W, C] (graph.set_rows_size) given back as the model's NCHW arrays."""
     sizes = {n.output[0]: g.proto_rows_size(n) for n in model_proto.graph.node
              if g.proto_rows_size(n) is not None}
     out = dict(tensors)
     for name, size in sizes.items():
         if name in out:
             x = out[name]
-            out[name] = np.ascontiguousarray(
-                x.reshape(x.shape[0], *size, x.shape[2]).transpose(0, 3, 1, 2))
+            out[name] = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
     return out

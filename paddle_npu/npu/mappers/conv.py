@@ -52,7 +52,7 @@ def _depthwise(ctx, node, x, taps, bias, window, out):
             **window, _name="depthwise")
     ctx.plans.append(plan)
     n_, c, h, w = ctx.dims(x)
-    rows = ctx.npu.DimTransform(x, perm=[0, 2, 3, 1], shape=[0, h * w, c], _name="to_rows")
+    rows = ctx.npu.DimTransform(x, perm=[0, 2, 3, 1], shape=[0, h, w, c], _name="to_rows")
     acc = ctx.npu.QDepthwiseConv(
         quantize_rows(ctx, plan, rows),
         ctx.initializer(np.ascontiguousarray(s.weights_q[0].T.reshape(taps.shape)), "taps_q"),
@@ -60,7 +60,7 @@ def _depthwise(ctx, node, x, taps, bias, window, out):
         **window, layout="nhwc", image_size=[h, w], acc_bits=plan.acc_bits,
         _name="qdepthwise", _dtype=ir.DataType.INT32 if plan.acc_bits == 32 else
         ir.DataType.INT64)
-    return ctx.npu.DimTransform(read_out(ctx, plan, acc), perm=[0, 2, 1], shape=[0] + out,
+    return ctx.npu.DimTransform(read_out(ctx, plan, acc), perm=[0, 3, 1, 2], shape=[0] + out,
                                 _name="to_nchw")
 
 

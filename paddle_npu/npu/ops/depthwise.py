@@ -3,8 +3,9 @@ unit, in floats and on integers."""
 import numpy as np
 
 from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
-from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, Im2Col, as_nchw, check_layout, image_dims,
-                     is_nhwc, kernel_taps, output_size, padded_rows, window_coords)
+from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, Im2Col, as_layout, as_nchw, check_layout,
+                     image_dims, is_nhwc, kernel_taps, output_size, padded_pixels,
+                     window_coords)
 from .quant import _ACC_OF_BITS, in_accumulator
 from .reduce import _reduce
 
@@ -16,15 +17,15 @@ class DepthwiseConv(Primitive):
     whose groups are its channels. The vector unit walks the windows as Pool does and
     multiplies and adds where Pool compares or adds (KH*KW multiply-adds per output element);
     the arrays, which would hold such a kernel block-diagonally, mostly zeros, are not used. An
-    "nhwc" image (a matrix layer's rows [N, H*W, C]) gives nhwc rows [N, OH*OW, C]. The taps
+    "nhwc" image (a matrix layer's rows [N, H, W, C]) gives nhwc rows [N, OH, OW, C]. The taps
     sum in float64, rounded once to X's type, and the bias is added in that type: what the
     layer's arrays and AddInTile give (in float32 in the float32 body, onnxruntime's own
     Conv)."""
 
-    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),
               Arg("W", "the taps of each channel [C, 1, KH, KW] (ONNX Conv's weight)"),
               Arg("B", "bias [C] (may be left out)", optional=True))
-    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
+    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH, OW, C] in the nhwc layout"),)
     attributes = WINDOW_ATTRS + LAYOUT_ATTRS
 
     @classmethod
@@ -34,9 +35,7 @@ class DepthwiseConv(Primitive):
         n, c, h, w = image_dims(in_shapes[0], a)
         oh, ow = output_size(a, h, w) if isinstance(h, int) and isinstance(w, int) else \
             (None, None)
-        if is_nhwc(a):
-            return [[n, oh * ow, c]]
-        return [[n, c, oh, ow]]
+        return [[n, oh, ow, c] if is_nhwc(a) else [n, c, oh, ow]]
 
     @classmethod
     def work(cls, attrs, in_shapes, out_shapes):
@@ -62,20 +61,16 @@ class DepthwiseConv(Primitive):
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
         """onnxruntime's Conv with a group per channel (it convolves NCHW: an nhwc image
-        goes there and back)."""
-        n, c, h, w = image_dims(in_shapes[0], attrs)
-        x = "X"
-        if is_nhwc(attrs):
-            x = b.op("Transpose", b.op("Reshape", x, b.const([0, h, w, c])), perm=[0, 3, 1, 2])
+        goes there and back, by transposes onnxruntime cancels against its neighbours')."""
+        c = image_dims(in_shapes[0], attrs)[1]
+        x = b.op("Transpose", "X", perm=[0, 3, 1, 2]) if is_nhwc(attrs) else "X"
         bias = "B" if len(in_shapes) > 2 and in_shapes[2] is not None else None
         y = b.op("Conv", x, "W", *([bias] if bias else []), group=c,
                  kernel_shape=list(attrs["kernel_shape"]), strides=list(attrs["strides"]),
                  pads=list(attrs["pads"]), dilations=list(attrs["dilations"]),
                  out=None if is_nhwc(attrs) else "Y")
         if is_nhwc(attrs):
-            oh, ow = output_size(attrs, h, w)
-            b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 3, 1]),
-                 b.const([0, oh * ow, c]), out="Y")
+            b.op("Transpose", y, perm=[0, 2, 3, 1], out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -84,7 +79,7 @@ class DepthwiseConv(Primitive):
         y = _tap_sums_array(array, x, inputs[1], a, np.float64).astype(x.dtype)
         if bias is not None:
             y += bias.astype(x.dtype)[None, :, None, None]
-        return [_as_layout(y, a)]
+        return [as_layout(y, a)]
 
 
 @primitive
@@ -124,7 +119,7 @@ class QDepthwiseConv(Primitive):
         if _bias(inputs) is not None:
             y += inputs[2].astype(np.int64)[None, :, None, None]
         y = in_accumulator(y, a["acc_bits"], "QDepthwiseConv", attrs.get("_node"))
-        return [_as_layout(y, a)]
+        return [as_layout(y, a)]
 
 
 def _bias(inputs):
@@ -139,9 +134,9 @@ def _tap_sums(b, attrs, in_shapes):
     (kh, kw), (_, pl, _, pr) = attrs["kernel_shape"], attrs["pads"]
     oh, ow = output_size(attrs, h, w)
     x = b.op("Cast", "X", to=DOUBLE)
-    if not is_nhwc(attrs):                                  # the image's rows [N, H*W, C]
-        x = b.op("Reshape", b.op("Transpose", x, perm=[0, 2, 3, 1]), b.const([0, -1, c]))
-    pixels = padded_rows(b, x, c, (h, w), attrs["pads"])
+    if not is_nhwc(attrs):                                  # the image [N, H, W, C]
+        x = b.op("Transpose", x, perm=[0, 2, 3, 1])
+    pixels = padded_pixels(b, x, c, attrs["pads"])
     rows, cols = window_coords(attrs, oh, ow)
     windows = Im2Col.gather_blocks(b, pixels, (rows * (w + pl + pr), cols), 1)
     taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
@@ -150,11 +145,12 @@ def _tap_sums(b, attrs, in_shapes):
 
 
 def _image_out(b, attrs, in_shapes, y):
-    """Body: Y from its rows [N, OH*OW, C], as they are (nhwc) or as an NCHW image."""
+    """Body: Y from its pixels [N, OH*OW, C], in the primitive's layout."""
+    n, c, h, w = image_dims(in_shapes[0], attrs)
+    oh, ow = output_size(attrs, h, w)
+    y = b.op("Reshape", y, b.const([0, oh, ow, c]))
     if not is_nhwc(attrs):
-        n, c, h, w = image_dims(in_shapes[0], attrs)
-        oh, ow = output_size(attrs, h, w)
-        y = b.op("Transpose", b.op("Reshape", y, b.const([0, oh, ow, c])), perm=[0, 3, 1, 2])
+        y = b.op("Transpose", y, perm=[0, 3, 1, 2])
     b.output(y, "Y")
 
 
@@ -174,11 +170,3 @@ def _tap_sums_array(array, x, w, a, dtype):
         y += xp[:, :, rows, cols] * taps[None, :, 0, i, j, None, None]
     array.vector_elements += y.size * int(np.prod(a["kernel_shape"]))
     return y
-
-
-def _as_layout(y, a):
-    """An NCHW result in the primitive's layout."""
-    if not is_nhwc(a):
-        return y
-    n, c = y.shape[:2]
-    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)

@@ -5,11 +5,12 @@ from onnx import numpy_helper
 from .base import Arg, Attr, Primitive, config_tag, float_input_attrs, primitive
 
 
-# The layouts of an image a spatial primitive (Im2Col, Pool) reads: "nchw", or "nhwc": the
-# rows of a matrix layer as they come out of it, [N, H*W, C], the height and width in the
-# attribute `image_size` (the layout pass, npu/channels_last.py, keeps images so).
+# The layouts of an image a spatial primitive (Im2Col, Pool, DepthwiseConv) reads: "nchw", or
+# "nhwc": [N, H, W, C], a matrix layer's rows as they come out of it, one pixel a row of
+# channels (the layout pass, npu/channels_last.py, keeps images so between layers). The
+# attribute `image_size` repeats its height and width for readers without shapes.
 LAYOUT_ATTRS = (
-    Attr("layout", "string", '"nchw": X is [N, C, H, W]; "nhwc": X is [N, H*W, C], pixel by '
+    Attr("layout", "string", '"nchw": X is [N, C, H, W]; "nhwc": X is [N, H, W, C], pixel by '
                              "pixel with their channels last", "nchw"),
     Attr("image_size", "ints", '[H, W] of an "nhwc" X (unused for "nchw")', [0, 0]),
 )
@@ -32,23 +33,27 @@ def image_dims(shape, a):
     """(N, C, H, W) of the image X of a spatial primitive, whichever its layout."""
     if not is_nhwc(a):
         return tuple(shape)
-    (h, w), (n, _, c) = a["image_size"], shape
+    n, h, w, c = shape
     return n, c, h, w
 
 
 def as_nchw(x, a):
     """An image array X as [N, C, H, W], whichever its layout (a view)."""
-    if not is_nhwc(a):
-        return x
-    return x.reshape(x.shape[0], *a["image_size"], x.shape[2]).transpose(0, 3, 1, 2)
+    return x.transpose(0, 3, 1, 2) if is_nhwc(a) else x
+
+
+def as_layout(y, a):
+    """An NCHW result array in the primitive's layout (contiguous)."""
+    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if is_nhwc(a) else y
 
 
 def check_layout(a, shape):
     """Raises on a layout the primitive cannot read."""
     if a["layout"] not in ("nchw", "nhwc"):
         raise ValueError(f"unknown layout {a['layout']!r} (known: nchw, nhwc)")
-    if is_nhwc(a) and (len(shape) != 3 or min(a["image_size"]) < 1):
-        raise ValueError(f'an "nhwc" image is [N, H*W, C] with image_size [H, W] '
+    if is_nhwc(a) and (len(shape) != 4 or min(a["image_size"]) < 1 or
+                       list(shape[1:3]) != list(a["image_size"])):
+        raise ValueError(f'an "nhwc" image is [N, H, W, C] with image_size [H, W] '
                          f"(got {list(shape)} and {list(a['image_size'])})")
 
 
@@ -112,7 +117,7 @@ class Im2Col(Primitive):
     X[n, c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] at column c*KH*KW + kh*KW + kw, zero
     where that falls in the padding. Multiplying the rows by the kernel matrix
     W.reshape(M, C*KH*KW)^T is the convolution. The image is NCHW, or (layout "nhwc") the
-    previous matrix layer's rows [N, H*W, C] as they are.
+    previous matrix layer's rows as they are, [N, H, W, C].
 
     With `channel_block` B the columns come in another order: the channels in blocks of B
     (the last block what is left, C mod B), each block tap by tap: channel b*B + j of block b
@@ -126,7 +131,7 @@ class Im2Col(Primitive):
     their own, every block B channels (the last filled up with zero channels), each tap by
     tap as above: the rows of a stack of alike tiles, one block each (VMM with a stacked W)."""
 
-    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),)
     outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW] ([N, blocks, OH*OW, KH*KW*B] blocks first)"),)
     attributes = WINDOW_ATTRS + (
         Attr("channel_block", "int", "0: the columns channel by channel; B: blocks of B "
@@ -266,11 +271,11 @@ class Im2Col(Primitive):
     @classmethod
     def _pointwise_body(cls, b, attrs, channels):
         """A 1x1 kernel without padding: the (strided) image moved channels-last (an nhwc
-        image already is: at stride 1 the rows are the image)."""
+        image already is: at stride 1 its pixels are the rows)."""
         sh, sw = attrs["strides"]
         if is_nhwc(attrs):
             if (sh, sw) == (1, 1):
-                b.op("Identity", "X", out="Y")
+                b.op("Reshape", "X", b.const([0, -1, channels]), out="Y")
             else:
                 cls._nhwc_body(b, attrs, channels)
             return
@@ -300,15 +305,14 @@ class Im2Col(Primitive):
 
     @classmethod
     def _nhwc_body(cls, b, attrs, channels):
-        """An nhwc image: the rows padded as an image [N, H, W, C] (Pad copies the image
-        either way), then one Gather of whole pixels by a table [OH*OW, KH*KW] made here
-        (a sum of two small terms, which onnxruntime folds fastest, past TABLE_LIMIT)."""
+        """An nhwc image [N, H, W, C]: padded (Pad copies the image either way), then one
+        Gather of whole pixels by a table [OH*OW, KH*KW] made here (a sum of two small
+        terms, which onnxruntime folds fastest, past TABLE_LIMIT)."""
         h, w = attrs["image_size"]
         (_, pl, _, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow)               # in the padded image
-        pixels = padded_rows(b, "X", channels, (h, w), attrs["pads"],
-                             _channel_fill(attrs, channels))
+        pixels = padded_pixels(b, "X", channels, attrs["pads"], _channel_fill(attrs, channels))
         cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
@@ -391,16 +395,13 @@ class Im2Col(Primitive):
         return [out.reshape(n, oh * ow, c * kh * kw)]
 
 
-def padded_rows(b, x, channels, image_size, pads, fill=0):
-    """Body: an nhwc image's rows x [N, H*W, C] padded as the image [N, H, W, C] (`pads` as
-    a window's), with `fill` zero channels after its own: the pixels [N, Hp*Wp, C + fill]
-    a window table indexes (x itself when nothing is added)."""
-    (h, w), (pt, pl, pb, pr) = image_size, pads
-    if not any(pads) and not fill:
-        return x
-    image = b.op("Reshape", x, b.const([0, h, w, channels]))
-    padded = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
-    return b.op("Reshape", padded, b.const([0, -1, channels + fill]))
+def padded_pixels(b, image, channels, pads, fill=0):
+    """Body: an nhwc image [N, H, W, C] padded (`pads` as a window's), with `fill` zero
+    channels after its own: the pixels [N, Hp*Wp, C + fill] a window table indexes."""
+    pt, pl, pb, pr = pads
+    if any(pads) or fill:
+        image = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
+    return b.op("Reshape", image, b.const([0, -1, channels + fill]))
 
 
 def _pixels_by_einsum(attrs, channels):

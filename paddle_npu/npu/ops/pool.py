@@ -2,7 +2,8 @@
 import numpy as np
 
 from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
-from .im2col import LAYOUT_ATTRS, as_nchw, check_layout, image_dims, is_nhwc, kernel_taps
+from .im2col import LAYOUT_ATTRS, as_layout, as_nchw, check_layout, image_dims, is_nhwc, \
+    kernel_taps
 from .reduce import Reduce
 
 
@@ -25,14 +26,14 @@ class Pool(Primitive):
     """Y[n, c, oh, ow] = max (mode "max") or mean (mode "avg") of X[n, c, oh*sh - pt + kh*dh,
     ow*sw - pl + kw*dw] over the window's taps: the vector unit compares or adds each
     window's KH*KW elements (its cost: KH*KW operations per output element; global pooling
-    is one window the size of the image). An "nhwc" image (a matrix layer's rows [N, H*W, C])
-    gives nhwc rows [N, OH*OW, C]. Padding is never the maximum; an average divides
+    is one window the size of the image). An "nhwc" image (a matrix layer's rows [N, H, W, C])
+    gives nhwc rows [N, OH, OW, C]. Padding is never the maximum; an average divides
     by the taps inside the image, or by all KH*KW with count_include_pad (windows that
     ceil_mode adds past the padding count only what they cover). The average sums in float64
     and rounds once."""
 
-    inputs = (Arg("X", "image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),)
-    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH*OW, C] in the nhwc layout"),)
+    inputs = (Arg("X", "image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),)
+    outputs = (Arg("Y", "[N, C, OH, OW], or [N, OH, OW, C] in the nhwc layout"),)
     attributes = (
         Attr("mode", "string", '"max" or "avg"'),
         Attr("kernel_shape", "ints", "[KH, KW]"),
@@ -48,9 +49,7 @@ class Pool(Primitive):
         a = cls.attrs_of(attrs)
         check_layout(a, in_shapes[0])
         n, c, oh, ow = _out_dims(image_dims(in_shapes[0], a), a)
-        if is_nhwc(a):
-            return [[n, oh * ow, c]]
-        return [[n, c, oh, ow]]
+        return [[n, oh, ow, c] if is_nhwc(a) else [n, c, oh, ow]]
 
     @classmethod
     def work(cls, attrs, in_shapes, out_shapes):
@@ -66,17 +65,14 @@ class Pool(Primitive):
         if not is_nhwc(attrs):
             cls._nchw_body(b, attrs, "X", "Y")
             return
-        n, c, oh, ow = _out_dims(image_dims(in_shapes[0], attrs), attrs)
-        if _is_global(attrs):           # the image's pixels are the rows: reduce over them
+        if _is_global(attrs):           # reduce over the image's pixels
             Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
-                            "axes": [1], "keepdims": 1}, in_shapes, float32=float32)
+                            "axes": [1, 2], "keepdims": 1}, in_shapes, float32=float32)
             return
-        # ONNX pools only NCHW: the window sums run there, between two transposes
-        h, w = attrs["image_size"]
-        x = b.op("Transpose", b.op("Reshape", "X", b.const([0, h, w, -1])), perm=[0, 3, 1, 2])
-        y = cls._nchw_body(b, attrs, x, None)
-        y = b.op("Transpose", y, perm=[0, 2, 3, 1])
-        b.op("Reshape", y, b.const([0, oh * ow, -1]), out="Y")
+        # ONNX pools only NCHW: the window sums run there, between two transposes (which
+        # onnxruntime cancels against its neighbours')
+        y = cls._nchw_body(b, attrs, b.op("Transpose", "X", perm=[0, 3, 1, 2]), None)
+        b.op("Transpose", y, perm=[0, 2, 3, 1], out="Y")
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
@@ -96,11 +92,7 @@ class Pool(Primitive):
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
         check_layout(a, inputs[0].shape)
-        y = cls._nchw_reference(array, as_nchw(inputs[0], a), a)
-        if is_nhwc(a):
-            n, c = y.shape[:2]
-            y = np.ascontiguousarray(y.transpose(0, 2, 3, 1)).reshape(n, -1, c)
-        return [y]
+        return [as_layout(cls._nchw_reference(array, as_nchw(inputs[0], a), a), a)]
 
     @classmethod
     def _nchw_reference(cls, array, x, a):

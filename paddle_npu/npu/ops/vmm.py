@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from ..graph import is_image_rows
 from .base import DOUBLE, Arg, Attr, Primitive, primitive
 
 
@@ -25,7 +26,13 @@ class VMM(Primitive):
     rows X[..., t, :, :]: Y[..., t, k, :] = X[..., t, k, :] @ W[t], each array's result
     (AddInTile places or sums them). One batched product in onnxruntime, no rows sliced
     per tile: on MobileNet's layer sizes measured 1.5-2x faster than the tiles one by one,
-    and one node instead of thousands for the per-channel plan."""
+    and one node instead of thousands for the per-channel plan.
+
+    An X the layout pass keeps as an image's rows [N, H, W, C] (a 1x1 layer's input) gets
+    a float32 body that is a 1x1 Conv between two transposes, which onnxruntime cancels
+    against its neighbours' (DepthwiseConv's, Pool's, the other such VMMs') and runs in its
+    blocked layout, as it runs the Conv the layer came from (a MatMul there measured up to
+    1.9x slower on MobileNet's layers)."""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset); "
                        "for a stack [..., T, K, R]"),
@@ -54,7 +61,8 @@ class VMM(Primitive):
     def overload(cls, attrs, in_shapes):
         """"whole" when the array reads all of X's columns, "rows_<offset>_<R>_rank<n>" when
         the columns it reads are known at lowering (the Slice bounds one per axis of X),
-        else "" (the slice computed at every run); "stack" for a stack."""
+        else "" (the slice computed at every run); "stack" for a stack. "_image" follows
+        when X is an image's rows (input_attrs): the float32 body is a 1x1 Conv."""
         if len(in_shapes[1]) == 3:
             cls._check_stack(attrs, in_shapes[0], in_shapes[1])
             return "stack"
@@ -66,7 +74,7 @@ class VMM(Primitive):
             f"rows_{offset}_{r}_rank{len(in_shapes[0])}"
         blocks = attrs.get("_blocks")
         if blocks is None:
-            return name
+            return name + "_image" if attrs.get("_image") else name
         name += "_blocks{}x{}x{}".format(*blocks)
         # the aligned block body reshapes all of X: its width is part of the specialisation
         return name + f"_of{total}" if cls._aligned(attrs, in_shapes) else name
@@ -74,12 +82,15 @@ class VMM(Primitive):
     @classmethod
     def input_attrs(cls, inputs):
         """{"_blocks": (n, k, m)} when W is a constant made of n diagonal blocks of k rows by
-        m columns, zero elsewhere (`diagonal_blocks`), else {}."""
+        m columns, zero elsewhere (`diagonal_blocks`); {"_image": True} when X is an image's
+        rows [N, H, W, C] (graph.is_image_rows) and W a tile [R, M]; else {}."""
         w = inputs[1] if len(inputs) > 1 else None
         if w is None or w.const_value is None:
             return {}
         blocks = diagonal_blocks(w.const_value.numpy())
-        return {} if blocks is None else {"_blocks": blocks}
+        if blocks is not None:
+            return {"_blocks": blocks}
+        return {"_image": True} if is_image_rows(inputs[0]) and len(w.shape) == 2 else {}
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
@@ -99,6 +110,10 @@ class VMM(Primitive):
             b.op("MatMul", "X", "W", out="Y")
         elif cls._blocks(attrs, in_shapes):
             cls._block_products(b, attrs, in_shapes, lambda v: v, out="Y")
+        elif attrs.get("_image") and cls._static_span(attrs, in_shapes):
+            image = b.op("Transpose", cls._rows(b, attrs, in_shapes), perm=[0, 3, 1, 2])
+            kernel = b.op("Reshape", b.op("Transpose", "W", perm=[1, 0]), b.const([0, 0, 1, 1]))
+            b.op("Transpose", b.op("Conv", image, kernel), perm=[0, 2, 3, 1], out="Y")
         else:
             b.op("MatMul", cls._rows(b, attrs, in_shapes), "W", out="Y")
 
