@@ -314,3 +314,35 @@ def test_a_chain_of_depthwise_and_pointwise_layers_is_one_image_in_onnxruntime(t
     _, want = run_onnx(serialized(proto), {"x": x})
     _, got = run_onnx(data, {"x": x})
     assert_close(got[0], want[0], "onnxruntime, float32 bodies")
+
+
+def test_only_layers_next_to_images_read_the_rows_as_images():
+    """A 1x1 layer between layers that gather their rows (Im2Col) keeps its MatMul body, as
+    does one before a global pool (a Reduce) or after a residual Add of a gathered layer; one
+    after a max pool reads its rows as an image. The outputs agree either way."""
+    steps = [_conv("a", "x", 3, 16, 3, 1),
+             _conv("p1", "a", 16, 16, 1, 2),             # between a and b: MatMul
+             _conv("b", "p1", 16, 16, 3, 3),
+             helper.make_node("MaxPool", ["b"], ["mp"], name="mp", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             _conv("p2", "mp", 16, 16, 1, 4),             # after a pool: an image
+             _conv("c", "p2", 16, 16, 3, 5),
+             helper.make_node("Add", ["c", "p2"], ["res"], name="res"),
+             _conv("p3", "res", 16, 16, 1, 6),            # after c's residual Add: MatMul
+             helper.make_node("GlobalAveragePool", ["p3"], ["y"], name="gap")]
+    nodes, inits = [], []
+    for step in steps:
+        if isinstance(step, tuple):
+            nodes += step[0]
+            inits += step[1]
+        else:
+            nodes.append(step)
+    proto = model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16, 1, 1])], inits)
+    lowered, _ = lower(proto, "npu256", bodies="float32")
+    images = {n.name.split("/")[0] for n in lowered.graph
+              if n.op_type == "VMM" and "_image" in n.overload}
+    assert images == {"p2"}
+    x = np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    _, want = run_onnx(serialized(proto), {"x": x})
+    _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
+    assert_close(got[0], want[0], "onnxruntime, float32 bodies")

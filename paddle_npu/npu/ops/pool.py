@@ -65,7 +65,7 @@ class Pool(Primitive):
         if not is_nhwc(attrs):
             cls._nchw_body(b, attrs, "X", "Y")
             return
-        if _is_global(attrs):           # reduce over the image's pixels
+        if is_global(attrs):           # reduce over the image's pixels
             Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
                             "axes": [1, 2], "keepdims": 1}, in_shapes, float32=float32)
             return
@@ -138,6 +138,6 @@ def _out_dims(image, a):
     return n, c, oh, ow
 
 
-def _is_global(a):
+def is_global(a):
     """One window the size of an nhwc image, no padding."""
     return list(a["kernel_shape"]) == list(a["image_size"]) and not any(a["pads"])
