@@ -210,6 +210,32 @@ def test_a_pictures_few_channels_move_channels_last_with_an_einsum(kernel, strid
     assert plain.overload != fn.overload or not few
 
 
+@pytest.mark.parametrize("kernel,stride,pads,dilations,block,channels,one_hot", [
+    ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 3, 3, True),     # a stem's, tap by tap
+    ([3, 3], [1, 2], [0, 1, 2, 1], [2, 1], 0, 3, True),     # channel by channel
+    ([5, 5], [2, 2], [2, 2, 2, 2], [1, 1], 1, 1, True),     # one channel: 25 columns
+    ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 4, 4, False),    # 36 columns: the gather
+    ([7, 7], [2, 2], [3, 3, 3, 3], [1, 1], 3, 3, False),    # 147 columns: the gather
+])
+def test_a_pictures_float32_im2col_is_a_one_hot_conv(kernel, stride, pads, dilations, block,
+                                                     channels, one_hot):
+    """A float picture of few channels, at most ONE_HOT_COLUMNS columns: the float32 body is
+    onnxruntime's Conv with one-hot filters, the rows bit for bit the reference's on finite
+    input; more columns keep the gather (the exact body's)."""
+    n, h, w = 2, 13, 11
+    x = np.random.default_rng(6).standard_normal((n, channels, h, w)).astype(np.float32)
+    x[0, 0, 0, :3] = [0.0, -0.0, 3e38]
+    attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "dilations": dilations,
+             "channel_block": block}
+    prim = get_primitive("Im2Col")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    derived = {"_float": True}
+    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [list(x.shape)], float32=True)
+    assert ("Conv" in {node.op_type for node in fn.node}) == one_hot
+    got = run_primitive("Im2Col", [x], attrs, float32=True, derived=derived)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("group, overload", [
     (1, "_b4of4"),          # dense: the columns tap by tap, as the gather gives them
     (4, "_b4of4"),          # depthwise, one tile: its 4 channels tap by tap
