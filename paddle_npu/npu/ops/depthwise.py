@@ -90,11 +90,11 @@ class QDepthwiseConv(Primitive):
     float64, which holds every such sum exactly."""
     placed_as = "DepthwiseConv"     # the vector unit's, on integers
 
-    inputs = (Arg("X", "integer image [N, C, H, W], or [N, H*W, C] in the nhwc layout"),
+    inputs = (Arg("X", "integer image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),
               Arg("W", "the integer taps of each channel [C, 1, KH, KW]"),
               Arg("B", "integer bias [C] in the accumulator's type (may be left out)",
                   optional=True))
-    outputs = (Arg("Y", "[N, C, OH, OW] (nhwc: [N, OH*OW, C]), int32 / int64"),)
+    outputs = (Arg("Y", "[N, C, OH, OW] (nhwc: [N, OH, OW, C]), int32 / int64"),)
     attributes = DepthwiseConv.attributes + (
         Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),)
 
