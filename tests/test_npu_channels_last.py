@@ -34,6 +34,25 @@ def _conv(name, x, c_in, c_out, k, seed, stride=1, pad=None, group=1):
     return [node], inits
 
 
+def _nodes(steps, inits=()):
+    """The nodes and initializers of `steps`: nodes, and _conv's (nodes, initializers)."""
+    nodes, inits = [], list(inits)
+    for step in steps:
+        if isinstance(step, tuple):
+            nodes += step[0]
+            inits += step[1]
+        else:
+            nodes.append(step)
+    return nodes, inits
+
+
+def _agrees_in_float32(proto, lowered, x):
+    """onnxruntime on the lowered model (float32 bodies) against the model, on x."""
+    _, want = run_onnx(serialized(proto), {"x": x})
+    _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
+    assert_close(got[0], want[0], "onnxruntime, float32 bodies")
+
+
 def _lower(proto, target="npu256"):
     """The lowered ir.Model and the layout pass's result."""
     m = prepare(proto)
@@ -89,13 +108,7 @@ def _network():
         helper.make_node("Mul", ["cat", "gate"], ["se"], name="excite"),
         helper.make_node("Flatten", ["se"], ["y"], name="flatten"),
     ]
-    nodes = []
-    for step in steps:
-        if isinstance(step, tuple):
-            nodes += step[0]
-            inits += step[1]
-        else:
-            nodes.append(step)
+    nodes, inits = _nodes(steps, inits)
     return model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16 * 2 * 2]), ("side", [1, 8, 8, 8])],
                  inits)
 
@@ -282,13 +295,7 @@ def _mobile_blocks():
                   helper.make_node("Relu", [f"dw{i}"], [f"q{i}"], name=f"q{i}"),
                   _conv(f"pw{i}", f"q{i}", 96, 96, 1, 20 + i)]
         x = f"pw{i}"
-    nodes, inits = [], []
-    for step in steps:
-        if isinstance(step, tuple):
-            nodes += step[0]
-            inits += step[1]
-        else:
-            nodes.append(step)
+    nodes, inits = _nodes(steps)
     return model(nodes, [("x", [1, 3, 16, 16])], [(x, [1, 96, 8, 8])], inits)
 
 
@@ -312,10 +319,8 @@ def test_a_chain_of_depthwise_and_pointwise_layers_is_one_image_in_onnxruntime(t
     # per pointwise one
     assert optimized.count("Conv") == 1 + 2 + 2 * 2
     assert "Transpose" not in optimized
-    x = np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    _, want = run_onnx(serialized(proto), {"x": x})
-    _, got = run_onnx(data, {"x": x})
-    assert_close(got[0], want[0], "onnxruntime, float32 bodies")
+    _agrees_in_float32(proto, lowered,
+                       np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32))
 
 
 def test_only_layers_next_to_images_read_the_rows_as_images():
@@ -332,19 +337,11 @@ def test_only_layers_next_to_images_read_the_rows_as_images():
              helper.make_node("Add", ["c", "p2"], ["res"], name="res"),
              _conv("p3", "res", 16, 16, 1, 6),            # after c's residual Add: MatMul
              helper.make_node("GlobalAveragePool", ["p3"], ["y"], name="gap")]
-    nodes, inits = [], []
-    for step in steps:
-        if isinstance(step, tuple):
-            nodes += step[0]
-            inits += step[1]
-        else:
-            nodes.append(step)
+    nodes, inits = _nodes(steps)
     proto = model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16, 1, 1])], inits)
     lowered, _ = lower(proto, "npu256", bodies="float32")
     images = {n.name.split("/")[0] for n in lowered.graph
               if n.op_type == "VMM" and "_image" in n.overload}
     assert images == {"p2"}
-    x = np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    _, want = run_onnx(serialized(proto), {"x": x})
-    _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
-    assert_close(got[0], want[0], "onnxruntime, float32 bodies")
+    _agrees_in_float32(proto, lowered,
+                       np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32))
