@@ -368,11 +368,11 @@ def _is_to_rows(node):
 def _read_as_images(graph, rows):
     """The rows values that 1x1 layers (VMMs reading rows as they are) read as images, their
     float32 bodies 1x1 Convs: those next to what onnxruntime runs as an image anyway, a
-    depthwise or pooling layer or another such 1x1 layer, through elementwise ops (all
-    of whose operands are such images, but constants and per-image gates [N, 1, 1, C])
-    and AddInTile, before or after. Between layers that
-    gather their rows (Im2Col) a Conv body would only add moves into onnxruntime's blocked
-    layout and out of it (ResNet-50: 3 % slower): the MatMul stays there."""
+    depthwise or pooling layer or another such 1x1 layer, through elementwise ops (all of
+    whose operands are such images, but constants and per-image gates [N, 1, 1, C]) and
+    AddInTile, before or after. Between layers that gather their rows (Im2Col) a Conv body
+    would only add moves into onnxruntime's blocked layout and out of it (ResNet-50: 3 %
+    slower): the MatMul stays there."""
     images, marked = set(), set()
     for node in graph:
         x = node.inputs[0] if node.inputs else None
