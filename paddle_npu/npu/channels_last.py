@@ -265,8 +265,7 @@ def _choose(node, sizes, pinned):
 
 def _choose_rows_maker(node, sizes):
     """(the rewrite making rows of a node's output, None), or (None, why it cannot)."""
-    elementwise = g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
-                                                   node.op_type in ELEMENTWISE_PRIMITIVES)
+    elementwise = _is_elementwise(node)
     window = node.domain == DOMAIN and node.op_type in WINDOW_PRIMITIVES
     join = (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat")
     remap = node.domain == DOMAIN and node.op_type in ("Crop", "Reduce")
@@ -376,16 +375,20 @@ def _read_as_images(graph, rows):
     images, marked = set(), set()
     for node in graph:
         x = node.inputs[0] if node.inputs else None
-        operands = [v for v in node.inputs if v is not None and g.constant(v) is None and
-                    (g.dims(v) or [])[1:3] != [1, 1]]
-        if _is_image_op(node) or (_keeps_layout(node) and operands and
-                                  all(v in images for v in operands)):
+        if _is_image_op(node) or (_keeps_layout(node) and _of_images(node, images)):
             images.update(node.outputs)
         elif node.domain == DOMAIN and node.op_type == "VMM" and x in rows and (
-                x in images or _feeds_image_op(node)):
-            marked.add(x)
+                x in marked or x in images or _feeds_image_op(node)):
+            marked.add(x)           # (a layer's other bands read the same rows)
             images.update(node.outputs)
     return marked
+
+
+def _of_images(node, images):
+    """Whether a node's operands, but constants and per-image gates, are all `images`."""
+    operands = [v for v in node.inputs if v is not None and g.constant(v) is None and
+                (g.dims(v) or [])[1:3] != [1, 1]]
+    return bool(operands) and all(v in images for v in operands)
 
 
 def _is_image_op(node):
@@ -396,10 +399,14 @@ def _is_image_op(node):
     return node.op_type == "DepthwiseConv" or not is_global(_attrs(node))
 
 
+def _is_elementwise(node):
+    return g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
+                                           node.op_type in ELEMENTWISE_PRIMITIVES)
+
+
 def _keeps_layout(node):
     """Elementwise ops, and AddInTile (summing a layer's tiles)."""
-    return g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and node.op_type in
-                                           ELEMENTWISE_PRIMITIVES + ("AddInTile",))
+    return _is_elementwise(node) or (node.domain == DOMAIN and node.op_type == "AddInTile")
 
 
 def _feeds_image_op(node):
