@@ -10,7 +10,7 @@ from npu_helpers import serialized
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, lower, verify
-from paddle_npu.npu.bodies import MARGIN
+from paddle_npu.npu.bodies import MARGIN, kept_within
 from paddle_npu.npu.verifier import seeded_inputs
 
 K, M = 128, 4
@@ -145,3 +145,33 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "agrees within 1e-05" in res.stdout
     assert "function bodies: float32 sums" in res.stdout     # --verify lets lower choose
+
+
+@pytest.mark.parametrize("rel_diff, exact, floor, within", [
+    ([7.6e-6], [6.7e-6], None, "exact"),        # both near the bound: float32 as close
+    ([7.6e-6], [3.0e-6], None, None),           # more than twice as far as the exact sums
+    ([1.2e-5], [6.7e-6], None, None),           # beyond the tolerance the exact sums meet
+    ([7.6e-6, 1e-7], [6.7e-6, 1e-8], None, None),   # each output is compared
+    ([3.0e-5], [2.0e-5], [4.0e-5], "floor"),    # within the floor, as verify accepts
+    ([4.2e-5], [2.3e-5], [3.8e-5], None),       # beyond the floor the exact sums meet
+    ([7.0e-5], [6.0e-5], [3.0e-5], "exact"),    # neither body within the floor
+    ([2.0e-4], [6.0e-5], [3.0e-5], None),       # ... and float32 over twice as far
+])
+def test_float32_sums_beyond_half_the_tolerance_are_kept_only_as_close_as_exact_ones(
+        rel_diff, exact, floor, within):
+    assert kept_within(rel_diff, exact, floor, tolerance=1e-5) == within
+
+
+def test_a_mobilenet_whose_exact_sums_are_near_the_bound_keeps_float32_sums(zoo_onnx):
+    """MobileNetV1 (64x64): float32 sums about 7.6e-6 from the model on verify's input,
+    past half the tolerance, and the exact ones 6.7e-6: float32 is kept, and verified."""
+    onnx_bytes, _ = zoo_onnx("mobilenet_v1")
+    lowered, report = lower(onnx_bytes, "npu256", bodies="auto")
+    choice = report.bodies
+    assert choice["bodies"] == "float32", choice["why"]
+    if choice["within"] == "exact":
+        assert max(choice["rel_diff"]) <= min(1e-5, MARGIN * max(choice["exact_rel_diff"]))
+    else:
+        assert choice["within"] == "tolerance"
+    result = verify(onnx_bytes, lowered, "npu256")
+    assert result["ok"] and result["within"] == "tolerance", result
