@@ -7,7 +7,9 @@ onnxruntime the lowered model's session creation time and latency (median over -
 the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.5x), with the
 exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
 --verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
-ONNX model's outputs. Beside them the lowered model's floor: the time this machine takes,
+ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
+of (its functions inlined) as a multiple of the ONNX model's, which session creation follows
+(a band of array tiles is a node of the NPU program). Beside them the lowered model's floor: the time this machine takes,
 measured in the same run, to write once the rows each Im2Col produces (NumPy filling a
 buffer of that size, best of several: in cache when it fits) and to do the arrays'
 products, zeros included, and the vector unit's depthwise multiply-adds (at the rate of
@@ -51,6 +53,8 @@ import tempfile
 import time
 
 import numpy as np
+import onnx
+import onnx.inliner
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,6 +74,12 @@ from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 def _feeds(info):
     ref = np.load(os.path.join(info["dir"], "reference.npz"))
     return {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+
+
+def inlined_nodes(model):
+    """The nodes onnxruntime builds a session of: the main graph's, each call of a model-local
+    function replaced by its body (session creation grows with them)."""
+    return len(onnx.inliner.inline_local_functions(load_proto(model)).graph.node)
 
 
 def ort_timing(models, feeds, iters, rounds=3, session_rounds=9):
@@ -312,7 +322,10 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
+                nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
                 entry.setdefault("ort", {})[bodies] = {**extra,
+                    "inlined_nodes": nodes[0], "onnx_nodes": nodes[1],
+                    "nodes_ratio": round(nodes[0] / nodes[1], 2),
                     "session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3),
                     "onnx_session_seconds": round(onnx_created, 3),
                     "onnx_latency_ms": round(onnx_latency * 1e3, 3),
@@ -406,7 +419,7 @@ def render(rows):
              for bodies, t in e.get("ort", {}).items()]
     if timed:
         head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
-                f"{'ONNX s':>7} {'ratio':>6} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} "
+                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} "
                 f"{'floor ms':>8} {'floor x':>7} {'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
         for r, plan, bodies, e, floor in timed:
@@ -414,6 +427,7 @@ def render(rows):
             choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
+                         f"{e['nodes_ratio']:>6.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {floor['floor_ms']:>8.2f} "
                          f"{e['floor_ratio']:>6.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
