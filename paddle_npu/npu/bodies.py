@@ -77,10 +77,10 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
         if "floor" in measured else None
     if within == "floor":
         why = f"{sums}: both beyond {tolerance:g}, float32 within {floor}"
-    elif within == "exact":
-        why = f"{sums}: float32 within {MARGIN:g}x the exact sums' distance and " + \
-            (f"within {tolerance:g}" if floor is None else
-             f"neither within {tolerance:g} nor {floor}")
+    elif within == "as_exact":
+        why = f"{sums}: " + (f"float32 within {tolerance:g}" if floor is None else
+                             f"the exact sums miss {floor} too") + \
+            f", and no more than {MARGIN:g}x as far as they are"
     else:
         attach_functions(lowered)
         bound = f"{tolerance:g} or {MARGIN:g}x the exact sums' distance" if floor is None \
@@ -94,7 +94,7 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
 def _measure(lowered, original, preprocess, input_shape, tolerance):
     """How the lowered model (float32 bodies attached) agrees with the original in
     onnxruntime on `verify`'s default seeded input: {"rel_diff": per output, "within":
-    "tolerance" | "floor" | "exact" | None}. Beyond tolerance / MARGIN, also the exact
+    "tolerance" | "floor" | "as_exact" | None}. Beyond tolerance / MARGIN, also the exact
     bodies' "exact_rel_diff" and, when those miss the tolerance, the model's "floor"
     (`kept_within` says why float32 sums are kept, if they are)."""
     original = _runnable(original, preprocess, input_shape)
@@ -125,19 +125,17 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
 def kept_within(rel_diff, exact_rel_diff, floor=None, tolerance=TOLERANCE):
     """Why float32 sums `rel_diff` from the model (per output, beyond tolerance / MARGIN)
     are kept, given the exact sums' `exact_rel_diff` and, where those miss the tolerance, the
-    model's float-noise `floor`: "floor" when they are within it (as `verify` accepts the
-    exact ones there); "exact" when they are no more than MARGIN times as far from the
-    model as the exact ones and either within the tolerance or, where the exact sums miss
-    the floor too, no body makes the model agree (the faster is as close); else None.
-    Never where the exact sums agree and the float32 ones may not."""
-    as_close = all(f <= MARGIN * e for f, e in zip(rel_diff, exact_rel_diff))
-    if floor is None:
-        return "exact" if max(rel_diff) <= tolerance and as_close else None
-    bounds = [max(tolerance, f) for f in floor]
-    if all(d <= b for d, b in zip(rel_diff, bounds)):
+    model's float-noise `floor` (the bound per output is then the larger of the two, as
+    `verify` holds the exact sums to): "floor" when they are within it; "as_exact" when
+    they are no more than MARGIN times as far from the model as the exact sums and miss no
+    bound the exact sums meet; else None."""
+    bounds = [tolerance] * len(rel_diff) if floor is None else \
+        [max(tolerance, f) for f in floor]
+    if floor is not None and all(d <= b for d, b in zip(rel_diff, bounds)):
         return "floor"
-    exact_missed = any(e > b for e, b in zip(exact_rel_diff, bounds))
-    return "exact" if exact_missed and as_close else None
+    as_close = all(d <= MARGIN * e for d, e in zip(rel_diff, exact_rel_diff))
+    fair = all(d <= b or e > b for d, e, b in zip(rel_diff, exact_rel_diff, bounds))
+    return "as_exact" if as_close and fair else None
 
 
 def _runnable(original, preprocess, input_shape):
