@@ -903,3 +903,44 @@ def test_layer_norm_float32_body_runs_as_one_layer_normalization(tmp_path):
     assert "LayerNormalization" in ops and not ops & {"ReduceMean", "Pow", "Sqrt"}, ops
     want = get_primitive("LayerNorm").reference(ArrayModel(8, 8), inputs, {"axis": 2})[0]
     assert agreement(got, want)["rel_diff"] <= 1e-6
+
+
+@SETTINGS
+@given(im2col_cases(), st.data())
+def test_im2col_columns_give_a_range_of_the_rows(case, data):
+    """columns [start, count]: those columns of the rows (in any channel_block's order), in
+    the reference and in the body (a fixed NCHW or nhwc image), which gathers runs of values
+    side by side where every window has them."""
+    n, c, h, w, k, s, p, d = case
+    block = data.draw(st.sampled_from([0, c, max(1, c // 2)]))
+    total = c * k[0] * k[1]
+    start = data.draw(st.integers(0, total - 1))
+    count = data.draw(st.integers(1, total - start))
+    x = np.random.default_rng(3).standard_normal((n, c, h, w)).astype(np.float32)
+    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d,
+             "channel_block": block}
+    prim = get_primitive("Im2Col")
+    rows = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    band = dict(attrs, columns=[start, count])
+    assert prim.infer([list(x.shape)], band)[0] == [n, rows.shape[1], count]
+    array = ArrayModel(8, 8)
+    assert_im2col_gives(x, band, rows[..., start:start + count])
+    prim.reference(array, [x], band)
+    assert array.moved_elements == n * rows.shape[1] * count
+
+
+def test_im2col_columns_of_a_band_read_runs_of_channels():
+    """A 3x3 band of 256 columns over 96 channels (an nhwc image, tap by tap) gathers runs of
+    32 channels: one Gather of [OH*OW, 8] blocks; out-of-range columns are refused."""
+    x = np.random.default_rng(4).standard_normal((1, 96, 6, 6)).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channel_block": 96,
+             "columns": [256, 256]}
+    rows = get_primitive("Im2Col").reference(
+        ArrayModel(8, 8), [x], dict(attrs, columns=[0, 0]))[0]
+    nhwc = assert_im2col_gives(x, attrs, rows[..., 256:512])
+    fn = get_primitive("Im2Col").function_proto(MIN_BODY_OPSET, nhwc, [[1, 6, 6, 96]])
+    shapes = [list(numpy_helper.to_array(n.attribute[0].t).shape) for n in fn.node
+              if n.op_type == "Constant" and n.attribute[0].t.data_type == TensorProto.INT32]
+    assert shapes == [[36, 8]]
+    with pytest.raises(ValueError, match="no range of the rows' 864 columns"):
+        get_primitive("Im2Col").infer([[1, 96, 6, 6]], dict(attrs, columns=[800, 100]))

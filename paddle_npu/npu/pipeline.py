@@ -8,7 +8,8 @@
         -> layer normalisations written out fused (a LayerNorm primitive)
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> images kept
         channels-last between NPU layers (channels_last.py) -> a transpose and the
-        reshape after it merged into one DimTransform -> drop what is unused
+        reshape after it merged into one DimTransform -> each band of a layer's tiles
+        gathering its own rows (row_bands.py) -> drop what is unused
         -> place / order / segment by estimated latency -> attach function bodies
         (float32 sums where they agree with the model, else exact: bodies.py)
     -> (ir.Model, Report)
@@ -35,6 +36,7 @@ from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
 from .restruct import restruct_passes
+from .row_bands import RowBands
 from .rnn import UnrollRnn
 from .target import load_target
 from .tiling import PLANS
@@ -96,6 +98,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         LowerNodes(ctx),
         ChannelsLast(),
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
+        RowBands(),
         RemoveUnused(),
         Partition(target, ctx.refusals),
         ChooseBodies(original, bodies, preprocess, input_shape),
