@@ -9,13 +9,12 @@ exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones 
 --verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
 ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
 of (its functions inlined) as a multiple of the ONNX model's, which session creation follows
-(a band of array tiles is a node of the NPU program). Beside them the lowered model's floor: the time this machine takes,
-measured in the same run, to write once the rows each Im2Col produces (NumPy filling a
-buffer of that size, best of several: in cache when it fits) and to do the arrays'
-products, zeros included, and the vector unit's depthwise multiply-adds (at the rate of
-onnxruntime's float32 MatMul on [4096, 256] x [256, 256]), as a multiple of the ONNX
-model's latency. No run of the lowered model can be
-faster: those rows and products are its NPU program's, and the count leaves out all else
+(a band of array tiles is a node of the NPU program). Beside them the lowered model's
+floor: the time this machine takes, measured in the same run, to write once the rows each
+Im2Col produces (NumPy filling a buffer of that size, best of several: in cache when it
+fits) and to do the arrays' products, zeros included, and the vector unit's depthwise
+multiply-adds (at the rate of onnxruntime's float32 MatMul on [4096, 256] x [256, 256]), as
+a multiple of the ONNX model's latency. No run of the lowered model can be faster: those rows and products are its NPU program's, and the count leaves out all else
 it does (`floor x` above 1.5: the latency target is out of reach for that program).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
@@ -419,7 +418,8 @@ def render(rows):
              for bodies, t in e.get("ort", {}).items()]
     if timed:
         head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
-                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} "
+                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'latency ms':>10} {'ONNX ms':>8} "
+                f"{'ratio':>6} "
                 f"{'floor ms':>8} {'floor x':>7} {'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
         for r, plan, bodies, e, floor in timed:

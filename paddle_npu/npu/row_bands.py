@@ -65,11 +65,12 @@ def _bands(node):
     when its rows are float and read only by VMMs of tiles [R, M] (row_offset fixed), each
     reading one band whole; else None."""
     rows = node.outputs[0]
-    total = rows.shape[-1] if rows.shape is not None else None
+    shape = list(rows.shape) if rows.shape is not None else [None]
+    total = shape[-1]
     if column_range({k: a.value for k, a in node.attributes.items()}) or \
-            rows.dtype != ir.DataType.FLOAT or not isinstance(total, int) or \
+            rows.dtype != ir.DataType.FLOAT or not all(isinstance(d, int) for d in shape[1:]) or \
             rows.is_graph_output() or not rows.uses() or \
-            4 * math.prod(d if isinstance(d, int) else 1 for d in rows.shape) < MIN_BYTES:
+            4 * math.prod(shape[1:]) < MIN_BYTES:
         return None
     spans = set()
     for reader, index in rows.uses():

@@ -160,7 +160,7 @@ class Im2Col(Primitive):
             return [[n, -(-c // block), rows, kh * kw * block]]
         cols = c * kh * kw if isinstance(c, int) else None
         if column_range(a):
-            check_columns(a, cols)
+            check_columns(a, cols if rows is not None else None)
             cols = a["columns"][1]
         return [[n, rows, cols]]
 
@@ -540,12 +540,14 @@ def column_range(a):
 
 
 def check_columns(a, total):
-    """Raises on a column range outside the rows (total columns: None when open)."""
+    """Raises on a column range outside the rows (total: their columns, None when the image's
+    channels, height or width are open: a range needs them fixed)."""
     start, count = a["columns"]
     if a.get("blocks_first") or count < 1 or start < 0 or not isinstance(total, int) or \
             start + count > total:
         raise ValueError(f"columns {[start, count]} is no range of the rows' {total} columns "
-                         f"(a blocks_first Im2Col has none)")
+                         f"(a range needs the image's size fixed; a blocks_first Im2Col has "
+                         f"none)")
 
 
 def _run_length(rows_term, cols_term, size):
