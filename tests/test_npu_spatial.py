@@ -227,6 +227,29 @@ def test_resize_runs_on_the_npu(xs, attrs, scales, sizes, opset, op, prims):
         assert want[0].size * taps <= r.array.vector_elements <= 2 * x.size * 4 * taps
 
 
+@pytest.mark.parametrize("shape, axis, taps", [
+    ([2, 3, 6, 5], 3, 2), ([2, 3, 6, 5], 2, 2), ([1, 2, 7], 2, 4), ([3, 9], 1, 4)])
+def test_a_weighted_resample_sums_in_float32_tap_by_tap(shape, axis, taps):
+    """AxisResample's float32 body: a Gather and a Mul per tap, one Sum, no float64 copy;
+    as far from the exact sums as float32 rounding of the taps' products and sum."""
+    rng = np.random.default_rng(taps + axis)
+    out = 2 * shape[axis] + 1
+    idx = rng.integers(0, shape[axis], (out, taps))
+    w = rng.uniform(-0.5, 1.5, (out, taps)).astype(np.float32)
+    attrs = {"axis": axis, "indices": [int(i) for i in idx.ravel()],
+             "weights": [float(v) for v in w.ravel()], "taps": taps}
+    x = rng.standard_normal(shape).astype(np.float32)
+    prim = get_primitive("AxisResample")
+    want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
+    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, [shape], float32=True)
+    assert sorted(n.op_type for n in fn.node if n.op_type != "Constant") == \
+        ["Gather"] * taps + ["Mul"] * taps + ["Sum"]
+    got = run_primitive("AxisResample", [x], attrs, float32=True, derived={"_float": True})
+    terms = np.take(x, idx, axis=axis) * w.reshape(w.shape + (1,) * (x.ndim - axis - 1))
+    bound = taps * np.abs(terms).sum(axis=axis + 1) * 2.0 ** -23   # taps roundings of each
+    assert got.dtype == np.float32 and (np.abs(got - want) <= bound).all()
+
+
 @pytest.mark.parametrize("shape, axis, indices, resize", [
     ([2, 3, 4, 5], 3, np.repeat(np.arange(5), 2), True),      # nearest x2 along the width
     ([1, 2, 7], 2, np.repeat(np.arange(7), 3), True),          # x3, rank 3

@@ -1,7 +1,7 @@
 """Which function bodies onnxruntime runs a lowered model with: float32 or exact sums.
 
 The primitives that sum (VMM, AddInTile, Col2Im, RuntimeVMM, Reduce, LayerNorm, Pool's
-global average) have two bodies: the exact one accumulates in float64 and rounds once, as
+global average, AxisResample's weighted resizes) have two bodies: the exact one accumulates in float64 and rounds once, as
 the NumPy reference does; the float32 one sums in float32, as fast as onnxruntime's own
 Conv / MatMul and as far from the exact sums as they are. `lower` writes exact ones unless
 asked; "auto" (`lower --verify`'s default) runs the lowered model with float32 bodies on the

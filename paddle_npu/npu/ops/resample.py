@@ -95,6 +95,24 @@ class AxisResample(Primitive):
         b.op("CastLike", y, "X", out="Y")
 
     @classmethod
+    def float32_body(cls, b, attrs, in_shapes):
+        """A weighted sum summed in float32, term by term: sum over t of Gather(X, the
+        entries of tap t) * their weights. No float64 copy of X, and no [..., O, T, ...]
+        of all the taps summed over an inner axis (PP-LiteSeg at 512x512: the exact body of
+        its largest bilinear resize took 18 ms, its Cast, Gather, Mul and ReduceSum)."""
+        idx, w = _taps(attrs)
+        if w is None:
+            cls.body(b, attrs, in_shapes)
+            return
+        axis, rank = int(attrs["axis"]), len(in_shapes[0])
+        terms = []
+        for t in range(idx.shape[1]):
+            weights = w[:, t].astype(np.float32).reshape((-1,) + (1,) * (rank - axis - 1))
+            terms.append(b.op("Mul", b.op("Gather", "X", b.const(idx[:, t]), axis=axis),
+                              b.op("Constant", value=numpy_helper.from_array(weights))))
+        b.op("Sum", *terms, out="Y")
+
+    @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
         x, axis = inputs[0], a["axis"]
