@@ -1,9 +1,9 @@
 """Which function bodies onnxruntime runs a lowered model with: float32 or exact sums.
 
 The primitives that sum (VMM, AddInTile, Col2Im, RuntimeVMM, Reduce, LayerNorm, Pool's
-global average, AxisResample's weighted resizes) have two bodies: the exact one accumulates in float64 and rounds once, as
-the NumPy reference does; the float32 one sums in float32, as fast as onnxruntime's own
-Conv / MatMul and as far from the exact sums as they are. `lower` writes exact ones unless
+global average, AxisResample's weighted resizes) have two bodies: the exact one accumulates
+in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
+fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. `lower` writes exact ones unless
 asked; "auto" (`lower --verify`'s default) runs the lowered model with float32 bodies on the
 seeded input `verify` uses by default and keeps them when it agrees with the model before
 lowering within half the 1e-5 tolerance (MARGIN); past that, when float32 sums are no more
