@@ -5,13 +5,13 @@ global average, AxisResample's weighted resizes) have two bodies: the exact one 
 in float64 and rounds once, as the NumPy reference does; the float32 one sums in float32, as
 fast as onnxruntime's own Conv / MatMul and as far from the exact sums as they are. `lower`
 writes exact ones unless asked; "auto" (`lower --verify`'s default) runs the lowered model
-with float32 bodies on the seeded input `verify` uses by default and keeps them when it agrees with the model before
-lowering within half the 1e-5 tolerance (MARGIN); past that, when float32 sums are no more
-than MARGIN times as far from the model as the exact ones and within the bound `verify`
-holds the exact ones to (the tolerance, or the model's own float-noise floor where exact
-sums miss the tolerance too), or when neither body meets its bound; otherwise the whole
-model gets the exact bodies. The report says which and why. The NumPy reference always
-sums exactly.
+with float32 bodies on the seeded input `verify` uses by default and keeps them when it
+agrees with the model before lowering within half the 1e-5 tolerance (MARGIN); past that,
+when float32 sums are no more than MARGIN times as far from the model as the exact ones and
+within the bound `verify` holds the exact ones to (the tolerance, or the model's own
+float-noise floor where exact sums miss the tolerance too), or when neither body meets its
+bound; otherwise the whole model gets the exact bodies. The report says which and why. The
+NumPy reference always sums exactly.
 """
 import onnx
 import onnx_ir as ir
