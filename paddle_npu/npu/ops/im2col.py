@@ -378,16 +378,19 @@ class Im2Col(Primitive):
         source = source[start:start + count]                    # column j: c * taps + tap
         rows_term = first * channels            # values of the pixels [N, Hp*Wp, C], flat
         cols_term = taps[source % len(taps)] * channels + source // len(taps)
-        if is_nhwc(attrs):
-            pixels = padded_pixels(b, "X", channels, attrs["pads"])
+        size = (h + pt + pb) * (w + pl + pr) * channels
+        run = _run_length(rows_term, cols_term, size)
+        if is_nhwc(attrs):      # the padded image [N, Hp, Wp, C] read as runs: one Reshape
+            x = b.op("Pad", "X", b.const([0, pt, pl, 0, 0, pb, pr, 0])) \
+                if any(attrs["pads"]) else "X"
+            values = b.op("Reshape", x, b.const([0, -1, run]))
         else:
             x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) \
                 if any(attrs["pads"]) else "X"
             pixels = cls._channels_last(b, attrs, b.op("Reshape", x, b.const([0, 0, -1])),
                                         channels)
-        size = (h + pt + pb) * (w + pl + pr) * channels
-        run = _run_length(rows_term, cols_term, size)
-        values = pixels if run == channels else b.op("Reshape", pixels, b.const([0, -1, run]))
+            values = pixels if run == channels else \
+                b.op("Reshape", pixels, b.const([0, -1, run]))
         if count == run:        # one run a window: a table [OH*OW] gives the rows as they are
             b.op("Gather", values, index_table(b, rows_term // run, cols_term[:1] // run,
                                                [oh * ow]), axis=1, out="Y")
