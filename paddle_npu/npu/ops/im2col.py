@@ -337,15 +337,21 @@ class Im2Col(Primitive):
         table computed here, once, and held as a constant (the batch may stay open;
         onnxruntime folds no Shape of a tensor whose batch is open, so the generic body
         would compute the table again at every run)."""
-        (pt, pl, pb, pr) = attrs["pads"]
+        (_, pl, _, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow)               # in the padded image
-        fill = _channel_fill(attrs, channels)
+        pixels = cls._nchw_pixels(b, attrs, channels, _channel_fill(attrs, channels))
+        cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
+
+    @classmethod
+    def _nchw_pixels(cls, b, attrs, channels, fill=0):
+        """An NCHW image padded (`fill` zero channels after its own), its pixels
+        channels-last: [N, Hp*Wp, C + fill], what a window table indexes."""
+        (pt, pl, pb, pr) = attrs["pads"]
         x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, fill, pb, pr])) \
             if any(attrs["pads"]) or fill else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
-        cls._gather(b, attrs, cls._channels_last(b, attrs, xp, channels), rows * (w + pl + pr),
-                    cols, channels)
+        return cls._channels_last(b, attrs, xp, channels)
 
     @classmethod
     def _nhwc_body(cls, b, attrs, channels):
@@ -385,10 +391,7 @@ class Im2Col(Primitive):
                 if any(attrs["pads"]) else "X"
             values = b.op("Reshape", x, b.const([0, -1, run]))
         else:
-            x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, 0, pb, pr])) \
-                if any(attrs["pads"]) else "X"
-            pixels = cls._channels_last(b, attrs, b.op("Reshape", x, b.const([0, 0, -1])),
-                                        channels)
+            pixels = cls._nchw_pixels(b, attrs, channels)
             values = pixels if run == channels else \
                 b.op("Reshape", pixels, b.const([0, -1, run]))
         if count == run:        # one run a window: a table [OH*OW] gives the rows as they are
@@ -439,18 +442,12 @@ class Im2Col(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
-        if column_range(a):         # the rows, then the range of their columns (counted)
-            check_columns(a, inputs[0].shape[-1 if is_nhwc(a) else 1] *
-                          int(np.prod(a["kernel_shape"])))
-            moved = array.moved_elements
-            rows = cls.reference(array, inputs, {**a, "columns": [0, 0]})[0]
-            start, count = a["columns"]
-            array.moved_elements = moved + rows.shape[0] * rows.shape[1] * count
-            return [np.ascontiguousarray(rows[..., start:start + count])]
         check_layout(a, inputs[0].shape)
         x = as_nchw(inputs[0], a)
         n, c, h, w = x.shape
         check_block(a, c, h, w)
+        if column_range(a):
+            check_columns(a, c * int(np.prod(a["kernel_shape"])))
         block = a["channel_block"]
         if a["blocks_first"]:           # the channels filled up to whole blocks, then split
             count = -(-c // block)
@@ -484,8 +481,12 @@ class Im2Col(Primitive):
             out = np.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
             for i, j, rows, cols in taps:
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
-        array.moved_elements += out.size
-        return [out.reshape(n, oh * ow, c * kh * kw)]
+        rows = out.reshape(n, oh * ow, c * kh * kw)
+        if column_range(a):         # only those columns are made (and counted)
+            start, count = a["columns"]
+            rows = np.ascontiguousarray(rows[..., start:start + count])
+        array.moved_elements += rows.size
+        return [rows]
 
 
 def padded_pixels(b, image, channels, pads, fill=0):
