@@ -84,3 +84,54 @@ def test_dynamic_shape_subgraph_is_kept():
              helper.make_node("Reshape", ["x", "shape"], ["y"])]
     ops, _ = _before_after(_model(nodes, [x], [y], inits), {"x": RNG.randn(5, 3, 4).astype(np.float32)})
     assert ops == ["Shape", "Gather", "Concat", "Reshape"]
+
+
+# (op, attributes, inputs, opset): nodes folded in NumPy, each checked against onnxruntime
+_FOLD_CASES = [
+    ("Reshape", {}, [np.arange(24, dtype=np.float32).reshape(2, 3, 4), np.array([0, -1, 2])], 13),
+    ("Reshape", {"allowzero": 1}, [np.zeros((0, 3), np.float32), np.array([3, 0])], 14),
+    ("Unsqueeze", {"axes": [0, -1]}, [np.array(7, np.int64)], 9),
+    ("Unsqueeze", {}, [np.ones((2, 3), np.float32), np.array([-1, 1])], 13),
+    ("Squeeze", {"axes": [1]}, [np.ones((2, 1, 3, 1), np.float32)], 11),
+    ("Squeeze", {}, [np.ones((2, 1, 3, 1), np.float32)], 13),
+    ("Squeeze", {}, [np.ones((2, 1, 3, 1), np.float32), np.array([-1])], 13),
+    ("Concat", {"axis": -1}, [np.ones((2, 1), np.int64), np.zeros((2, 3), np.int64)], 13),
+    ("Gather", {"axis": 1}, [np.arange(12, dtype=np.int64).reshape(3, 4), np.array([[-1, 0]])], 13),
+    ("Gather", {}, [np.arange(4, dtype=np.int64), np.array(-2)], 13),
+    ("Expand", {}, [np.arange(3, dtype=np.float32).reshape(3, 1), np.array([2, 1, 4])], 13),
+    ("Cast", {"to": TensorProto.INT32}, [np.array([-1.7, 2.5, 3.9], np.float32)], 13),
+    ("Cast", {"to": TensorProto.BOOL}, [np.array([0.0, -0.5, 2.0], np.float32)], 13),
+    ("Add", {}, [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([10], np.int64)], 13),
+]
+
+
+def test_numpy_folds_agree_with_onnxruntime():
+    from paddle_npu.optimize import _NUMPY_FOLDS, _evaluate
+    assert {case[0] for case in _FOLD_CASES} | {"Identity"} == set(_NUMPY_FOLDS)
+    for op, attrs, inputs, opset in _FOLD_CASES:
+        names = [f"i{k}" for k in range(len(inputs))]
+        node = helper.make_node(op, names, ["y"], **attrs)
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                        x.shape) for n, x in zip(names, inputs)],
+            [onnx.ValueInfoProto(name="y")])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+        _, (want,) = run_onnx(proto.SerializeToString(), dict(zip(names, inputs)))
+        ir_node = ir.serde.deserialize_node(node)
+        got = _evaluate(ir_node, inputs, opset)
+        assert got is not None, (op, opset)
+        assert got[0].dtype == want.dtype and got[0].shape == want.shape, (op, opset, got[0], want)
+        np.testing.assert_array_equal(got[0], want)
+
+
+def test_pre_opset13_unsqueeze_of_a_constant_folds():
+    """onnx.reference's Unsqueeze cannot run opset 9's attribute form; the NumPy fold can."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])
+    nodes = [helper.make_node("Unsqueeze", ["six"], ["s1"], axes=[0]),
+             helper.make_node("Concat", ["one", "s1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = {"six": np.array(6, np.int64), "one": np.array([1], np.int64)}
+    ops, _ = _before_after(_model(nodes, [x], [y], inits, opset=9),
+                           {"x": RNG.randn(1, 6).astype(np.float32)})
+    assert ops == ["Reshape"]

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-from measure import load_note, run_measured, start_launcher  # noqa: E402
+from measure import installed_env, load_note, run_measured, start_launcher  # noqa: E402
 
 
 def node_count(path):
@@ -88,7 +88,7 @@ def main():
     from paddle_npu.compare import agreement
 
     ours_cmd = [sys.executable, "-m", "paddle_npu", "convert"]
-    env = dict(os.environ, GLOG_minloglevel="3", PYTHONPATH=ROOT)
+    env = dict(installed_env(ROOT), GLOG_minloglevel="3")
     rows = []
     out_dir = tempfile.mkdtemp(prefix="bench_convert_")
     for name in zoo.select(args.models):

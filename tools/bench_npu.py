@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zoo  # noqa: E402
-from measure import load_note, run_measured, start_launcher  # noqa: E402
+from measure import installed_env, load_note, run_measured, start_launcher  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
@@ -226,7 +226,7 @@ def lower_process(onnx_bytes, target, runs):
     """{"lower": ..., "lower --verify": ...}: median wall seconds and peak RSS MiB of
     `paddle-npu lower` in processes of their own (a file in, a file out), runs in turn."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root)
+    env = installed_env(root)
     found = {"lower": [], "lower --verify": []}
     with tempfile.TemporaryDirectory(prefix="bench_npu_") as work:
         model, out = os.path.join(work, "model.onnx"), os.path.join(work, "lowered.onnx")
