@@ -220,6 +220,8 @@ def diagonal_blocks(w):
     if w.ndim != 2:
         return None
     r, cols = w.shape
+    if w[0, cols - 1] != 0 or w[r - 1, 0] != 0:   # off every diagonal: a dense tile, at once
+        return None
     g = math.gcd(r, cols)
     nonzero = None
     found, failed = None, []
