@@ -8,8 +8,10 @@ the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.
 exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
 --verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
 ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
-of (its functions inlined) as a multiple of the ONNX model's, which session creation follows
-(a band of array tiles is a node of the NPU program). Beside them the lowered model's
+of (its functions inlined) as a multiple of the ONNX model's, which session creation follows,
+and `prog x`: the NPU program's own nodes (each primitive one node: a band of array tiles is
+one) as a multiple of the ONNX model's, what the nodes would be if every body were one node.
+Beside them the lowered model's
 floor: the time this machine takes, measured in the same run, to write once the rows each
 Im2Col produces (NumPy filling a buffer of that size, best of several: in cache when it
 fits) and to do the arrays' products, zeros included, and the vector unit's depthwise
@@ -326,6 +328,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 entry.setdefault("ort", {})[bodies] = {**extra,
                     "inlined_nodes": nodes[0], "onnx_nodes": nodes[1],
                     "nodes_ratio": round(nodes[0] / nodes[1], 2),
+                    "program_nodes": len(lowered.graph),
+                    "program_ratio": round(len(lowered.graph) / nodes[1], 2),
                     "session_seconds": round(created, 3), "latency_ms": round(latency * 1e3, 3),
                     "onnx_session_seconds": round(onnx_created, 3),
                     "onnx_latency_ms": round(onnx_latency * 1e3, 3),
@@ -419,7 +423,8 @@ def render(rows):
              for bodies, t in e.get("ort", {}).items()]
     if timed:
         head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
-                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'latency ms':>10} {'ONNX ms':>8} "
+                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'prog x':>6} {'latency ms':>10} "
+                f"{'ONNX ms':>8} "
                 f"{'ratio':>6} "
                 f"{'floor ms':>8} {'floor x':>7} {'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
@@ -428,7 +433,7 @@ def render(rows):
             choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
-                         f"{e['nodes_ratio']:>6.2f}x "
+                         f"{e['nodes_ratio']:>6.2f}x {e['program_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {floor['floor_ms']:>8.2f} "
                          f"{e['floor_ratio']:>6.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
