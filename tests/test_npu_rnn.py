@@ -96,12 +96,19 @@ def _batch_major_oracle(m, feeds):
 
 def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
     m, _ = _rnn_model("LSTM", "forward", states=True)
-    _, report = lower(m, "npu256")
+    lowered, report = lower(m, "npu256")
     kinds = [l.op_type for l in report.layers]
     assert kinds.count("Gemm") == 1                   # all steps' input projections
     assert kinds.count("MatMul") == T                 # H_prev @ R^T per step
     gemm = next(l for l in report.layers if l.op_type == "Gemm")
     assert gemm.cost.macs == T * N * I * 4 * H
+    # a step cuts its rows of the projection and the gates i, o, f, c (5 Crops; h0 and c0
+    # one each), with one sigmoid Lut over all four gates, and reshapes nothing (the
+    # reshapes are of x's rows, h0, c0, Y, Y_h and Y_c)
+    ops = [n.op_type for n in lowered.graph]
+    assert ops.count("Crop") == 5 * T + 2
+    assert ops.count("Lut") == 3 * T
+    assert ops.count("DimTransform") == 6
 
 
 @pytest.mark.parametrize("extra,reason", [

@@ -130,8 +130,13 @@ def unroll(graph, node):
     flat = a.op("Reshape", [node.inputs[0], a.ints([-1, features], "rows_shape")], "rows")
     proj = a.op("Gemm", [flat, a.const(np.concatenate(list(w), 0).T.copy(), "w_input"),
                          a.const(in_bias.reshape(-1), "b_input")], "input_projection")
-    shape = [-1, steps, dirs * gh] if layout else [steps, -1, dirs * gh]
-    proj = a.op("Reshape", [proj, a.ints(shape, "projection_shape")], "projection")
+    batch = x_dims[0] if layout else x_dims[1]
+    # time-major rows of a fixed batch: step t's are rows [t*N, (t+1)*N) of the projection,
+    # cut as they are (no step needs a reshape of its own)
+    by_rows = not layout and isinstance(batch, int)
+    if not by_rows:
+        shape = [-1, steps, dirs * gh] if layout else [steps, -1, dirs * gh]
+        proj = a.op("Reshape", [proj, a.ints(shape, "projection_shape")], "projection")
 
     states = [_initial(_input(node, 5))]
     if op == "LSTM":
@@ -148,22 +153,27 @@ def unroll(graph, node):
         for step in range(steps):
             t = steps - 1 - step if backward else step
             name = f"{tag}/t{t}"
-            xg = a.op("Slice", [proj, a.ints([t, d * gh], f"{name}/x_start"),
-                                a.ints([t + 1, (d + 1) * gh], f"{name}/x_end"),
-                                a.ints([time_axis, 2], f"{name}/x_axes")], f"{name}/x_gates")
-            xg = a.op("Squeeze", [xg, a.ints([time_axis], f"{name}/x_axis")], f"{name}/x")
+            if by_rows:
+                xg = a.op("Slice", [proj, a.ints([t * batch, d * gh], f"{name}/x_start"),
+                                    a.ints([(t + 1) * batch, (d + 1) * gh], f"{name}/x_end"),
+                                    a.ints([0, 1], f"{name}/x_axes")], f"{name}/x")
+            else:
+                xg = a.op("Slice", [proj, a.ints([t, d * gh], f"{name}/x_start"),
+                                    a.ints([t + 1, (d + 1) * gh], f"{name}/x_end"),
+                                    a.ints([time_axis, 2], f"{name}/x_axes")],
+                          f"{name}/x_gates")
+                xg = a.op("Squeeze", [xg, a.ints([time_axis], f"{name}/x_axis")], f"{name}/x")
             if op == "LSTM":
                 h, c = _lstm_step(a, name, xg, h, c, rt, hidden)
             else:
                 h = _gru_step(a, name, xg, h, rt, r[d], rb[d], hidden, lbr)
             outs[t] = h
-        ys.append(a.op("Concat", [a.op("Unsqueeze", [o, a.ints([0], f"{tag}/t{t}/y_axis")],
-                                       f"{tag}/t{t}/y") for t, o in enumerate(outs)],
-                       f"{tag}/y", axis=0))                              # [T, N, H]
+        y = a.op("Concat", outs, f"{tag}/y", axis=0)                     # [T*N, H]
+        ys.append(a.op("Reshape", [y, a.ints([steps, 1, -1, hidden], f"{tag}/y_dir_shape")],
+                       f"{tag}/y_dir"))                                  # [T, 1, N, H]
         finals.append([h] + ([c] if op == "LSTM" else []))
     # Y: [T, D, N, H], layout 1: [N, T, D, H]
-    per_dir = [a.op("Unsqueeze", [y, a.ints([1], f"d{d}/y_dir_axis")], f"d{d}/y_dir")
-               for d, y in enumerate(ys)]
+    per_dir = ys
     y = per_dir[0] if dirs == 1 else a.op("Concat", per_dir, "y_dirs", axis=1)
     if layout:
         y = a.op("Transpose", [y], "y_batch_major", perm=[2, 0, 1, 3])
@@ -221,7 +231,7 @@ def _split(a, v, name, start, end):
 def _lstm_step(a, name, xg, h, c, rt, hidden):
     gates = xg if h is None else a.op("Add", [xg, a.op("MatMul", [h, rt], f"{name}/h_gates")],
                                       f"{name}/gates")
-    sig = a.op("Sigmoid", [_split(a, gates, f"{name}/iof_in", 0, 3 * hidden)], f"{name}/iof")
+    sig = a.op("Sigmoid", [gates], f"{name}/iof")    # (its c gate columns unused)
     i = _split(a, sig, f"{name}/i", 0, hidden)
     o = _split(a, sig, f"{name}/o", hidden, 2 * hidden)
     f = _split(a, sig, f"{name}/f", 2 * hidden, 3 * hidden)
@@ -235,11 +245,12 @@ def _lstm_step(a, name, xg, h, c, rt, hidden):
 
 
 def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
-    x_zr = _split(a, xg, f"{name}/x_zr", 0, 2 * hidden)
+    # z and r are cut from a Lut over all three gates' sums where those are at hand (its h
+    # gate columns unused): no cut of the Lut's input
     x_h = _split(a, xg, f"{name}/x_h", 2 * hidden, 3 * hidden)
     rb_h = rb[2 * hidden:]            # only used with linear_before_reset=1
     if h is None:                     # H_prev = 0: R's products vanish, its h bias stays
-        zr = a.op("Sigmoid", [x_zr], f"{name}/zr")
+        zr = a.op("Sigmoid", [xg], f"{name}/zr")
         inner = x_h                   # linear_before_reset=0: Rb_h is in the projection's bias
         if lbr and np.any(rb_h):
             r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
@@ -250,8 +261,7 @@ def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
         return a.op("Sub", [cand, a.op("Mul", [z, cand], f"{name}/z_cand")], f"{name}/h")
     if lbr:                           # one recurrent product for all three gates
         hg = a.op("MatMul", [h, rt], f"{name}/h_gates")
-        zr = a.op("Sigmoid", [a.op("Add", [x_zr, _split(a, hg, f"{name}/h_zr", 0, 2 * hidden)],
-                                   f"{name}/zr_in")], f"{name}/zr")
+        zr = a.op("Sigmoid", [a.op("Add", [xg, hg], f"{name}/zr_in")], f"{name}/zr")
         r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
         hh = _split(a, hg, f"{name}/h_h", 2 * hidden, 3 * hidden)
         if np.any(rb_h):
@@ -260,6 +270,7 @@ def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
     else:                             # the h gate's product reads r * H_prev
         rt_zr = a.const(r[:2 * hidden].T.copy(), f"{name}/r_zr")
         rt_h = a.const(r[2 * hidden:].T.copy(), f"{name}/r_h")
+        x_zr = _split(a, xg, f"{name}/x_zr", 0, 2 * hidden)
         zr = a.op("Sigmoid", [a.op("Add", [x_zr, a.op("MatMul", [h, rt_zr], f"{name}/h_zr")],
                                    f"{name}/zr_in")], f"{name}/zr")
         r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
