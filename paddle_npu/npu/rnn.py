@@ -173,8 +173,7 @@ def unroll(graph, node):
                        f"{tag}/y_dir"))                                  # [T, 1, N, H]
         finals.append([h] + ([c] if op == "LSTM" else []))
     # Y: [T, D, N, H], layout 1: [N, T, D, H]
-    per_dir = ys
-    y = per_dir[0] if dirs == 1 else a.op("Concat", per_dir, "y_dirs", axis=1)
+    y = ys[0] if dirs == 1 else a.op("Concat", ys, "y_dirs", axis=1)
     if layout:
         y = a.op("Transpose", [y], "y_batch_major", perm=[2, 0, 1, 3])
     results = [y]
