@@ -1873,6 +1873,58 @@ _register("swin_narrow", [("x", (None, 3, 224, 224))], ci=True,
     lambda: _swin(224, 224, embed=32, depths=(2, 2, 2, 2), heads=(1, 2, 4, 8), classes=100))
 
 
+def _vit(h, w, embed=192, depth=12, heads=3, patch=16, classes=1000):
+    """The plain Vision Transformer as PaddleClas defines it (model_zoo/vision_transformer.py;
+    DeiT-tiny's sizes by default: 192 channels, 12 blocks of 3 heads, qkv bias, layer norms
+    of epsilon 1e-6): a patch-embedding convolution, a class token (expanded to the batch
+    read from the input's shape) and learned position embeddings, pre-norm blocks of
+    attention and a GELU MLP (4x), a final norm and a linear head on the class token."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    tokens = (h // patch) * (w // patch) + 1
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(embed, epsilon=1e-6)
+            self.norm2 = nn.LayerNorm(embed, epsilon=1e-6)
+            self.qkv, self.proj = nn.Linear(embed, 3 * embed), nn.Linear(embed, embed)
+            self.fc1, self.fc2 = nn.Linear(embed, 4 * embed), nn.Linear(4 * embed, embed)
+
+        def attention(self, x):
+            d = embed // heads
+            q, k, v = self.qkv(x).reshape([-1, tokens, 3, heads, d]).transpose([2, 0, 3, 1, 4])
+            weights = F.softmax(q.matmul(k.transpose([0, 1, 3, 2])) * d ** -0.5, axis=-1)
+            return self.proj(weights.matmul(v).transpose([0, 2, 1, 3]).reshape([-1, tokens, embed]))
+
+        def forward(self, x):
+            x = x + self.attention(self.norm1(x))
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+    class ViT(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2D(3, embed, patch, patch)
+            self.cls_token = self.create_parameter([1, 1, embed])
+            self.pos_embed = self.create_parameter([1, tokens, embed])
+            self.blocks = nn.Sequential(*[Block() for _ in range(depth)])
+            self.norm = nn.LayerNorm(embed, epsilon=1e-6)
+            self.head = nn.Linear(embed, classes)
+
+        def forward(self, x):
+            batch = paddle.shape(x)[0]
+            x = self.patch(x).flatten(2).transpose([0, 2, 1])
+            x = paddle.concat([self.cls_token.expand([batch, -1, -1]), x], axis=1)
+            x = self.norm(self.blocks(x + self.pos_embed))
+            return self.head(x[:, 0])
+
+    return ViT()
+
+
+_image_model("vit_tiny", _vit, (224, 224), small=(64, 64),
+             tags=("classification", "vit", "transformer", "attention"))
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------

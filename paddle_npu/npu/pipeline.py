@@ -44,9 +44,17 @@ from .tiling import PLANS
 MIN_IR_VERSION = 10     # node metadata_props and function overloads
 
 
+# The opset a lowered model is raised to where onnx's converter can take it there (else
+# MIN_BODY_OPSET): 17 has LayerNormalization, a LayerNorm's float32 body in one node.
+LOWERED_OPSET = 17
+
+
 def prepare(model):
     """The ir.Model the passes work on: opset upgraded, shapes inferred, nodes named."""
-    m = load_model(model, MIN_BODY_OPSET)
+    try:
+        m = load_model(model, LOWERED_OPSET)
+    except ConversionError:
+        m = load_model(model, MIN_BODY_OPSET)
     NameNodes()(m)
     return m
 

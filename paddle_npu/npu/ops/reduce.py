@@ -142,6 +142,11 @@ class LayerNorm(Primitive):
 
     @classmethod
     def float32_body(cls, b, attrs, in_shapes):
+        scale, bias = (len(in_shapes) > i and in_shapes[i] is not None for i in (1, 2))
+        if b.opset >= 17 and scale:     # one node (every node costs session creation)
+            b.op("LayerNormalization", "X", "Scale", "Bias" if bias else "",
+                 axis=attrs["axis"], epsilon=float(attrs["epsilon"]), out="Y")
+            return
         # written as onnxruntime's LayerNormFusion matches it (ReduceMean, Sub, Pow 2,
         # ReduceMean, Add, Sqrt, Div, Mul, Add), so that it runs as one LayerNormalization
         axes = list(range(attrs["axis"], len(in_shapes[0])))
@@ -150,9 +155,9 @@ class LayerNorm(Primitive):
         var = _reduce(b, "mean", b.op("Pow", d, two), axes, 1)
         eps = _sum_constant(b, attrs["epsilon"], float32=True)
         y = b.op("Div", d, b.op("Sqrt", b.op("Add", var, eps)))
-        if len(in_shapes) > 1 and in_shapes[1] is not None:
+        if scale:
             y = b.op("Mul", y, "Scale")
-        if len(in_shapes) > 2 and in_shapes[2] is not None:
+        if bias:
             y = b.op("Add", y, "Bias")
         b.output(y, "Y")
 
