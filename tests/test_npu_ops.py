@@ -905,6 +905,30 @@ def test_layer_norm_float32_body_runs_as_one_layer_normalization(tmp_path):
     assert agreement(got, want)["rel_diff"] <= 1e-6
 
 
+@pytest.mark.parametrize("attrs, shapes, ops", [
+    ({"axis": 2, "epsilon": 1e-3}, [[2, 3, 8], [8], [8]], ["LayerNormalization"]),
+    ({"axis": 1}, [[2, 3, 8], [3, 8], None], ["LayerNormalization"]),
+    ({"axis": 2}, [[2, 3, 8]], None),           # no Scale: LayerNormalization needs one
+])
+def test_layer_norm_float32_body_from_opset_17_is_one_node(attrs, shapes, ops):
+    """At opset 17 (lowered models are raised to it where they convert) the float32 body is
+    LayerNormalization itself, within float32 rounding of the reference; without a Scale it
+    stays written out."""
+    rng = np.random.default_rng(9)
+    inputs = [None if s is None else (rng.standard_normal(s) * 2 + 1).astype(np.float32)
+              for s in shapes]
+    prim = get_primitive("LayerNorm")
+    fn = prim.function_proto(17, attrs, [None if x is None else list(x.shape) for x in inputs],
+                             float32=True)
+    if ops is None:
+        assert "LayerNormalization" not in [n.op_type for n in fn.node]
+    else:
+        assert [n.op_type for n in fn.node] == ops
+    want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
+    got = run_primitive("LayerNorm", inputs, attrs, opset=17, float32=True)
+    assert got.shape == want.shape and agreement(got, want)["rel_diff"] <= 1e-6
+
+
 @SETTINGS
 @given(im2col_cases(), st.data())
 def test_im2col_columns_give_a_range_of_the_rows(case, data):

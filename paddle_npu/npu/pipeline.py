@@ -1,6 +1,6 @@
 """Stage 2: an ONNX model -> the same model on NPU primitives, CPU segments, and a report.
 
-    onnx_io.load_model (opset >= MIN_BODY_OPSET, shapes inferred) -> one ir.Model, then
+    onnx_io.load_model (opset 17 where it converts, else 15; shapes inferred) -> one ir.Model, then
     the declared passes (`passes()`):
         name nodes -> fixed input sizes (--input-shape) -> fuse preprocessing -> marks
         -> restruct rules -> shapes again -> LSTM / GRU unrolled (rnn.py) -> shapes again

@@ -144,7 +144,8 @@ class LayerNorm(Primitive):
     def float32_body(cls, b, attrs, in_shapes):
         scale, bias = (len(in_shapes) > i and in_shapes[i] is not None for i in (1, 2))
         if b.opset >= 17 and scale:     # one node (every node costs session creation)
-            b.op("LayerNormalization", "X", "Scale", "Bias" if bias else "",
+            # (no "" for a missing Bias: onnxruntime 1.32 crashes on one in a function body)
+            b.op("LayerNormalization", "X", "Scale", *(["Bias"] if bias else []),
                  axis=attrs["axis"], epsilon=float(attrs["epsilon"]), out="Y")
             return
         # written as onnxruntime's LayerNormFusion matches it (ReduceMean, Sub, Pow 2,
