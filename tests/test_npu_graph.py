@@ -282,3 +282,28 @@ def test_opset_upgrade_keeps_the_models_names():
     x = rand(1, 2, 4, 4)
     want, got, ref, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "lowered vs original")
+
+
+def test_lowering_raises_the_opset_to_17_or_else_keeps_15(monkeypatch):
+    """A lowered model imports opset 17 (LayerNormalization bodies); where onnx's converter
+    cannot take a model there it is lowered at 15, and computes the same."""
+    from paddle_npu import onnx_io
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    original = model(nodes, [("x", [1, 2, 4, 4])], [("y", [1, 3, 4, 4])],
+                     [("w", rand(3, 2, 3, 3))], opset=11)
+    x = rand(1, 2, 4, 4)
+    assert prepare(original).opset_imports[""] == 17
+    real = onnx_io.upgrade_opset
+
+    def no_17(proto, minimum):
+        if minimum >= 17:
+            raise ConversionError("cannot upgrade the model to opset 17 (test)")
+        return real(proto, minimum)
+    monkeypatch.setattr(onnx_io, "upgrade_opset", no_17)
+    assert prepare(original).opset_imports[""] == 15
+    lowered, _ = lower(original, BIG)
+    assert lowered.opset_imports[""] == 15
+    want, got, ref, _ = three_way(original, lowered, {"x": x}, BIG)
+    assert_close(got[0], want[0], "lowered at 15 vs original")
+    assert_close(ref[0], want[0], "reference at 15 vs original")
