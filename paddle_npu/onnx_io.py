@@ -84,10 +84,11 @@ def to_bytes(model):
     return to_proto(model).SerializeToString()
 
 
-def load_model(model, min_opset=None, infer=True):
-    """One ir.Model to rewrite: the default-domain opset raised to `min_opset` when lower,
-    shapes inferred with `infer` (as far as onnx can), initializers no longer listed as graph inputs
-    (IR < 4 listed them; the models we write are IR >= 10, where they are constants only)."""
+def load_model(model, min_opset=None, infer=True, preferred_opset=None):
+    """One ir.Model to rewrite: the default-domain opset raised to `preferred_opset` where
+    onnx's converter takes the model there, else to `min_opset`, when lower; shapes inferred
+    with `infer` (as far as onnx can), initializers no longer listed as graph inputs (IR < 4
+    listed them; the models we write are IR >= 10, where they are constants only)."""
     # The converter and shape inference copy the whole model (twice each): the weights are
     # set aside while they run (a proto we made ourselves only: the caller's stays as it is)
     proto, aside = _load_weights_aside(model)
@@ -96,8 +97,14 @@ def load_model(model, min_opset=None, infer=True):
         aside = _set_weights_aside(proto) if not isinstance(model, onnx.ModelProto) else {}
     else:
         aside.update(_set_weights_aside(proto))      # what external data files held
+    if preferred_opset is not None:
+        try:
+            proto = upgrade_opset(proto, preferred_opset)
+        except ConversionError:
+            if min_opset is None:
+                raise
     if min_opset is not None:
-        proto = upgrade_opset(proto, min_opset)
+        proto = upgrade_opset(proto, min_opset)     # (nothing to do once preferred is done)
     if infer:
         try:
             proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False,

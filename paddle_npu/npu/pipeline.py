@@ -51,10 +51,7 @@ LOWERED_OPSET = 17
 
 def prepare(model):
     """The ir.Model the passes work on: opset upgraded, shapes inferred, nodes named."""
-    try:
-        m = load_model(model, LOWERED_OPSET)
-    except ConversionError:
-        m = load_model(model, MIN_BODY_OPSET)
+    m = load_model(model, MIN_BODY_OPSET, preferred_opset=LOWERED_OPSET)
     NameNodes()(m)
     return m
 
