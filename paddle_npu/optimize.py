@@ -11,6 +11,7 @@ from onnx import helper
 from onnx_ir.passes import common as common_passes
 
 from .naming import add_initializer
+from .onnx_io import infer_shapes
 
 # Folding must not make the stored model bigger: a node whose result outweighs its inputs
 # (Expand, Tile, ConstantOfShape, a Cast widening float16 weights to float32) is kept unless
@@ -244,7 +245,7 @@ def fold_shapes(model, rounds=8):
     """Shape inference and constant folding until nothing more folds (each round may
     reveal new static shapes)."""
     for _ in range(rounds):
-        common_passes.ShapeInferencePass(strict_mode=False)(model)
+        infer_shapes(model, check_type=True)
         if not fold_constants(model):
             break
 

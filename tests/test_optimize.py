@@ -135,3 +135,40 @@ def test_pre_opset13_unsqueeze_of_a_constant_folds():
     ops, _ = _before_after(_model(nodes, [x], [y], inits, opset=9),
                            {"x": RNG.randn(1, 6).astype(np.float32)})
     assert ops == ["Reshape"]
+
+
+def _types_and_shapes(model):
+    """{value name: (type, shape)} over every graph of an ir.Model, sub-graphs included."""
+    out = {}
+    for graph in model.graphs():
+        for v in (*graph.inputs, *(o for n in graph for o in n.outputs)):
+            out[v.name] = (str(v.type), str(v.shape))
+    return out
+
+
+def test_infer_shapes_sets_what_onnx_irs_pass_sets_in_graph_and_branches():
+    """Our merge of onnx's inferred value infos (no whole-model deserialization) against
+    onnx_ir's ShapeInferencePass: the same types and shapes on every value, an If's branches'
+    own included, and the branches' values do get shapes."""
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    from paddle_npu.onnx_io import infer_shapes
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+
+    def branch(name, op):
+        out = helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)
+        return helper.make_graph([helper.make_node(op, ["r"], [f"{name}_mid"]),
+                                  helper.make_node("Relu", [f"{name}_mid"], [f"{name}_out"])],
+                                 name, [], [out])
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "Neg"),
+                              else_branch=branch("else", "Abs"))]
+    proto = _model(nodes, [x, c], [y], {"shape": np.array([0, 48], np.int64)})
+    ours, theirs = ir.serde.deserialize_model(proto), ir.serde.deserialize_model(proto)
+    assert infer_shapes(ours)
+    ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(theirs)
+    assert _types_and_shapes(ours) == _types_and_shapes(theirs)
+    assert _types_and_shapes(ours)["then_mid"] == ("FLOAT", "[N,48]")
+    assert not infer_shapes(ours)       # nothing left to change
