@@ -111,6 +111,25 @@ def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
     assert ops.count("DimTransform") == 6
 
 
+@pytest.mark.parametrize("layout", [0, 1])
+def test_steps_of_an_open_batch_keep_the_time_axis(layout):
+    """A batch left open (or batch-major x): a step's values keep x's time axis, size 1, so
+    no step reshapes anything; Y is the steps side by side on that axis."""
+    m, feeds = _rnn_model("LSTM", "bidirectional", layout=layout, states=True)
+    for vi in m.graph.input:
+        vi.type.tensor_type.shape.dim[0 if layout else 1].dim_param = "n"
+    for vi in m.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    lowered, _ = lower(m, "npu256")
+    ops = [n.op_type for n in lowered.graph]
+    assert ops.count("Crop") == 2 * 5 * T + 4       # a step's x and gates; h0, c0 a direction
+    assert ops.count("DimTransform") == 4           # x's rows, the projection, Y a direction
+    _, got = run_onnx(serialized(lowered), feeds)
+    want = _batch_major_oracle(m, feeds) if layout else run_onnx(m.SerializeToString(), feeds)[1]
+    for k, name in enumerate(["Y", "Y_h", "Y_c"]):
+        assert_close(got[k], want[k], f"onnxruntime {name}")
+
+
 @pytest.mark.parametrize("extra,reason", [
     ({"clip": 3.0}, "clip is set"),
     ({"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations"),

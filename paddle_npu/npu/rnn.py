@@ -132,8 +132,10 @@ def unroll(graph, node):
                          a.const(in_bias.reshape(-1), "b_input")], "input_projection")
     batch = x_dims[0] if layout else x_dims[1]
     # time-major rows of a fixed batch: step t's are rows [t*N, (t+1)*N) of the projection,
-    # cut as they are (no step needs a reshape of its own)
+    # cut as they are; otherwise a step keeps the time axis (size 1) where x has it, so that
+    # no step needs a reshape of its own and Y is the steps side by side on that axis
     by_rows = not layout and isinstance(batch, int)
+    a.gate_axis = 1 if by_rows else 2
     if not by_rows:
         shape = [-1, steps, dirs * gh] if layout else [steps, -1, dirs * gh]
         proj = a.op("Reshape", [proj, a.ints(shape, "projection_shape")], "projection")
@@ -145,9 +147,9 @@ def unroll(graph, node):
     for d in range(dirs):
         tag = f"d{d}"
         rt = a.const(r[d].T.copy(), f"{tag}/r")                        # [H, G*H]
-        h = None if states[0] is None else _direction_state(a, states[0], d, tag, "h0")
+        h = None if states[0] is None else _direction_state(a, states[0], d, tag, "h0", by_rows)
         c = None if op != "LSTM" or states[1] is None else \
-            _direction_state(a, states[1], d, tag, "c0")
+            _direction_state(a, states[1], d, tag, "c0", by_rows)
         backward = reverse or d == 1
         outs = [None] * steps
         for step in range(steps):
@@ -160,30 +162,30 @@ def unroll(graph, node):
             else:
                 xg = a.op("Slice", [proj, a.ints([t, d * gh], f"{name}/x_start"),
                                     a.ints([t + 1, (d + 1) * gh], f"{name}/x_end"),
-                                    a.ints([time_axis, 2], f"{name}/x_axes")],
-                          f"{name}/x_gates")
-                xg = a.op("Squeeze", [xg, a.ints([time_axis], f"{name}/x_axis")], f"{name}/x")
+                                    a.ints([time_axis, 2], f"{name}/x_axes")], f"{name}/x")
             if op == "LSTM":
                 h, c = _lstm_step(a, name, xg, h, c, rt, hidden)
             else:
                 h = _gru_step(a, name, xg, h, rt, r[d], rb[d], hidden, lbr)
             outs[t] = h
-        y = a.op("Concat", outs, f"{tag}/y", axis=0)                     # [T*N, H]
-        ys.append(a.op("Reshape", [y, a.ints([steps, 1, -1, hidden], f"{tag}/y_dir_shape")],
-                       f"{tag}/y_dir"))                                  # [T, 1, N, H]
+        if by_rows:     # [T*N, H] -> [T, 1, N, H]
+            y = a.op("Concat", outs, f"{tag}/y", axis=0)
+            shape = [steps, 1, -1, hidden]
+        else:           # [T, N, H] -> [T, 1, N, H]; layout 1: [N, T, H] -> [N, T, 1, H]
+            y = a.op("Concat", outs, f"{tag}/y", axis=time_axis)
+            shape = [-1, steps, 1, hidden] if layout else [steps, 1, -1, hidden]
+        ys.append(a.op("Reshape", [y, a.ints(shape, f"{tag}/y_dir_shape")], f"{tag}/y_dir"))
         finals.append([h] + ([c] if op == "LSTM" else []))
     # Y: [T, D, N, H], layout 1: [N, T, D, H]
-    y = ys[0] if dirs == 1 else a.op("Concat", ys, "y_dirs", axis=1)
-    if layout:
-        y = a.op("Transpose", [y], "y_batch_major", perm=[2, 0, 1, 3])
+    y = ys[0] if dirs == 1 else a.op("Concat", ys, "y_dirs", axis=2 if layout else 1)
     results = [y]
     for k in range(len(node.outputs) - 1):       # Y_h, Y_c: [D, N, H], layout 1: [N, D, H]
-        last = [a.op("Unsqueeze", [f[k], a.ints([0], f"d{d}/final{k}_axis")], f"d{d}/final{k}")
-                for d, f in enumerate(finals)]
-        v = last[0] if dirs == 1 else a.op("Concat", last, f"final{k}", axis=0)
-        if layout:
-            v = a.op("Transpose", [v], f"final{k}_batch_major", perm=[1, 0, 2])
-        results.append(v)
+        last = [f[k] for f in finals]           # [1, N, H] ([N, 1, H]) a direction
+        if by_rows:                             # [N, H]
+            last = [a.op("Unsqueeze", [v, a.ints([0], f"d{d}/final{k}_axis")], f"d{d}/final{k}")
+                    for d, v in enumerate(last)]
+        results.append(last[0] if dirs == 1 else
+                       a.op("Concat", last, f"final{k}", axis=time_axis))
     for old, new in zip(node.outputs, results):
         if old.name:
             g.take_over(old, new, shape=True)
@@ -212,19 +214,24 @@ def _zeros(value):
         value = node.inputs[0]
 
 
-def _direction_state(a, value, d, tag, what):
-    """[D, N, H] -> direction d's [N, H]."""
+def _direction_state(a, value, d, tag, what, squeeze):
+    """[D, N, H] ([N, D, H] in layout 1) -> direction d's [1, N, H] ([N, 1, H]), or with
+    `squeeze` its [N, H]."""
     layout = _attr(a.node, "int", "layout", 0)
     axis = 1 if layout else 0
     part = a.op("Slice", [value, a.ints([d], f"{tag}/{what}_start"),
                           a.ints([d + 1], f"{tag}/{what}_end"),
-                          a.ints([axis], f"{tag}/{what}_axes")], f"{tag}/{what}_slice")
+                          a.ints([axis], f"{tag}/{what}_axes")],
+                f"{tag}/{what}_slice" if squeeze else f"{tag}/{what}")
+    if not squeeze:
+        return part
     return a.op("Squeeze", [part, a.ints([axis], f"{tag}/{what}_axis")], f"{tag}/{what}")
 
 
 def _split(a, v, name, start, end):
+    """Gate columns [start, end) of a step's value (on its last axis, a.gate_axis)."""
     return a.op("Slice", [v, a.ints([start], f"{name}_start"), a.ints([end], f"{name}_end"),
-                          a.ints([1], f"{name}_axes")], name)
+                          a.ints([a.gate_axis], f"{name}_axes")], name)
 
 
 def _lstm_step(a, name, xg, h, c, rt, hidden):
