@@ -43,7 +43,7 @@ def add_initializer(graph, array, name):
         name = f"{base}_{n}"
     array = np.ascontiguousarray(array)
     value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+                     shape=ir.Shape(array.shape), const_value=ir.Tensor(array, name=name))
     graph.register_initializer(value)
     return value
 

@@ -148,7 +148,7 @@ def fold_constants(model, growth_allowance=_FOLD_GROWTH_ALLOWANCE):
             continue
         for out, array in zip(node.outputs, results):
             array = np.asarray(array)
-            tensor = ir.tensor(array, name=out.name)
+            tensor = ir.Tensor(array, name=out.name)
             out.const_value = tensor
             new = ir.Value(name=out.name, type=ir.TensorType(tensor.dtype),
                            shape=ir.Shape(array.shape), const_value=tensor)
