@@ -121,9 +121,10 @@ def _fold_shape(node):
     return [dims[start:end]]
 
 
-def fold_constants(model, growth_allowance=_FOLD_GROWTH_ALLOWANCE):
-    """Replace every foldable node by initializers, in graph order. Returns the count.
-    A node whose result outweighs its inputs is folded only up to `growth_allowance` bytes."""
+def fold_constants(model, growth_allowance=_FOLD_GROWTH_ALLOWANCE, made=None):
+    """Replace every foldable node by initializers, in graph order. Returns the count (and
+    adds the initializers' values to the list `made`, if given). A node whose result
+    outweighs its inputs is folded only up to `growth_allowance` bytes."""
     graph = model.graph
     opset = model.opset_imports.get("", 21)
     folded = 0
@@ -155,6 +156,8 @@ def fold_constants(model, growth_allowance=_FOLD_GROWTH_ALLOWANCE):
             out.name = None
             graph.register_initializer(new)
             ir.convenience.replace_all_uses_with(out, new, replace_graph_outputs=True)
+            if made is not None:
+                made.append(new)
         graph.remove(node, safe=True)
         folded += 1
     return folded
@@ -246,8 +249,24 @@ def fold_shapes(model, rounds=8):
     reveal new static shapes)."""
     for _ in range(rounds):
         infer_shapes(model, check_type=True)
-        if not fold_constants(model):
+        made = []
+        if not fold_constants(model, made=made) or not _inference_may_learn(model, made):
             break
+
+
+def _inference_may_learn(model, made):
+    """Whether shape inference may find more after folding made the constants `made`: a
+    Shape or Size is left to fold, or a node reading one of them has an output of unknown
+    shape or sizes (None, or onnx's made-up "unk__" names; an input's named size is as
+    known as it gets). Each round of inference serializes the model."""
+    if any(n.op_type in ("Shape", "Size") for n in model.graph):
+        return True
+    named = {d.value for v in model.graph.inputs for d in (v.shape or ())
+             if isinstance(d, ir.SymbolicDim)}
+    return any(out.shape is None or any(isinstance(d, ir.SymbolicDim) and
+                                        (d.value is None or d.value not in named)
+                                        for d in out.shape)
+               for value in made for node, _ in value.uses() for out in node.outputs)
 
 
 def optimize(model, fold=True):
