@@ -35,7 +35,6 @@ def onnx_dtype(name):
         raise ConversionError(f"dtype {name!r} has no ONNX equivalent") from None
 
 
-
 # The attribute types of a non-empty list, in the order onnx_ir infers them.
 _LIST_TYPES = ((int, ir.AttributeType.INTS), (float, ir.AttributeType.FLOATS),
                (str, ir.AttributeType.STRINGS))
@@ -50,6 +49,7 @@ def _attribute(name, value):
             if all(isinstance(x, kind) for x in value):
                 return ir.convenience.convert_attribute(name, value, attr_type)
     return ir.convenience.convert_attribute(name, value)
+
 
 class _OpBuilder:
     """`ctx.op.Conv(x, w, strides=[1, 1])` appends a node to the graph being built.
