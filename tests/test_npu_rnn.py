@@ -115,19 +115,78 @@ def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
 def test_steps_of_an_open_batch_keep_the_time_axis(layout):
     """A batch left open (or batch-major x): a step's values keep x's time axis, size 1, so
     no step reshapes anything; Y is the steps side by side on that axis."""
-    m, feeds = _rnn_model("LSTM", "bidirectional", layout=layout, states=True)
+    m, feeds = _rnn_model("LSTM", "reverse", layout=layout, states=True)
     for vi in m.graph.input:
         vi.type.tensor_type.shape.dim[0 if layout else 1].dim_param = "n"
     for vi in m.graph.output:
         vi.type.tensor_type.ClearField("shape")
     lowered, _ = lower(m, "npu256")
     ops = [n.op_type for n in lowered.graph]
-    assert ops.count("Crop") == 2 * 5 * T + 4       # a step's x and gates; h0, c0 a direction
-    assert ops.count("DimTransform") == 4           # x's rows, the projection, Y a direction
+    assert ops.count("Crop") == 5 * T + 2           # a step's x and gates; h0, c0
+    assert ops.count("DimTransform") == 3           # x's rows, the projection, Y
     _, got = run_onnx(serialized(lowered), feeds)
     want = _batch_major_oracle(m, feeds) if layout else run_onnx(m.SerializeToString(), feeds)[1]
     for k, name in enumerate(["Y", "Y_h", "Y_c"]):
         assert_close(got[k], want[k], f"onnxruntime {name}")
+
+
+@pytest.mark.parametrize("op,layout", [("LSTM", 0), ("GRU", 1)])
+def test_both_directions_run_side_by_side_in_one_chain_of_steps(op, layout):
+    """A bidirectional node: step k runs the forward step at time k and the backward one at
+    T-1-k as one cell of 2H (one recurrent matrix layer a step, not two), all on the NPU."""
+    m, feeds = _rnn_model(op, "bidirectional", layout=layout, states=True, lbr=0 if op == "GRU"
+                          else None)
+    lowered, report = lower(m, "npu256")
+    recurrent = [l for l in report.layers if l.op_type == "MatMul"]
+    assert len(recurrent) == (T if op == "LSTM" else 2 * T)   # (GRU: z, r and then h)
+    assert [s.device for s in report.segments] == ["npu"]
+    want = _batch_major_oracle(m, feeds) if layout else run_onnx(m.SerializeToString(), feeds)[1]
+    _, got = run_onnx(serialized(lowered), feeds)
+    ref = Reference(serialized(lowered), "npu256").run(feeds)
+    for k, name in enumerate(["Y", "Y_h", "Y_c"][:len(want)]):
+        assert_close(got[k], want[k], f"onnxruntime {name}")
+        assert_close(ref[k], want[k], f"reference {name}")
+
+
+def test_pair_weights_are_each_directions_per_gate():
+    """The pair's R times [h_fwd | h_bwd] is, gate by gate, [h_fwd R_fwd^T | h_bwd R_bwd^T];
+    its bias each gate's [Rb_fwd | Rb_bwd]."""
+    from paddle_npu.npu.rnn import pair_weights
+    rng = np.random.default_rng(3)
+    gates = 3
+    r = rng.standard_normal((2, gates * H, H)).astype(np.float32)
+    rb = rng.standard_normal((2, gates * H)).astype(np.float32)
+    h = rng.standard_normal((2, N, H)).astype(np.float32)
+    r2, rb2 = pair_weights(r, rb)
+    got = np.concatenate([h[0], h[1]], -1) @ r2.T + rb2               # [N, G*2H]
+    want = [h[d] @ r[d].T + rb[d] for d in range(2)]                  # [N, G*H] each
+    for g in range(gates):
+        for d in range(2):
+            np.testing.assert_allclose(got[:, (2 * g + d) * H:(2 * g + d + 1) * H],
+                                       want[d][:, g * H:(g + 1) * H], rtol=1e-5, atol=1e-6)
+
+
+def test_a_wide_bidirectional_node_keeps_a_chain_a_direction():
+    """Past PAIR_MAX_HIDDEN the pair's R would double what each step reads: two chains."""
+    from paddle_npu.npu.rnn import PAIR_MAX_HIDDEN
+    rng = np.random.default_rng(4)
+    hidden = PAIR_MAX_HIDDEN + 1
+    nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden,
+                              direction="bidirectional")]
+    graph = helper.make_graph(
+        nodes, "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, N, I])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(
+            rng.uniform(-0.1, 0.1, (2, 4 * hidden, k)).astype(np.float32), n)
+            for n, k in (("w", I), ("r", hidden))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lowered, report = lower(m, "npu256")
+    assert sum(l.op_type == "MatMul" for l in report.layers) == 2 * (T - 1)
+    feeds = {"x": rng.standard_normal((T, N, I)).astype(np.float32)}
+    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    assert_close(got[0], want[0], "onnxruntime")
+    assert_close(ref[0], want[0], "reference")
 
 
 @pytest.mark.parametrize("extra,reason", [
@@ -203,14 +262,14 @@ def test_quantised_rnn_is_integer_and_bit_exact(op, lbr):
         v.type.tensor_type.ClearField("shape")
     rng = np.random.default_rng(9)
     table = calibrate(m, {"x": rng.standard_normal((128, T, I)).astype(np.float32)})
-    assert "y/d1/t0/h" in table["tensors"] and "y/d0/t4/candidate" in table["tensors"]
+    assert "y/d01/t0/h" in table["tensors"] and "y/d01/t4/candidate" in table["tensors"]
     lowered, report, records = quantized_lower(m, table, 8)
     ops = op_types(lowered)
     assert {(DOMAIN, "QVMM"), (DOMAIN, "QLut")} <= ops
     assert not {(DOMAIN, "VMM"), (DOMAIN, "Lut"), ("", op)} & ops
     assert [s.device for s in report.segments] == ["npu"]
-    # the projection, then R per step after the first (H_0 = 0) and direction
-    assert len(records) == 1 + 2 * (T - 1)
+    # the projection, then R per step after the first (H_0 = 0), both directions at once
+    assert len(records) == 1 + (T - 1)
     feeds = {"x": rng.standard_normal((N, T, I)).astype(np.float32)}
     want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
     for w, o, r in zip(want, got, ref):

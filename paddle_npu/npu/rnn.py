@@ -29,6 +29,11 @@ from . import graph as g
 from .ops import MIN_BODY_OPSET
 from .passes import Pass
 
+# A bidirectional node of at most this hidden size runs both directions in one chain of
+# steps (_unroll_pair): half the steps, R's tiles [2H, 8H] with zero blocks; past it, R's
+# weights would double what every step reads.
+PAIR_MAX_HIDDEN = 128
+
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 
 
@@ -120,7 +125,6 @@ def unroll(graph, node):
     wb, rb = b[:, :gh], b[:, gh:]
     x_dims = g.dims(node.inputs[0])
     steps = x_dims[1] if layout else x_dims[0]
-    time_axis = 1 if layout else 0
     reverse = _attr(node, "string", "direction", "forward") == "reverse"
 
     # every step's input projection, all directions side by side: one matrix layer
@@ -143,6 +147,35 @@ def unroll(graph, node):
     states = [_initial(_input(node, 5))]
     if op == "LSTM":
         states.append(_initial(_input(node, 6)))
+    if dirs == 2 and hidden <= PAIR_MAX_HIDDEN:
+        results = _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr)
+    else:
+        results = _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr,
+                                     reverse)
+    for old, new in zip(node.outputs, results):
+        if old.name:
+            g.take_over(old, new, shape=True)
+    graph.remove(node, safe=True)
+
+
+def _step_x(a, proj, name, t, batch, by_rows, first, width):
+    """Step t's gate inputs: columns [first, first + width) of its rows of the projection."""
+    layout = _attr(a.node, "int", "layout", 0)
+    if by_rows:
+        return a.op("Slice", [proj, a.ints([t * batch, first], f"{name}/x_start"),
+                              a.ints([(t + 1) * batch, first + width], f"{name}/x_end"),
+                              a.ints([0, 1], f"{name}/x_axes")], f"{name}/x")
+    return a.op("Slice", [proj, a.ints([t, first], f"{name}/x_start"),
+                          a.ints([t + 1, first + width], f"{name}/x_end"),
+                          a.ints([1 if layout else 0, 2], f"{name}/x_axes")], f"{name}/x")
+
+
+def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, reverse):
+    """Each direction's chain of steps on its own; returns Y (, Y_h, Y_c)."""
+    node = a.node
+    layout = _attr(node, "int", "layout", 0)
+    time_axis = 1 if layout else 0
+    dirs, gh, hidden = r.shape
     ys, finals = [], []
     for d in range(dirs):
         tag = f"d{d}"
@@ -155,14 +188,7 @@ def unroll(graph, node):
         for step in range(steps):
             t = steps - 1 - step if backward else step
             name = f"{tag}/t{t}"
-            if by_rows:
-                xg = a.op("Slice", [proj, a.ints([t * batch, d * gh], f"{name}/x_start"),
-                                    a.ints([(t + 1) * batch, (d + 1) * gh], f"{name}/x_end"),
-                                    a.ints([0, 1], f"{name}/x_axes")], f"{name}/x")
-            else:
-                xg = a.op("Slice", [proj, a.ints([t, d * gh], f"{name}/x_start"),
-                                    a.ints([t + 1, (d + 1) * gh], f"{name}/x_end"),
-                                    a.ints([time_axis, 2], f"{name}/x_axes")], f"{name}/x")
+            xg = _step_x(a, proj, name, t, batch, by_rows, d * gh, gh)
             if op == "LSTM":
                 h, c = _lstm_step(a, name, xg, h, c, rt, hidden)
             else:
@@ -186,10 +212,86 @@ def unroll(graph, node):
                     for d, v in enumerate(last)]
         results.append(last[0] if dirs == 1 else
                        a.op("Concat", last, f"final{k}", axis=time_axis))
-    for old, new in zip(node.outputs, results):
-        if old.name:
-            g.take_over(old, new, shape=True)
-    graph.remove(node, safe=True)
+    return results
+
+
+def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
+    """Both directions as one chain of steps: step k runs the forward step at time k and the
+    backward one at time T-1-k side by side, as one cell of 2H whose every gate is
+    [forward | backward] and whose R is block-diagonal (pair_weights); returns Y (, Y_h,
+    Y_c). The program has half the steps; the arrays hold the zero blocks of R."""
+    node = a.node
+    layout = _attr(node, "int", "layout", 0)
+    time_axis = 1 if layout else 0
+    _, gh, hidden = r.shape
+    gates = gh // hidden
+    if by_rows:
+        proj = a.op("Reshape", [proj, a.ints([steps, batch, 2 * gh], "pair/projection_shape")],
+                    "pair/projection")
+    # the backward direction's projection in its own time order (step k reads its time
+    # T-1-k: the steps' rows joined in reverse; the NPU has no reversed crop), each gate
+    # beside the forward one's: [..., G, 2, H]
+    fwd = a.op("Slice", [proj, a.ints([0], "pair/fwd_start"), a.ints([gh], "pair/fwd_end"),
+                         a.ints([2], "pair/fwd_axes")], "pair/fwd")
+    bwd = a.op("Concat", [a.op("Slice", [proj, a.ints([t, gh], f"pair/bwd{t}_start"),
+                                         a.ints([t + 1, 2 * gh], f"pair/bwd{t}_end"),
+                                         a.ints([time_axis, 2], f"pair/bwd{t}_axes")],
+                               f"pair/bwd{t}") for t in reversed(range(steps))],
+               "pair/bwd", axis=time_axis)
+    split = a.ints([0, 0, gates, 1, hidden], "pair/gate_shape")
+    both = a.op("Concat", [a.op("Reshape", [fwd, split], "pair/fwd_gates"),
+                           a.op("Reshape", [bwd, split], "pair/bwd_gates")], "pair/gates",
+                axis=3)
+    flat = [steps * batch, 2 * gh] if by_rows else [0, 0, 2 * gh]
+    proj = a.op("Reshape", [both, a.ints(flat, "pair/x_shape")], "pair/x")
+    r2, rb2 = pair_weights(r, rb)
+    rt = a.const(r2.T.copy(), "d01/r")                                 # [2H, G*2H]
+    h = None if states[0] is None else _pair_state(a, states[0], "h0", by_rows)
+    c = None if op != "LSTM" or states[1] is None else _pair_state(a, states[1], "c0", by_rows)
+    outs = []
+    for t in range(steps):
+        name = f"d01/t{t}"
+        xg = _step_x(a, proj, name, t, batch, by_rows, 0, 2 * gh)
+        if op == "LSTM":
+            h, c = _lstm_step(a, name, xg, h, c, rt, 2 * hidden)
+        else:
+            h = _gru_step(a, name, xg, h, rt, r2, rb2, 2 * hidden, lbr)
+        outs.append(h)
+    # the forward halves in time order, the backward ones joined in reverse (back in theirs)
+    halves = []
+    for d, (order, first) in enumerate(((outs, 0), (outs[::-1], hidden))):
+        y = a.op("Concat", order, f"d{d}/y_steps", axis=0 if by_rows else time_axis)
+        if by_rows:
+            y = a.op("Reshape", [y, a.ints([steps, batch, 2 * hidden], f"d{d}/y_shape")],
+                     f"d{d}/y_time")
+        halves.append(a.op("Slice", [y, a.ints([first], f"d{d}/y_start"),
+                                     a.ints([first + hidden], f"d{d}/y_end"),
+                                     a.ints([2], f"d{d}/y_axes")], f"d{d}/y"))
+    y_f, y_b = halves
+    shape = a.ints([-1, steps, 1, hidden] if layout else [steps, 1, -1, hidden], "y_dir_shape")
+    results = [a.op("Concat", [a.op("Reshape", [y_f, shape], "d0/y_dir"),
+                               a.op("Reshape", [y_b, shape], "d1/y_dir")], "y_dirs",
+                    axis=2 if layout else 1)]
+    # Y_h, Y_c: the last step's [forward at T-1 | backward at 0], each direction's final
+    for k, v in enumerate([h, c][:len(node.outputs) - 1]):
+        v = a.op("Reshape", [v, a.ints([-1, 2, hidden], f"final{k}_shape")], f"final{k}_pair")
+        results.append(v if layout else
+                       a.op("Transpose", [v], f"final{k}", perm=[1, 0, 2]))   # [D, N, H]
+    return results
+
+
+def pair_weights(r, rb):
+    """R [2, G*H, H] and Rb [2, G*H] of a bidirectional node -> those of the pair's cell of
+    2H: R [G*2H, 2H], each gate's block [[R_fwd, 0], [0, R_bwd]], and Rb [G*2H], each gate's
+    [Rb_fwd | Rb_bwd]."""
+    _, gh, hidden = r.shape
+    gates = gh // hidden
+    per_gate = r.reshape(2, gates, hidden, hidden)
+    pair = np.zeros((gates, 2, hidden, 2, hidden), np.float32)
+    for d in range(2):
+        pair[:, d, :, d, :] = per_gate[d]
+    return (pair.reshape(gates * 2 * hidden, 2 * hidden),
+            rb.reshape(2, gates, hidden).transpose(1, 0, 2).reshape(-1).copy())
 
 
 def _initial(value):
@@ -227,6 +329,18 @@ def _direction_state(a, value, d, tag, what, squeeze):
         return part
     return a.op("Squeeze", [part, a.ints([axis], f"{tag}/{what}_axis")], f"{tag}/{what}")
 
+
+def _pair_state(a, value, what, by_rows):
+    """A bidirectional initial state [2, N, H] ([N, 2, H] in layout 1) -> the pair's
+    [N, 2H] ([1, N, 2H] with the time axis, [N, 1, 2H] in layout 1)."""
+    layout = _attr(a.node, "int", "layout", 0)
+    hidden = _attr(a.node, "int", "hidden_size", None)
+    if layout:
+        return a.op("Reshape", [value, a.ints([0, 1, 2 * hidden], f"d01/{what}_shape")],
+                    f"d01/{what}")
+    v = a.op("Transpose", [value], f"d01/{what}_batch_first", perm=[1, 0, 2])
+    shape = [-1, 2 * hidden] if by_rows else [1, -1, 2 * hidden]
+    return a.op("Reshape", [v, a.ints(shape, f"d01/{what}_shape")], f"d01/{what}")
 
 def _split(a, v, name, start, end):
     """Gate columns [start, end) of a step's value (on its last axis, a.gate_axis)."""
