@@ -6,6 +6,11 @@
          layer on the constant R), Sigmoid / Tanh on the lookup table, the cell's products
          and sums on the vector unit
       -> Y [T, D, N, H] (layout 1: [N, T, D, H]), Y_h and Y_c [D, N, H] by Concat
+    A bidirectional node of hidden size up to PAIR_MAX_HIDDEN runs its two directions as one
+    chain of T steps (_unroll_pair): step k is the forward step at time k beside the
+    backward one at T-1-k, one cell of 2H whose gates are [forward | backward] each and
+    whose R is block-diagonal. Half the steps and the same arrays; the zero blocks count as
+    MACs, and the cost report (which adds up every op's time) moves by a few percent.
 
 LSTM (gates i, o, f, c):  C = f * C_prev + i * tanh(c),  H = o * tanh(C)
 GRU (gates z, r, h):      h' = tanh(x_h + r * (H_prev @ R_h^T + Rb_h))   linear_before_reset=1
@@ -17,9 +22,9 @@ slices and reshapes, as Paddle builds one for a batch left open) skips the first
 recurrent product.
 Everything the unrolled cell computes is a plain ONNX op, so the existing lowerings take it
 to VMM / Lut / vector-unit ops, float or integer alike; intermediate values are named
-`<Y>/<dir>/t<step>/<role>` (Y: the node's first output), the same every time a model is
-unrolled, so that a calibration table made on the unrolled float model (`unrolled_proto`)
-covers them.
+`<Y>/<dir>/t<step>/<role>` (Y: the node's first output; <dir> d0, d1, or d01 for a pair),
+the same every time a model is unrolled, so that a calibration table made on the unrolled
+float model (`unrolled_proto`) covers them.
 """
 import numpy as np
 import onnx_ir as ir
