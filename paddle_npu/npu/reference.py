@@ -8,10 +8,6 @@ import contextlib
 import time
 
 import numpy as np
-from onnx.reference import ReferenceEvaluator
-from onnx.reference.op_run import OpRun
-from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
-from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
 
 from ..onnx_io import graph_inputs, load_proto
 from .ops import DOMAIN, ArrayModel, all_primitives
@@ -21,6 +17,9 @@ from .target import load_target
 
 
 def _op_class(prim, array):
+    from onnx.reference.op_run import OpRun     # (onnx.reference: 0.08 s to import, only
+                                                # when a reference runs, not for `lower`)
+
     def _run(self, *inputs, **attrs):
         attrs = {k: (list(v) if isinstance(v, (list, tuple, np.ndarray)) else v)
                  for k, v in attrs.items() if not k.startswith("_")}
@@ -36,6 +35,10 @@ def _op_class(prim, array):
 
 def _standard_overrides():
     """Standard ops whose onnx.reference implementation falls short on real models."""
+    from onnx.reference.op_run import OpRun     # (see _op_class)
+    from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
+    from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
+
     class GatherElements(OpRun):
         # onnx.reference uses np.choose, limited to 64 entries along the axis
         def _run(self, data, indices, axis=None):
@@ -172,6 +175,7 @@ class Reference:
         self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
+        from onnx.reference import ReferenceEvaluator      # (see _op_class)
         self._ev = ReferenceEvaluator(
             stripped, new_ops=[_op_class(p, self.array) for p in all_primitives().values()]
             + [layer_op_class(self.layers, self.array)] + _standard_overrides())

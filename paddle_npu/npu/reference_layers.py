@@ -33,7 +33,6 @@ from functools import cached_property
 
 import numpy as np
 from onnx import helper
-from onnx.reference.op_run import OpRun
 
 from .ops import DOMAIN, get_primitive
 from .ops.base import chunks
@@ -167,6 +166,9 @@ def _uses(graph):
 
 def layer_op_class(plans, array):
     """The OpRun class running MatrixLayer nodes for `array` (counts and timing)."""
+    from onnx.reference.op_run import OpRun     # (onnx.reference: 0.08 s to import, only
+                                                # when a reference runs, not for `lower`)
+
     def _run(self, x, bias, *weights):
         t = time.perf_counter()
         out = run_layer(array, plans[self.onnx_node.name], x, bias, weights)
