@@ -73,11 +73,23 @@ _NUMPY_FOLDS = {
         i[0], np.broadcast_shapes(i[0].shape, tuple(int(d) for d in i[1]))).copy(),
     "Cast": lambda i, n, o: _cast(i[0], n.attributes.get_int("to")),
     "Add": lambda i, n, o: np.add(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
+    "Sub": lambda i, n, o: np.subtract(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
+    "Mul": lambda i, n, o: np.multiply(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
+    "Less": lambda i, n, o: np.less(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
+    "Range": lambda i, n, o: _range(*i),
     "Identity": lambda i, n, o: i[0],
 }
 _SIMPLE_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
                                         np.uint8, np.uint16, np.uint32, np.uint64,
                                         np.float16, np.float32, np.float64)}
+
+
+def _range(start, limit, delta):
+    """Range of integers (a float Range's rounding is left to onnx.reference)."""
+    if start.dtype.kind not in "iu" or not start.dtype == limit.dtype == delta.dtype or \
+            int(delta) == 0:
+        return None
+    return np.arange(start, limit, delta, dtype=start.dtype)
 
 
 def _cast(x, to):

@@ -102,6 +102,11 @@ _FOLD_CASES = [
     ("Cast", {"to": TensorProto.INT32}, [np.array([-1.7, 2.5, 3.9], np.float32)], 13),
     ("Cast", {"to": TensorProto.BOOL}, [np.array([0.0, -0.5, 2.0], np.float32)], 13),
     ("Add", {}, [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([10], np.int64)], 13),
+    ("Sub", {}, [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([10], np.int64)], 13),
+    ("Mul", {}, [np.arange(6, dtype=np.int32).reshape(2, 3), np.array([-3], np.int32)], 13),
+    ("Less", {}, [np.arange(6, dtype=np.int64).reshape(2, 3), np.array([2, 0, 9], np.int64)], 13),
+    ("Range", {}, [np.array(5, np.int64), np.array(-3, np.int64), np.array(-2, np.int64)], 13),
+    ("Range", {}, [np.array(0, np.int32), np.array(7, np.int32), np.array(3, np.int32)], 13),
 ]
 
 
@@ -118,6 +123,7 @@ def test_numpy_folds_agree_with_onnxruntime():
         proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
         _, (want,) = run_onnx(proto.SerializeToString(), dict(zip(names, inputs)))
         ir_node = ir.serde.deserialize_node(node)
+        assert _NUMPY_FOLDS[op](inputs, ir_node, opset) is not None, (op, opset)   # no fallback
         got = _evaluate(ir_node, inputs, opset)
         assert got is not None, (op, opset)
         assert got[0].dtype == want.dtype and got[0].shape == want.shape, (op, opset, got[0], want)
