@@ -11,14 +11,14 @@ ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered mo
 of (its functions inlined) as a multiple of the ONNX model's, which session creation follows,
 and `prog x`: the NPU program's own nodes (each primitive one node: a band of array tiles is
 one) as a multiple of the ONNX model's, what the nodes would be if every body were one node.
-Beside them the lowered model's
-floor: the time this machine takes, measured in the same run, to write once the rows each
-Im2Col produces (NumPy filling a buffer of that size, best of several: in cache when it
-fits) and to do the arrays' products, zeros included, and the vector unit's depthwise
-multiply-adds (at the rate of onnxruntime's float32 MatMul on [4096, 256] x [256, 256]), as
-a multiple of the ONNX model's latency. No run of the lowered model can be faster: those
-rows and products are its NPU program's, and the count leaves out all else it does
-(`floor x` above 1.5: the latency target is out of reach for that program).
+Beside them the lowered model's floor: the time this machine takes, measured in the same
+run, to write once the rows each Im2Col produces (NumPy filling a buffer of that size, best
+of several: in cache when it fits) and to do the arrays' products, zeros included, and the
+vector unit's depthwise multiply-adds (at the rate of onnxruntime's float32 MatMul on
+[4096, 256] x [256, 256]), as a multiple of the ONNX model's latency. No run of the
+lowered model can be faster: those rows and products are its NPU program's, and the count
+leaves out all else it does (`floor x` above 1.5: the latency target is out of reach for
+that program).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).

@@ -1925,6 +1925,8 @@ def _vit(h, w, embed=192, depth=12, heads=3, patch=16, classes=1000):
 
 _image_model("vit_tiny", _vit, (224, 224), small=(64, 64),
              tags=("classification", "vit", "transformer", "attention"))
+
+
 # --------------------------------------------------------------------------
 # Export (parent side)
 # --------------------------------------------------------------------------

@@ -100,6 +100,9 @@ class _Cell:
         self.graph, self.node = graph, node
         self.build = g.Builder(graph)
         self.base = next((o.name for o in node.outputs if o.name), node.name)
+        self.layout = _attr(node, "int", "layout", 0)
+        self.time_axis = 1 if self.layout else 0     # x's and Y's (layout 1: batch-major)
+        self.gate_axis = None       # a step's gate columns: 1 ([N, G*H]) or 2 (time axis kept)
 
     def op(self, op_type, inputs, name, **attrs):
         made = self.build.node(op_type, inputs, attrs, name=f"{self.base}/{name}",
@@ -120,7 +123,7 @@ def unroll(graph, node):
     op = node.op_type
     a = _Cell(graph, node)
     hidden = _attr(node, "int", "hidden_size", None)
-    layout = _attr(node, "int", "layout", 0)
+    layout = a.layout
     lbr = _attr(node, "int", "linear_before_reset", 0) if op == "GRU" else 0
     w = g.constant(node.inputs[1]).astype(np.float32)        # [D, G*H, I]
     r = g.constant(node.inputs[2]).astype(np.float32)        # [D, G*H, H]
@@ -165,21 +168,18 @@ def unroll(graph, node):
 
 def _step_x(a, proj, name, t, batch, by_rows, first, width):
     """Step t's gate inputs: columns [first, first + width) of its rows of the projection."""
-    layout = _attr(a.node, "int", "layout", 0)
     if by_rows:
         return a.op("Slice", [proj, a.ints([t * batch, first], f"{name}/x_start"),
                               a.ints([(t + 1) * batch, first + width], f"{name}/x_end"),
                               a.ints([0, 1], f"{name}/x_axes")], f"{name}/x")
     return a.op("Slice", [proj, a.ints([t, first], f"{name}/x_start"),
                           a.ints([t + 1, first + width], f"{name}/x_end"),
-                          a.ints([1 if layout else 0, 2], f"{name}/x_axes")], f"{name}/x")
+                          a.ints([a.time_axis, 2], f"{name}/x_axes")], f"{name}/x")
 
 
 def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, reverse):
     """Each direction's chain of steps on its own; returns Y (, Y_h, Y_c)."""
-    node = a.node
-    layout = _attr(node, "int", "layout", 0)
-    time_axis = 1 if layout else 0
+    node, layout, time_axis = a.node, a.layout, a.time_axis
     dirs, gh, hidden = r.shape
     ys, finals = [], []
     for d in range(dirs):
@@ -225,9 +225,7 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
     backward one at time T-1-k side by side, as one cell of 2H whose every gate is
     [forward | backward] and whose R is block-diagonal (pair_weights); returns Y (, Y_h,
     Y_c). The program has half the steps; the arrays hold the zero blocks of R."""
-    node = a.node
-    layout = _attr(node, "int", "layout", 0)
-    time_axis = 1 if layout else 0
+    node, layout, time_axis = a.node, a.layout, a.time_axis
     _, gh, hidden = r.shape
     gates = gh // hidden
     if by_rows:
@@ -324,8 +322,7 @@ def _zeros(value):
 def _direction_state(a, value, d, tag, what, squeeze):
     """[D, N, H] ([N, D, H] in layout 1) -> direction d's [1, N, H] ([N, 1, H]), or with
     `squeeze` its [N, H]."""
-    layout = _attr(a.node, "int", "layout", 0)
-    axis = 1 if layout else 0
+    axis = a.time_axis
     part = a.op("Slice", [value, a.ints([d], f"{tag}/{what}_start"),
                           a.ints([d + 1], f"{tag}/{what}_end"),
                           a.ints([axis], f"{tag}/{what}_axes")],
@@ -338,14 +335,14 @@ def _direction_state(a, value, d, tag, what, squeeze):
 def _pair_state(a, value, what, by_rows):
     """A bidirectional initial state [2, N, H] ([N, 2, H] in layout 1) -> the pair's
     [N, 2H] ([1, N, 2H] with the time axis, [N, 1, 2H] in layout 1)."""
-    layout = _attr(a.node, "int", "layout", 0)
     hidden = _attr(a.node, "int", "hidden_size", None)
-    if layout:
+    if a.layout:
         return a.op("Reshape", [value, a.ints([0, 1, 2 * hidden], f"d01/{what}_shape")],
                     f"d01/{what}")
     v = a.op("Transpose", [value], f"d01/{what}_batch_first", perm=[1, 0, 2])
     shape = [-1, 2 * hidden] if by_rows else [1, -1, 2 * hidden]
     return a.op("Reshape", [v, a.ints(shape, f"d01/{what}_shape")], f"d01/{what}")
+
 
 def _split(a, v, name, start, end):
     """Gate columns [start, end) of a step's value (on its last axis, a.gate_axis)."""
