@@ -234,6 +234,43 @@ def test_conv_transpose_reads_the_rows():
     _check(proto, lowered, {"x": x})
 
 
+def test_resizing_runs_on_rows():
+    """A neck's upsampling (nearest and bilinear Resize: one AxisResample per axis) runs on
+    the rows' height and width axes: the rows go through it into the residual Add, the
+    channel concat and the next conv's Im2Col, with no move to NCHW but the output's."""
+    nodes, inits = [], []
+    for name, size in (("big", 8), ("small", 4)):
+        part = _conv(name, f"x_{name}", 3, 4, 3, ord(name[0]))
+        nodes += part[0]
+        inits += part[1]
+    inits += [("twice", np.array([1, 1, 2, 2], np.float32)),
+              ("to_12x10", np.array([1, 4, 12, 10], np.int64))]
+    nodes += [
+        helper.make_node("Resize", ["small", "", "twice"], ["up"], name="up", mode="nearest"),
+        helper.make_node("Add", ["big", "up"], ["sum"], name="sum"),
+        helper.make_node("Resize", ["sum", "", "", "to_12x10"], ["wide"], name="wide",
+                         mode="linear", coordinate_transformation_mode="half_pixel"),
+        helper.make_node("Resize", ["big", "", "", "to_12x10"], ["wide_big"], name="wide_big",
+                         mode="linear", coordinate_transformation_mode="half_pixel"),
+        helper.make_node("Concat", ["wide", "wide_big"], ["cat"], name="cat", axis=1),
+    ]
+    part = _conv("head", "cat", 8, 2, 3, 9)
+    proto = model(nodes + part[0], [("x_big", [1, 3, 8, 8]), ("x_small", [1, 3, 4, 4])],
+                  [("head", [1, 2, 12, 10])], inits + part[1])
+    lowered, result = _lower(proto)
+    assert {"up/resample_h on rows", "up/resample_w on rows", "wide/resample_h on rows",
+            "wide_big/resample_w on rows", "sum on rows", "cat/join on rows",
+            "head/im2col reads rows"} <= set(result.fired)
+    assert result.refused == {}
+    assert result.info == {"moves_before": 3, "moves_after": 1}          # the output's
+    resample = _of(lowered, "AxisResample")
+    assert sorted(n.attributes["axis"].value for n in resample) == [1, 1, 1, 2, 2, 2]
+    rng = np.random.default_rng(8)
+    feeds = {"x_big": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "x_small": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)}
+    _check(proto, lowered, feeds)
+
+
 def test_a_big_image_stays_in_rows():
     """Past Im2Col's TABLE_LIMIT (a 3x3 kernel at 176x176) the rows stay rows too: the
     gather's table is held as its terms (see test_npu_ops), not computed at every run."""

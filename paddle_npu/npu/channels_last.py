@@ -16,8 +16,8 @@ needs it:
     DimTransform to rows                              the rows as they are, or (ConvTranspose's
                                                       input) their [N, H*W, C]
     Pool, DepthwiseConv, Join / Concat of channels,   on the rows (Pool's and Depthwise-
-    Crop of channels, Reduce over the pixels          Conv's layout "nhwc"; the others on
-                                                      the rows' axes)
+    Crop of channels, Reduce over the pixels,         Conv's layout "nhwc"; the others on
+    AxisResample (resizing)                           the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
 
 Rows of rank 4, not [N, H*W, C], let onnxruntime see a chain of such layers as one image:
@@ -172,7 +172,7 @@ class ChannelsLast(Pass):
     def _remap(self, node, rows, replaced, result):
         n, c, h, w = g.dims(node.outputs[0])
         new = self._replace(node, [rows[node.inputs[0]]], [n, h, w, c], replaced,
-                            axes=_rows_axes(node))
+                            **_rows_attrs(node))
         rows[node.outputs[0]] = new.outputs[0]
         result.fired.append(f"{new.name} on rows")
 
@@ -268,7 +268,7 @@ def _choose_rows_maker(node, sizes):
     elementwise = _is_elementwise(node)
     window = node.domain == DOMAIN and node.op_type in WINDOW_PRIMITIVES
     join = (node.domain == DOMAIN and node.op_type == "Join") or g.is_op(node, "Concat")
-    remap = node.domain == DOMAIN and node.op_type in ("Crop", "Reduce")
+    remap = node.domain == DOMAIN and node.op_type in ("Crop", "Reduce", "AxisResample")
     if _is_dim_transform(node):
         return None, "DimTransform reads NCHW (its element order depends on the layout)"
     if not (elementwise or window or join or remap):
@@ -282,7 +282,7 @@ def _choose_rows_maker(node, sizes):
     if window:
         return ChannelsLast._window, None
     if remap:
-        if _rows_axes(node) is None:
+        if _rows_attrs(node) is None:
             return None, f"{node.op_type} over these axes has no rows form"
         return ChannelsLast._remap, None
     if node.attributes.get_int("axis", 0) not in (1, -3):
@@ -292,15 +292,17 @@ def _choose_rows_maker(node, sizes):
     return ChannelsLast._join, None
 
 
-def _rows_axes(node):
-    """The axes of the rows a Crop of channels or a Reduce over the pixels (dims kept) works
-    on, else None. (A reduction over channels, a softmax's, would run on rows too; it keeps
-    NCHW so far.)"""
+def _rows_attrs(node):
+    """The attributes that make a Crop of channels, a Reduce over the pixels (dims kept) or
+    an AxisResample work on the rows' axes, else None. (A reduction over channels, a
+    softmax's, would run on rows too; it keeps NCHW so far.)"""
     a = _attrs(node)
+    if node.op_type == "AxisResample":     # resizing along H or W, or a pick of channels
+        return {"axis": [0, 3, 1, 2][int(a["axis"])]}
     axes = tuple(sorted(int(x) for x in a["axes"]))
     if node.op_type == "Crop":
-        return [3] if axes == (1,) else None
-    return [1, 2] if axes == (2, 3) and a["keepdims"] else None
+        return {"axes": [3]} if axes == (1,) else None
+    return {"axes": [1, 2]} if axes == (2, 3) and a["keepdims"] else None
 
 
 def _check_im2col(node):
