@@ -87,6 +87,21 @@ def test_bad_input_shapes_are_named(shapes, message):
         lower(_dynamic_conv(), input_shape=shapes)
 
 
+def test_an_input_too_small_for_a_window_is_named():
+    """A 3x3 window at stride 2 without padding on a 2x2 input has no output (onnx's shape
+    inference rounds it up to 1x1): an error naming the layer and what to do, not a
+    traceback. At 3x3 the same model lowers."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], name="stem")],
+              [("x", [1, 3, "h", "w"])], [("y", [1, 4, None, None])], [("w", w)])
+    with pytest.raises(ConversionError, match=r"lowering stem: its 3x3 window \(strides "
+                       r"\[2, 2\], pads \[0, 0, 0, 0\]\) does not fit the 2x2 input: the output "
+                       r"would be empty; give the model a larger input"):
+        lower(m, input_shape={"x": [1, 3, 2, 2]})
+    lowered, _ = lower(m, input_shape={"x": [1, 3, 3, 3]})
+    assert "VMM" in npu_ops(lowered)
+
+
 def _cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "paddle_npu", *map(str, args)], cwd=cwd,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True)

@@ -4,6 +4,7 @@
 import numpy as np
 import onnx_ir as ir
 
+from ...errors import ConversionError
 from ..ops.im2col import out_size, resolve_pads
 from ..plan import plan_vector_layer
 from ..registry import onnx_op
@@ -124,6 +125,11 @@ class Conv:
         pt, pl, pb, pr = pads
         oh = out_size(h, kh, strides[0], dilations[0], pt, pb)
         ow = out_size(wd, kw, strides[1], dilations[1], pl, pr)
+        if min(oh, ow) < 1:     # (onnx's shape inference rounds such a size up to 1)
+            raise ConversionError(
+                f"lowering {node.name}: its {kh}x{kw} window (strides {strides[one_d:]}, "
+                f"pads {pads}) does not fit the {h}x{wd} input: the output would be empty; "
+                f"give the model a larger input")
 
         k = "x".join(map(str, kernel[-1:] if one_d else kernel))
         detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"
