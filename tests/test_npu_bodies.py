@@ -10,7 +10,9 @@ from npu_helpers import serialized
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, lower, verify
-from paddle_npu.npu.bodies import MARGIN, kept_within
+from paddle_npu.npu import bodies as bodies_module
+from paddle_npu.npu.bodies import MARGIN, TILE_SUMS, kept_within
+from paddle_npu.npu.functions import attach_functions
 from paddle_npu.npu.verifier import seeded_inputs
 
 K, M = 128, 4
@@ -71,6 +73,8 @@ def test_float32_missing_the_bound_gets_exact_bodies():
     choice = report.bodies
     assert choice["asked"] == "auto" and choice["bodies"] == "exact"
     assert choice["rel_diff"][0] > 0.5 and choice["exact_rel_diff"] == [0.0]
+    # the tiles' partials added exactly do not help: tile 1's own float32 sum lost the 2
+    assert choice["tile_rel_diff"][0] > 0.5 and choice["tile_within"] is None
     assert "float32 sums were 6.7e-01 from the model" in choice["why"]
     assert not any(o.endswith("f32") for o in overloads(lowered))
     assert "function bodies: exact sums" in report.render()
@@ -78,6 +82,57 @@ def test_float32_missing_the_bound_gets_exact_bodies():
     np.testing.assert_array_equal(got[0], exact_sums)
     result = verify(original, lowered, "npu64")
     assert result["ok"] and result["within"] == "tolerance"
+
+
+def three_tiles():
+    """ones(1, 192) @ w on npu64, three tiles of 64 rows whose partial sums are 2^24, 1 and 1
+    (each exact in float32): added in float32, 2^24 + 1 rounds to 2^24 twice over, while
+    the exact sum 2^24 + 2 is a float32 number too."""
+    w = np.zeros((192, 1), np.float32)
+    w[0], w[64], w[128] = 2.0 ** 24, 1.0, 1.0
+    graph = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Sign", ["a"], ["ones"]),
+         helper.make_node("MatMul", ["ones", "w"], ["y"])], "three_tiles",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 192])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_exact_tile_bodies_add_the_partials_exactly():
+    """Float32 products, the tiles' partials added in float64 and rounded once (AddInTile's
+    exact body): 2^24 + 2 where float32 additions give 2^24; the products stay float32."""
+    lowered, _ = lower(three_tiles(), "npu64", bodies="float32")
+    x = {"x": np.ones((1, 192), np.float32)}
+    _, (fast,) = run_onnx(serialized(lowered), x)
+    assert fast[0, 0] == 2.0 ** 24
+    attach_functions(lowered, float32=True, exact=TILE_SUMS)
+    calls = {(n.op_type, n.overload.endswith("f32")) for n in lowered.graph
+             if n.domain == DOMAIN and n.op_type in ("VMM", "AddInTile")}
+    assert calls == {("VMM", True), ("AddInTile", False)}
+    _, (tiles,) = run_onnx(serialized(lowered), x)
+    assert tiles[0, 0] == 2.0 ** 24 + 2
+
+
+@pytest.mark.parametrize("tile_within, chosen", [("floor", "exact-tile"), (None, "exact")])
+def test_auto_tries_exact_tile_sums_where_float32_ones_miss(monkeypatch, tile_within, chosen):
+    """Float32 sums past the model's float-noise floor that the exact ones meet (ResNet-50
+    at 64x64 on verify's input): "auto" keeps the exact-tile bodies when those are within it
+    (as measured, 3.5e-5 for a floor of 3.8e-5), else the exact ones; the report says why."""
+    measured = {"rel_diff": [4.2e-5], "exact_rel_diff": [2.3e-5], "floor": [3.8e-5],
+                "within": None, "tile_rel_diff": [3.5e-5], "tile_within": tile_within}
+    monkeypatch.setattr(bodies_module, "_measure", lambda *args: measured)
+    lowered, report = lower(three_tiles(), "npu64", bodies="auto")
+    assert report.bodies["bodies"] == chosen
+    why = ("float32 sums were 4.2e-05 from the model, beyond the model's float-noise floor "
+           "3.8e-05 (exact sums 2.3e-05)")
+    if chosen == "exact-tile":
+        why += "; with the tiles' partials added exactly, 3.5e-05: within the model's " \
+               "float-noise floor 3.8e-05"
+    assert report.bodies["why"] == why
+    assert f"function bodies: {chosen} sums in onnxruntime ({why};" in report.render()
+    f32 = {n.op_type for n in lowered.graph if n.domain == DOMAIN and n.overload.endswith("f32")}
+    assert f32 == ({"VMM"} if chosen == "exact-tile" else set())
 
 
 def test_float32_within_the_bound_is_kept():
