@@ -12,8 +12,9 @@ within the bound `verify` holds the exact ones to (the tolerance, or the model's
 float-noise floor where exact sums miss the tolerance too), or when neither body meets its
 bound. Where float32 sums miss that, "auto" tries them once more with the tiles' partials
 added exactly (AddInTile's exact body: "exact-tile" sums), which takes away the roundings
-of adding a layer's many partials in float32 (ResNet-50 at 64x64: 4.2e-5 from the model,
-past its float-noise floor of 3.8e-5; so, 3.5e-5) at a fraction of the exact bodies' time;
+of adding a layer's many partials in float32 (ResNet-50 at 64x64: float32 sums 4.2e-5 from
+the model, past its float-noise floor of 3.8e-5; exact-tile ones 3.5e-5, within it) at a
+fraction of the exact bodies' time;
 otherwise the whole model gets the exact bodies. The report says which and why. The NumPy
 reference always sums exactly.
 """
