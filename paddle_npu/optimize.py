@@ -59,6 +59,12 @@ def _squeeze(node, inputs, opset):
     return np.squeeze(inputs[0], axis=None if axes is None else tuple(axes))
 
 
+def _of_one_dtype(ufunc):
+    """A fold of a binary op by `ufunc` when both operands have one dtype (ONNX requires it;
+    NumPy would promote a mix, so that is left to onnx.reference)."""
+    return lambda i, n, o: ufunc(i[0], i[1]) if i[0].dtype == i[1].dtype else None
+
+
 # Ops exported graphs fold by the hundred (shape arithmetic, reshaped biases), in NumPy: onnx's
 # reference evaluator costs ~70 ms to import and ~1 ms a node, and its Unsqueeze fails before
 # opset 13. {op: (inputs, node, opset) -> array}
@@ -72,10 +78,10 @@ _NUMPY_FOLDS = {
     "Expand": lambda i, n, o: np.broadcast_to(
         i[0], np.broadcast_shapes(i[0].shape, tuple(int(d) for d in i[1]))).copy(),
     "Cast": lambda i, n, o: _cast(i[0], n.attributes.get_int("to")),
-    "Add": lambda i, n, o: np.add(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
-    "Sub": lambda i, n, o: np.subtract(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
-    "Mul": lambda i, n, o: np.multiply(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
-    "Less": lambda i, n, o: np.less(i[0], i[1]) if i[0].dtype == i[1].dtype else None,
+    "Add": _of_one_dtype(np.add),
+    "Sub": _of_one_dtype(np.subtract),
+    "Mul": _of_one_dtype(np.multiply),
+    "Less": _of_one_dtype(np.less),
     "Range": lambda i, n, o: _range(*i),
     "Identity": lambda i, n, o: i[0],
 }
