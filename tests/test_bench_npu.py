@@ -1,10 +1,11 @@
 """tools/bench_npu.py's floor of a lowered model: the Im2Col bytes, array products and
 depthwise multiply-adds it counts (one layer each here), against what the layer's sizes and
-the tiling give by hand."""
+the tiling give by hand; and the kernel calls it adds for onnxruntime."""
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
-from bench_npu import program_work
+from bench_npu import call_seconds, inlined_nodes, ort_kernels, program_work
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
@@ -45,3 +46,29 @@ def test_program_work_counts_a_depthwise_convs_multiply_adds():
     x = np.random.default_rng(0).standard_normal((2, 40, 6, 6)).astype(np.float32)
     work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
     assert work == {"im2col_bytes": [], "array_macs": 0, "vector_macs": 2 * 40 * 36 * 9}
+
+
+def test_ort_kernels_counts_what_onnxruntime_runs_after_inlining_and_fusing():
+    """A function of MatMul then Add, called twice: four nodes once inlined, which
+    onnxruntime fuses into two Gemms; the timing floor counts those two calls."""
+    body = [helper.make_node("MatMul", ["X", "W"], ["P"]),
+            helper.make_node("Add", ["P", "B"], ["Y"])]
+    function = helper.make_function("test.kernels", "Dense", ["X", "W", "B"], ["Y"], body,
+                                    [helper.make_opsetid("", 17)])
+    calls = [helper.make_node("Dense", ["x", "w", "b"], ["h"], domain="test.kernels"),
+             helper.make_node("Dense", ["h", "w", "b"], ["y"], domain="test.kernels")]
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        calls, "two_layers", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 8])],
+        [onnx.numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+         onnx.numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    data = helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("test.kernels", 1)]).SerializeToString()
+    assert inlined_nodes(data) == 4
+    assert ort_kernels(data) == 2
+
+
+def test_call_seconds_is_a_kernel_calls_time():
+    """Microseconds or less a call on this machine kind, never nothing."""
+    assert 0 < call_seconds(calls=200, runs=5) < 1e-4

@@ -18,7 +18,11 @@ vector unit's depthwise multiply-adds (at the rate of onnxruntime's float32 MatM
 [4096, 256] x [256, 256]), as a multiple of the ONNX model's latency. No run of the
 lowered model can be faster: those rows and products are its NPU program's, and the count
 leaves out all else it does (`floor x` above 1.5: the latency target is out of reach for
-that program).
+that program). `+calls x` adds to that floor onnxruntime's least time per kernel call
+(measured in the same run on a chain of Relus of eight floats) times the `kernels` it runs
+for those bodies (the nodes of the graph it optimises the lowered model to): the floor of
+that program with those bodies in onnxruntime, which decides for a model of microseconds
+(an RNN unrolled over its steps is hundreds of kernels where onnxruntime's own LSTM is one).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
@@ -129,10 +133,11 @@ def write_seconds(nbytes, runs=20):
 
 
 def machine_rates():
-    """{"write_bytes_s", "matmul_macs_s"}: this machine's rates, measured now (best of
-    several runs): NumPy filling 64 MiB (shown for scale; the floor times each Im2Col's own
-    size, write_seconds), and onnxruntime's float32 MatMul [4096, 256] x [256, 256] with the
-    weight a constant (its best case), at which the floor counts the array products."""
+    """{"write_bytes_s", "matmul_macs_s", "call_s"}: this machine's rates, measured now (best
+    of several runs): NumPy filling 64 MiB (shown for scale; the floor times each Im2Col's own
+    size, write_seconds), onnxruntime's float32 MatMul [4096, 256] x [256, 256] with the
+    weight a constant (its best case), at which the floor counts the array products, and
+    onnxruntime's least time per kernel it runs (call_seconds)."""
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
@@ -153,7 +158,47 @@ def machine_rates():
         session.run(None, {"x": x})
         product.append(time.perf_counter() - t0)
     return {"write_bytes_s": (64 << 20) / write_seconds(64 << 20, 10),
-            "matmul_macs_s": x.size * 256 / min(product)}
+            "matmul_macs_s": x.size * 256 / min(product), "call_s": call_seconds()}
+
+
+def call_seconds(calls=1000, runs=50):
+    """onnxruntime's least time per kernel call: a run of a chain of `calls` Relus on eight
+    floats (no kernel does less), divided by `calls`, best of `runs`."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(calls)]
+    graph = helper.make_graph(
+        nodes, "calls", [helper.make_tensor_value_info("v0", onnx.TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info(f"v{calls}", onnx.TensorProto.FLOAT, [1, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    feeds = {"v0": np.ones((1, 8), np.float32)}
+    session.run(None, feeds)
+    took = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, feeds)
+        took.append(time.perf_counter() - t0)
+    return min(took) / calls
+
+
+def ort_kernels(serialized):
+    """The kernels onnxruntime runs for a model: the nodes of the graph it optimises it to
+    (its functions inlined, its fusions made), with its default options."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="bench_npu_kernels_") as work:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = os.path.join(work, "optimized.onnx")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "weights.bin")
+        ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+        model = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    return len(model.graph.node)
 
 
 def program_work(serialized, feeds):
@@ -325,6 +370,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
+                kernels = ort_kernels(serialized)
+                with_calls = floor + kernels * rates["call_s"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
                     "inlined_nodes": nodes[0], "onnx_nodes": nodes[1],
                     "nodes_ratio": round(nodes[0] / nodes[1], 2),
@@ -336,6 +383,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     "session_ratio": round(created / onnx_created, 2),
                     "latency_ratio": round(latency / onnx_latency, 2),
                     "floor_ratio": round(floor / onnx_latency, 2),
+                    "kernels": kernels, "calls_floor_ms": round(with_calls * 1e3, 3),
+                    "calls_floor_ratio": round(with_calls / onnx_latency, 2),
                     "worst_rel_diff": max(agreement(a, b)["rel_diff"] for a, b in zip(got, want))}
         row["plans"][plan] = entry
     pk, pc = row["plans"]["packed"], row["plans"]["per-channel"]
@@ -426,7 +475,8 @@ def render(rows):
                 f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'prog x':>6} {'latency ms':>10} "
                 f"{'ONNX ms':>8} "
                 f"{'ratio':>6} "
-                f"{'floor ms':>8} {'floor x':>7} {'rel diff':>9} {'choice s':>8}")
+                f"{'floor ms':>8} {'floor x':>7} {'kernels':>7} {'+calls x':>8} "
+                f"{'rel diff':>9} {'choice s':>8}")
         lines += ["", head, "-" * len(head)]
         for r, plan, bodies, e, floor in timed:
             label = f"auto={e['chosen']}" if "chosen" in e else bodies
@@ -436,7 +486,8 @@ def render(rows):
                          f"{e['nodes_ratio']:>6.2f}x {e['program_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {floor['floor_ms']:>8.2f} "
-                         f"{e['floor_ratio']:>6.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
+                         f"{e['floor_ratio']:>6.2f}x {e['kernels']:>7} "
+                         f"{e['calls_floor_ratio']:>7.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
     measured = [r for r in rows if "process" in r]
     if measured:
         head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'cpu s':>6} "
@@ -499,7 +550,8 @@ def main(argv=None):
     if rates:
         print(f"floor rates: writing 64 MiB {rates['write_bytes_s'] / 1e9:.1f} GB/s (each "
               f"Im2Col timed at its own size), onnxruntime MatMul "
-              f"{rates['matmul_macs_s'] / 1e9:.1f} GMAC/s")
+              f"{rates['matmul_macs_s'] / 1e9:.1f} GMAC/s, onnxruntime "
+              f"{rates['call_s'] * 1e6:.2f} us a kernel call")
     print(render_whole(rows) if args.whole else render(rows))
     if args.json:
         with open(args.json, "w") as f:
