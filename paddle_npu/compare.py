@@ -5,9 +5,11 @@ and the expected outputs as `out_<i>` (or `<output name>`), the layout of the
 `reference_io.npz` files Paddle's outputs are recorded in.
 """
 import numpy as np
+import onnx_ir as ir
 
 from .errors import ConversionError
 from .filekind import describe
+from .onnx_io import StreamedModel
 
 
 def agreement(got, want):
@@ -51,14 +53,15 @@ def load_reference(path, input_names, output_names):
     return feeds, expected
 
 
-def run_onnx(model_bytes_or_path, feeds, graph_optimizations=True):
-    """(output names, outputs) of onnxruntime on the CPU; graph_optimizations=False runs the
-    graph as written (their difference is part of a model's float-noise floor)."""
-    names, (outputs,) = run_onnx_on(model_bytes_or_path, [feeds], graph_optimizations)
+def run_onnx(model, feeds, graph_optimizations=True):
+    """(output names, outputs) of onnxruntime on the CPU (model: bytes, a path, or an
+    ir.Model, whose weights the session reads where they are); graph_optimizations=False
+    runs the graph as written (their difference is part of a model's float-noise floor)."""
+    names, (outputs,) = run_onnx_on(model, [feeds], graph_optimizations)
     return names, outputs
 
 
-def run_onnx_on(model_bytes_or_path, feeds_list, graph_optimizations=True):
+def run_onnx_on(model, feeds_list, graph_optimizations=True):
     """(output names, [outputs per feeds]): run_onnx on several inputs, one session."""
     import onnxruntime as ort   # heavy, and only for running a model
 
@@ -66,6 +69,13 @@ def run_onnx_on(model_bytes_or_path, feeds_list, graph_optimizations=True):
     opts.log_severity_level = 3
     if not graph_optimizations:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
+    given = {}
+    if isinstance(model, ir.Model):
+        model, given = StreamedModel(model).for_onnxruntime()
+    # (the OrtValues view the arrays; both live as long as the session)
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in given.values()]
+    if given:
+        opts.add_external_initializers(list(given), values)
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return names, [sess.run(None, feeds) for feeds in feeds_list]

@@ -6,12 +6,14 @@ import sys
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
 from conftest import EXAMPLE, REAL_MODELS
 import paddle_npu
 from paddle_npu import ConversionError, PaddleFormatError, export
 from paddle_npu.compare import agreement, run_onnx
+from paddle_npu.onnx_io import StreamedModel
 
 LEGACY = os.path.join(EXAMPLE, "legacy", "model.pdmodel")
 LEGACY_PARAMS = os.path.join(EXAMPLE, "legacy", "model.pdiparams")
@@ -286,3 +288,44 @@ def test_streamed_model_writes_views_in_row_major_order(tmp_path):
     assert onnx.load(path) == ir.serde.serialize_model(model)
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(onnx.load(path).graph.initializer[0]),
                                   base.T[100:300, 50:350])
+
+
+def test_onnxruntime_runs_an_ir_model_with_its_weights_where_they_are():
+    """run_onnx on an ir.Model gives onnxruntime the big weights as the arrays they are (no
+    serialized copy) and serializes the rest: a float32 weight and a float16 one given, a
+    strided view and a small tensor written into the bytes; the outputs are those of the
+    serialized model, bit for bit."""
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((64, 32)).astype(np.float32)
+    half = rng.standard_normal((32, 32)).astype(np.float16)
+    strided = rng.standard_normal((32, 64)).astype(np.float32)[:, ::2]
+    nodes = [onnx.helper.make_node("MatMul", ["x", "big"], ["a"]),
+             onnx.helper.make_node("Cast", ["half"], ["h32"], to=onnx.TensorProto.FLOAT),
+             onnx.helper.make_node("MatMul", ["a", "h32"], ["b"]),
+             onnx.helper.make_node("MatMul", ["b", "strided"], ["c"]),
+             onnx.helper.make_node("Add", ["c", "small"], ["y"])]
+    graph = onnx.helper.make_graph(
+        nodes, "weights",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
+        [onnx.numpy_helper.from_array(np.zeros((32, 32), np.float32), "strided"),
+         onnx.numpy_helper.from_array(np.arange(32, dtype=np.float32), "small")])
+    model = ir.serde.deserialize_model(onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17)]))
+    inits = model.graph.initializers
+    for name, array in (("big", big), ("half", half)):
+        value = ir.Value(name=name, shape=ir.Shape(array.shape),
+                         type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                         const_value=ir.tensor(array, name=name))
+        model.graph.register_initializer(value)
+    inits["strided"].const_value = ir.Tensor(strided, name="strided")
+
+    data, given = StreamedModel(model).for_onnxruntime()
+    assert sorted(given) == ["big", "half"]
+    assert given["big"] is big and given["half"] is half
+    feeds = {"x": rng.standard_normal((2, 64)).astype(np.float32)}
+    want = run_onnx(ir.serde.serialize_model(model).SerializeToString(), feeds)[1][0]
+    got = run_onnx(model, feeds)[1][0]
+    assert np.array_equal(got, want)
+    assert np.allclose(got, ((feeds["x"] @ big) @ half.astype(np.float32)) @ strided +
+                       np.arange(32), rtol=1e-5, atol=1e-4)

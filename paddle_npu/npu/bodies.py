@@ -120,8 +120,7 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     _, want = run_onnx(original, feeds)
 
     def diffs(graph_optimizations=True):
-        _, got = run_onnx(ir.serde.serialize_model(lowered).SerializeToString(), feeds,
-                          graph_optimizations)
+        _, got = run_onnx(lowered, feeds, graph_optimizations)
         return [rel_diff(g, w) for g, w in zip(got, want)]
 
     out = {"rel_diff": diffs()}

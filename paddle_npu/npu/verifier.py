@@ -4,6 +4,7 @@ import gc
 import os
 
 import numpy as np
+import onnx_ir as ir
 
 from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
@@ -54,9 +55,12 @@ def seeded_feeds(specs, seed=0, batch=1):
 
 def _runnable(model):
     """What onnxruntime is given: a file as its path (onnxruntime reads it; we hold no copy),
-    anything else serialized."""
+    an ir.Model as it is (run_onnx gives the session its weights where they lie), anything
+    else serialized."""
     if isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
         return os.fspath(model)
+    if isinstance(model, ir.Model):
+        return model
     return load_proto(model).SerializeToString()
 
 
