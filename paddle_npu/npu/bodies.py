@@ -102,6 +102,7 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
                            f"{max(measured['tile_rel_diff']):.1e}: {kept}"}
         attach_functions(lowered)
         return {**choice, "bodies": "exact", "why": why}
+    attach_functions(lowered, float32=True)
     return {**choice, "bodies": "float32", "why": why}
 
 
@@ -111,7 +112,8 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     "tolerance" | "floor" | "as_exact" | None}. Beyond tolerance / MARGIN, also the exact
     bodies' "exact_rel_diff" and, when those miss the tolerance, the model's "floor"
     (`kept_within` says why float32 sums are kept, if they are); where they are not, the
-    exact-tile bodies' "tile_rel_diff" and "tile_within", by the same rule."""
+    exact-tile bodies' "tile_rel_diff" and "tile_within", by the same rule. The bodies it ran
+    last stay attached: choose_bodies attaches the ones it keeps."""
     original = _runnable(original, preprocess, input_shape)
     graph = lowered.graph        # its inputs are the model's, at the sizes it was lowered at
     feeds = seeded_feeds([(v.name, int(v.dtype), [d if isinstance(d, int) else None
@@ -130,7 +132,6 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     # the exact bodies run without onnxruntime's graph optimisations: their sums are exact
     # either way, and no float64 copy of every weight is made (the folded Cast of W)
     out["exact_rel_diff"] = diffs(graph_optimizations=False)
-    attach_functions(lowered, float32=True)
     if max(out["exact_rel_diff"]) > tolerance:
         out["floor"] = float_noise_floor(original, feeds)
     out["within"] = kept_within(**out, tolerance=tolerance)
@@ -140,7 +141,6 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
         out["tile_rel_diff"] = diffs()
         out["tile_within"] = kept_within(out["tile_rel_diff"], out["exact_rel_diff"],
                                          out.get("floor"), tolerance)
-        attach_functions(lowered, float32=True)
     return out
 
 
