@@ -139,7 +139,6 @@ def machine_rates():
     weight a constant (its best case), at which the floor counts the array products, and
     onnxruntime's least time per kernel it runs (call_seconds)."""
     import onnx
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
 
     x = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)
@@ -148,41 +147,40 @@ def machine_rates():
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    session.run(None, {"x": x})
-    product = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        session.run(None, {"x": x})
-        product.append(time.perf_counter() - t0)
+    product = least_run_seconds(graph, {"x": x})
     return {"write_bytes_s": (64 << 20) / write_seconds(64 << 20, 10),
-            "matmul_macs_s": x.size * 256 / min(product), "call_s": call_seconds()}
+            "matmul_macs_s": x.size * 256 / product, "call_s": call_seconds()}
 
 
 def call_seconds(calls=1000, runs=50):
     """onnxruntime's least time per kernel call: a run of a chain of `calls` Relus on eight
     floats (no kernel does less), divided by `calls`, best of `runs`."""
     import onnx
-    import onnxruntime as ort
     from onnx import helper
 
     nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(calls)]
     graph = helper.make_graph(
         nodes, "calls", [helper.make_tensor_value_info("v0", onnx.TensorProto.FLOAT, [1, 8])],
         [helper.make_tensor_value_info(f"v{calls}", onnx.TensorProto.FLOAT, [1, 8])])
+    return least_run_seconds(graph, {"v0": np.ones((1, 8), np.float32)}, runs) / calls
+
+
+def least_run_seconds(graph, feeds, runs=50):
+    """The least time onnxruntime takes to run a GraphProto (opset 17) on `feeds`: a warm-up
+    run, then the best of `runs`."""
+    import onnxruntime as ort
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    feeds = {"v0": np.ones((1, 8), np.float32)}
     session.run(None, feeds)
     took = []
     for _ in range(runs):
         t0 = time.perf_counter()
         session.run(None, feeds)
         took.append(time.perf_counter() - t0)
-    return min(took) / calls
+    return min(took)
 
 
 def ort_kernels(serialized):
