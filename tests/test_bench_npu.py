@@ -1,11 +1,14 @@
 """tools/bench_npu.py's floor of a lowered model: the Im2Col bytes, array products and
 depthwise multiply-adds it counts (one layer each here), against what the layer's sizes and
-the tiling give by hand; and the kernel calls it adds for onnxruntime."""
+the tiling give by hand; the kernel calls it adds for onnxruntime; and the model of its
+matrix layers alone that it times."""
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
-from bench_npu import call_seconds, inlined_nodes, ort_kernels, program_work
+from bench_npu import (LAYER_PRIMITIVES, call_seconds, inlined_nodes, matrix_layers,
+                       ort_kernels, program_work, run_to)
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
@@ -72,3 +75,35 @@ def test_ort_kernels_counts_what_onnxruntime_runs_after_inlining_and_fusing():
 def test_call_seconds_is_a_kernel_calls_time():
     """Microseconds or less a call on this machine kind, never nothing."""
     assert 0 < call_seconds(calls=200, runs=5) < 1e-4
+
+
+def test_matrix_layers_are_the_layers_alone_fed_what_the_model_gives_them():
+    """Conv, Relu, Conv (with biases) lowered: the layers' model holds the two layers' primitives and no
+    Relu, reads the picture and the Relu's output, and gives each layer's result as the
+    whole lowered model computes it."""
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((6, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], kernel_shape=[3, 3],
+                              pads=[1] * 4),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], kernel_shape=[3, 3],
+                              pads=[1] * 4)]
+    source = model(nodes, [("x", [None, 4, 6, 6])], [("y", [None, 6, 6, 6])],
+                   [("w1", w1), ("b1", b), ("w2", w2), ("b2", b[:6])])
+    lowered, _ = lower(serialized(source), on_arrays(), input_shape={"x": [1, 4, 6, 6]},
+                       bodies="float32")
+    whole = ir.serde.serialize_model(lowered).SerializeToString()
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    layers, feeds = matrix_layers(whole, {"x": x})
+    proto = onnx.load_from_string(layers)
+    kinds = {n.op_type for n in proto.graph.node}
+    assert kinds <= set(LAYER_PRIMITIVES) and {"Im2Col", "VMM", "AddInTile"} <= kinds
+    assert len(feeds) == 2 and np.array_equal(feeds["x"], x)
+    outputs = [o.name for o in proto.graph.output]
+    assert len(outputs) == 2
+    want = run_to(onnx.load_from_string(whole), outputs, {"x": x})
+    got = ort.InferenceSession(layers, providers=["CPUExecutionProvider"]).run(outputs, feeds)
+    for name, value in zip(outputs, got):
+        np.testing.assert_allclose(value, want[name], rtol=1e-6, atol=1e-6)
