@@ -1,14 +1,12 @@
 """tools/bench_npu.py's floor of a lowered model: the Im2Col bytes, array products and
 depthwise multiply-adds it counts (one layer each here), against what the layer's sizes and
-the tiling give by hand; the kernel calls it adds for onnxruntime; and the model of its
-matrix layers alone that it times."""
+the tiling give by hand; the kernel calls it adds for onnxruntime; and the primitive it
+counts each of onnxruntime's kernels for."""
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
-from bench_npu import (LAYER_PRIMITIVES, call_seconds, inlined_nodes, matrix_layers,
-                       ort_kernels, program_work, run_to)
+from bench_npu import call_seconds, inlined_nodes, kernel_shares, ort_kernels, program_work
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
@@ -77,33 +75,28 @@ def test_call_seconds_is_a_kernel_calls_time():
     assert 0 < call_seconds(calls=200, runs=5) < 1e-4
 
 
-def test_matrix_layers_are_the_layers_alone_fed_what_the_model_gives_them():
-    """Conv, Relu, Conv (with biases) lowered: the layers' model holds the two layers' primitives and no
-    Relu, reads the picture and the Relu's output, and gives each layer's result as the
-    whole lowered model computes it."""
+def test_kernel_shares_tell_which_primitive_each_kernel_ran_for():
+    """Conv (with a bias), Relu, Conv lowered: onnxruntime's kernels are counted for the
+    primitives of the two layers, and the Relu (a plain ONNX op) for "other"; the shares
+    add up to the whole. Without names in the function bodies, onnxruntime names the
+    inlined kernels on its own and most fall to "other"."""
     rng = np.random.default_rng(1)
     w1 = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
     w2 = rng.standard_normal((6, 8, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(8).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], kernel_shape=[3, 3],
                               pads=[1] * 4),
              helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], kernel_shape=[3, 3],
-                              pads=[1] * 4)]
+             helper.make_node("Conv", ["r", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
     source = model(nodes, [("x", [None, 4, 6, 6])], [("y", [None, 6, 6, 6])],
-                   [("w1", w1), ("b1", b), ("w2", w2), ("b2", b[:6])])
+                   [("w1", w1), ("b1", rng.standard_normal(8).astype(np.float32)),
+                    ("w2", w2)])
     lowered, _ = lower(serialized(source), on_arrays(), input_shape={"x": [1, 4, 6, 6]},
                        bodies="float32")
-    whole = ir.serde.serialize_model(lowered).SerializeToString()
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    layers, feeds = matrix_layers(whole, {"x": x})
-    proto = onnx.load_from_string(layers)
-    kinds = {n.op_type for n in proto.graph.node}
-    assert kinds <= set(LAYER_PRIMITIVES) and {"Im2Col", "VMM", "AddInTile"} <= kinds
-    assert len(feeds) == 2 and np.array_equal(feeds["x"], x)
-    outputs = [o.name for o in proto.graph.output]
-    assert len(outputs) == 2
-    want = run_to(onnx.load_from_string(whole), outputs, {"x": x})
-    got = ort.InferenceSession(layers, providers=["CPUExecutionProvider"]).run(outputs, feeds)
-    for name, value in zip(outputs, got):
-        np.testing.assert_allclose(value, want[name], rtol=1e-6, atol=1e-6)
+    shares = kernel_shares(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
+                           runs=2)
+    # (the first layer's bias add runs in its VMM's kernel: onnxruntime fuses MatMul + Add)
+    layers = {"Im2Col", "VMM", "AddInTile"}
+    assert {"Im2Col", "VMM", "other"} <= set(shares) <= layers | {"DimTransform", "other"}
+    assert sum(shares.get(p, 0) for p in layers) > 0.5
+    assert sum(shares.values()) == pytest.approx(1)

@@ -23,11 +23,10 @@ that program). `+calls x` adds to that floor onnxruntime's least time per kernel
 for those bodies (the nodes of the graph it optimises the lowered model to): the floor of
 that program with those bodies in onnxruntime, which decides for a model of microseconds
 (an RNN unrolled over its steps is hundreds of kernels where onnxruntime's own LSTM is one).
-`layers x` (beside each ratio, session and latency) times, in the same turns, the lowered
-model's matrix layers alone (its Im2Col, VMM, AddInTile, DepthwiseConv... nodes, with their
-bodies and weights, fed what the whole model gives them: `matrix_layers`) as a multiple of
-the ONNX model's: at or above 1.5, those layers alone miss the target with these bodies,
-whatever the rest of the program does.
+`layers x` is the part of the latency ratio that the lowered model's matrix layers take
+(its Im2Col, VMM, AddInTile, DepthwiseConv... kernels: their share of its kernel time in
+onnxruntime's profile, `kernel_shares`, times the ratio): at or above 1.5, those layers
+alone, as they run inside the model, miss the target with these bodies.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
@@ -75,7 +74,6 @@ from measure import installed_env, load_note, run_measured, start_launcher  # no
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
-from paddle_npu.npu.ops import DOMAIN  # noqa: E402
 from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
 from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
 from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
@@ -83,8 +81,8 @@ from paddle_npu.onnx_io import load_proto  # noqa: E402
 from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 
 
-# The primitives of a matrix layer (what a Conv, MatMul or Gemm becomes): `layers x` times
-# them alone (matrix_layers).
+# The primitives of a matrix layer (what a Conv, MatMul or Gemm becomes): `layers x` is
+# their part of the latency ratio.
 LAYER_PRIMITIVES = ("Im2Col", "Im2Col3D", "VMM", "AddInTile", "Col2Im", "DepthwiseConv",
                     "RuntimeVMM")
 
@@ -100,9 +98,9 @@ def inlined_nodes(model):
     return len(onnx.inliner.inline_local_functions(load_proto(model)).graph.node)
 
 
-def ort_timing(models, iters, rounds=3, session_rounds=9):
+def ort_timing(models, feeds, iters, rounds=3, session_rounds=9):
     """{label: (median InferenceSession creation seconds, median latency seconds)} of
-    serialized models ({label: (model, feeds)}), timed side by side with onnxruntime's default options: in each of
+    serialized models, timed side by side with onnxruntime's default options: in each of
     `session_rounds` rounds, each model in turn gets a new session (timed: a small model's
     takes milliseconds, and a median of three moved with one slow creation), and in the
     first `rounds` of them a warm-up run and iters / rounds timed runs; its session is gone
@@ -116,7 +114,7 @@ def ort_timing(models, iters, rounds=3, session_rounds=9):
     made = {label: [] for label in models}
     times = {label: [] for label in models}
     for r in range(max(rounds, session_rounds)):
-        for label, (model, feeds) in models.items():
+        for label, model in models.items():
             t0 = time.perf_counter()
             session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
             made[label].append(time.perf_counter() - t0)
@@ -212,14 +210,25 @@ def ort_kernels(serialized):
     return len(model.graph.node)
 
 
-def run_to(model, names, feeds):
-    """{name: array} of the values `names` of a ModelProto (changed: those become its
-    outputs) run by onnxruntime on `feeds`."""
+def program_work(serialized, feeds):
+    """{"im2col_bytes": [bytes each Im2Col node writes], "array_macs", "vector_macs"} of one
+    run of a lowered model (array_macs: its VMM nodes' products, zeros included, every
+    result element a sum over its weight's rows; vector_macs: its DepthwiseConv nodes',
+    every result element a sum over its channel's taps), read off onnxruntime running it
+    with those tensors as outputs."""
+    import onnx
     import onnxruntime as ort
 
+    model = onnx.load_from_string(serialized)
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    im2col = [n.output[0] for n in model.graph.node if n.op_type == "Im2Col"]
+    vmm = [(n.output[0], n.input[1]) for n in model.graph.node if n.op_type == "VMM"]
+    depthwise = [(n.output[0], n.input[1]) for n in model.graph.node
+                 if n.op_type == "DepthwiseConv"]          # taps [C, 1, KH, KW], constant
+    wanted = im2col + [y for y, _ in vmm + depthwise] + [w for _, w in vmm if w not in weights]
     types = {v.name: v.type for v in model.graph.value_info}
     del model.graph.output[:]
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(wanted):
         out = model.graph.output.add()
         out.name = name
         if name in types:
@@ -229,23 +238,7 @@ def run_to(model, names, feeds):
     names = [o.name for o in model.graph.output]
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    return dict(zip(names, session.run(names, feeds)))
-
-
-def program_work(serialized, feeds):
-    """{"im2col_bytes": [bytes each Im2Col node writes], "array_macs", "vector_macs"} of one
-    run of a lowered model (array_macs: its VMM nodes' products, zeros included, every
-    result element a sum over its weight's rows; vector_macs: its DepthwiseConv nodes',
-    every result element a sum over its channel's taps), read off onnxruntime running it
-    with those tensors as outputs."""
-    model = onnx.load_from_string(serialized)
-    weights = {t.name: list(t.dims) for t in model.graph.initializer}
-    im2col = [n.output[0] for n in model.graph.node if n.op_type == "Im2Col"]
-    vmm = [(n.output[0], n.input[1]) for n in model.graph.node if n.op_type == "VMM"]
-    depthwise = [(n.output[0], n.input[1]) for n in model.graph.node
-                 if n.op_type == "DepthwiseConv"]          # taps [C, 1, KH, KW], constant
-    wanted = im2col + [y for y, _ in vmm + depthwise] + [w for _, w in vmm if w not in weights]
-    got = run_to(model, wanted, feeds)
+    got = dict(zip(names, session.run(names, feeds)))
     rows = {w: (weights[w] if w in weights else list(got[w].shape))[-2] for _, w in vmm}
     return {"im2col_bytes": [int(got[y].nbytes) for y in im2col],
             "array_macs": int(sum(got[y].size * rows[w] for y, w in vmm)),
@@ -253,34 +246,33 @@ def program_work(serialized, feeds):
                                    for y, w in depthwise))}
 
 
-def matrix_layers(serialized, feeds):
-    """The matrix layers of a lowered model alone, and their feeds: a model of its nodes of
-    LAYER_PRIMITIVES only (with their function bodies and weights), whose inputs are the
-    values those read from the rest of the model, fed as the whole model computes them on
-    `feeds`. None when it has no such node. Timed beside the ONNX model, it is what the
-    layers' rows, products and partial sums cost in onnxruntime with these bodies, whatever
-    the rest of the program does."""
-    model = onnx.load_from_string(serialized)
-    kept = [n for n in model.graph.node if n.domain == DOMAIN and n.op_type in LAYER_PRIMITIVES]
-    if not kept:
-        return None, None
-    made = {v for n in kept for v in n.output}
-    weights = {t.name: t for t in model.graph.initializer}
-    read = dict.fromkeys(v for n in kept for v in n.input if v)
-    outside = [v for v in read if v not in made and v not in weights]
-    values = run_to(onnx.load_from_string(serialized), outside, feeds)
-    used = {v for n in kept for v in n.input}
-    inputs = [onnx.helper.make_tensor_value_info(
-        v, onnx.helper.np_dtype_to_tensor_dtype(values[v].dtype), values[v].shape)
-        for v in outside]
-    types = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
-    outputs = [onnx.helper.make_tensor_value_info(v, types.get(v, onnx.TensorProto.FLOAT), None)
-               for n in kept for v in n.output if v and v not in used]
-    graph = onnx.helper.make_graph(kept, "matrix_layers", inputs, outputs,
-                                   [weights[v] for v in read if v in weights])
-    layers = onnx.helper.make_model(graph, opset_imports=model.opset_import,
-                                    functions=model.functions, ir_version=model.ir_version)
-    return layers.SerializeToString(), {v: values[v] for v in outside}
+def kernel_shares(serialized, feeds, runs=20):
+    """{primitive (op type) or "other": its share of a lowered model's kernel time}, from
+    onnxruntime's profiler over a warm-up and `runs` runs: each kernel counted for the
+    primitive whose function body it ran (the bodies' nodes are named, so onnxruntime names
+    their kernels "_inlfunc_<primitive>_...", fused ones too), "other" for the plain ONNX
+    ops and the kernels onnxruntime adds itself (its NCHWc reorders)."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="bench_npu_profile_") as work:
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(work, "profile")
+        session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    took = {}
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        owner = name[len("_inlfunc_"):].split("_")[0] if name.startswith("_inlfunc_") \
+            else "other"
+        took[owner] = took.get(owner, 0) + e["dur"]
+    total = sum(took.values())
+    return {k: v / total for k, v in took.items()}
 
 
 def _reference_speed(lowered, target, feeds, macs, repeat):
@@ -411,17 +403,12 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     attach_functions(lowered, float32=bodies == "float32")
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 got = run_onnx(serialized, feeds)[1]
-                # the ONNX model timed beside each lowered one and its matrix layers, in turn
-                models = {"onnx": (onnx_at_size, feeds), "lowered": (serialized, feeds)}
-                layers = matrix_layers(serialized, feeds)
-                if layers[0] is not None:
-                    models["layers"] = layers
-                timed = ort_timing(models, iters)
+                # the ONNX model timed beside each lowered one, in turn
+                timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
-                if "layers" in timed:
-                    extra.update(layers_session_ratio=round(timed["layers"][0] / onnx_created, 2),
-                                 layers_ratio=round(timed["layers"][1] / onnx_latency, 2))
+                shares = kernel_shares(serialized, feeds)
+                layers = sum(shares.get(p, 0) for p in LAYER_PRIMITIVES)
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
                 kernels = ort_kernels(serialized)
                 with_calls = floor + kernels * rates["call_s"]
@@ -435,6 +422,8 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                     "onnx_latency_ms": round(onnx_latency * 1e3, 3),
                     "session_ratio": round(created / onnx_created, 2),
                     "latency_ratio": round(latency / onnx_latency, 2),
+                    "kernel_shares": {k: round(v, 4) for k, v in shares.items()},
+                    "layers_ratio": round(layers * latency / onnx_latency, 2),
                     "floor_ratio": round(floor / onnx_latency, 2),
                     "kernels": kernels, "calls_floor_ms": round(with_calls * 1e3, 3),
                     "calls_floor_ratio": round(with_calls / onnx_latency, 2),
@@ -502,10 +491,6 @@ def render_whole(rows):
     return "\n".join(lines)
 
 
-def _times(ratio):
-    return "-" if ratio is None else f"{ratio:.2f}x"
-
-
 def render(rows):
     lines = []
     head = (f"{'model':<20} {'plan':<12} {'arrays':>8} {'util':>7} {'VMM invocations':>16} "
@@ -529,7 +514,7 @@ def render(rows):
              for bodies, t in e.get("ort", {}).items()]
     if timed:
         head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
-                f"{'ONNX s':>7} {'ratio':>6} {'layers x':>8} {'nodes x':>7} {'prog x':>6} "
+                f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'prog x':>6} "
                 f"{'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} {'layers x':>8} "
                 f"{'floor ms':>8} {'floor x':>7} {'kernels':>7} {'+calls x':>8} "
                 f"{'rel diff':>9} {'choice s':>8}")
@@ -539,10 +524,9 @@ def render(rows):
             choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
             lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
-                         f"{_times(e.get('layers_session_ratio')):>8} "
                          f"{e['nodes_ratio']:>6.2f}x {e['program_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
-                         f"{e['latency_ratio']:>5.2f}x {_times(e.get('layers_ratio')):>8} "
+                         f"{e['latency_ratio']:>5.2f}x {e['layers_ratio']:>7.2f}x "
                          f"{floor['floor_ms']:>8.2f} "
                          f"{e['floor_ratio']:>6.2f}x {e['kernels']:>7} "
                          f"{e['calls_floor_ratio']:>7.2f}x {e['worst_rel_diff']:>9.1e} {choice}")

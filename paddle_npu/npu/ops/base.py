@@ -189,7 +189,9 @@ class Body:
     def op(self, op_type, *inputs, out=None, **attrs):
         out = out or self._tmp(op_type.lower())
         plain = {k: v for k, v in attrs.items() if not isinstance(v, Ref)}
-        node = helper.make_node(op_type, [i or "" for i in inputs], [out], **plain)
+        # named (after its output): onnxruntime then names the node's kernels after the
+        # function too ("_inlfunc_VMM_..."), so a profile tells which primitive each ran for
+        node = helper.make_node(op_type, [i or "" for i in inputs], [out], name=out, **plain)
         for key, ref in attrs.items():
             if isinstance(ref, Ref):
                 self.refs.add(ref.name)
