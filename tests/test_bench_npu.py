@@ -100,3 +100,22 @@ def test_kernel_shares_tell_which_primitive_each_kernel_ran_for():
     assert {"Im2Col", "VMM", "other"} <= set(shares) <= layers | {"DimTransform", "other"}
     assert sum(shares.get(p, 0) for p in layers) > 0.5
     assert sum(shares.values()) == pytest.approx(1)
+
+
+def test_kernel_shares_count_a_product_fused_into_a_plain_op():
+    """A depthwise Conv then Relu on the vector unit: onnxruntime fuses the DepthwiseConv
+    body's Conv with the Relu and names the kernel after the Relu; it counts as "products"
+    (a matrix layer's), not "other"."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], kernel_shape=[3, 3], pads=[1] * 4,
+                              group=16),
+             helper.make_node("Relu", ["h"], ["y"])]
+    source = model(nodes, [("x", [None, 16, 8, 8])], [("y", [None, 16, 8, 8])],
+                   [("w", rng.standard_normal((16, 1, 3, 3)).astype(np.float32))])
+    lowered, _ = lower(serialized(source), "npu256", input_shape={"x": [1, 16, 8, 8]},
+                       bodies="float32")
+    assert "DepthwiseConv" in {n.op_type for n in lowered.graph}
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    shares = kernel_shares(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
+                           runs=2)
+    assert shares.get("products", 0) > 0.1      # (the rest: onnxruntime's NCHWc reorders)

@@ -24,8 +24,9 @@ for those bodies (the nodes of the graph it optimises the lowered model to): the
 that program with those bodies in onnxruntime, which decides for a model of microseconds
 (an RNN unrolled over its steps is hundreds of kernels where onnxruntime's own LSTM is one).
 `layers x` is the part of the latency ratio that the lowered model's matrix layers take
-(its Im2Col, VMM, AddInTile, DepthwiseConv... kernels: their share of its kernel time in
-onnxruntime's profile, `kernel_shares`, times the ratio): at or above 1.5, those layers
+(its Im2Col, VMM, AddInTile, DepthwiseConv... kernels and the products onnxruntime fused
+into a plain op: their share of its kernel time in onnxruntime's profile, `kernel_shares`,
+times the ratio): at or above 1.5, those layers
 alone, as they run inside the model, miss the target with these bodies.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
@@ -81,10 +82,12 @@ from paddle_npu.onnx_io import load_proto  # noqa: E402
 from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 
 
-# The primitives of a matrix layer (what a Conv, MatMul or Gemm becomes): `layers x` is
-# their part of the latency ratio.
+# The primitives of a matrix layer (what a Conv, MatMul or Gemm becomes), and the products
+# onnxruntime fused into a plain op (kernel_shares): `layers x` is their part of the latency
+# ratio.
 LAYER_PRIMITIVES = ("Im2Col", "Im2Col3D", "VMM", "AddInTile", "Col2Im", "DepthwiseConv",
-                    "RuntimeVMM")
+                    "RuntimeVMM", "products")
+PRODUCT_KERNELS = ("Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm")
 
 
 def _feeds(info):
@@ -247,11 +250,13 @@ def program_work(serialized, feeds):
 
 
 def kernel_shares(serialized, feeds, runs=20):
-    """{primitive (op type) or "other": its share of a lowered model's kernel time}, from
-    onnxruntime's profiler over a warm-up and `runs` runs: each kernel counted for the
-    primitive whose function body it ran (the bodies' nodes are named, so onnxruntime names
-    their kernels "_inlfunc_<primitive>_...", fused ones too), "other" for the plain ONNX
-    ops and the kernels onnxruntime adds itself (its NCHWc reorders)."""
+    """{primitive (op type), "products" or "other": its share of a lowered model's kernel
+    time}, from onnxruntime's profiler over a warm-up and `runs` runs: each kernel counted
+    for the primitive whose function body it ran (the bodies' nodes are named, so
+    onnxruntime names their kernels "_inlfunc_<primitive>_..."); "products" for the other
+    kernels of PRODUCT_KERNELS (a body's Conv that onnxruntime fused with the plain Clip or
+    Relu after it is named after that op; a layer left to the CPU), "other" for the rest:
+    the plain ONNX ops and the kernels onnxruntime adds itself (its NCHWc reorders)."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="bench_npu_profile_") as work:
@@ -268,8 +273,10 @@ def kernel_shares(serialized, feeds, runs=20):
         name = e.get("name", "")
         if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
             continue
-        owner = name[len("_inlfunc_"):].split("_")[0] if name.startswith("_inlfunc_") \
-            else "other"
+        if name.startswith("_inlfunc_"):
+            owner = name[len("_inlfunc_"):].split("_")[0]
+        else:
+            owner = "products" if e["args"]["op_name"] in PRODUCT_KERNELS else "other"
         took[owner] = took.get(owner, 0) + e["dur"]
     total = sum(took.values())
     return {k: v / total for k, v in took.items()}
