@@ -26,8 +26,8 @@ that program with those bodies in onnxruntime, which decides for a model of micr
 `layers x` is the part of the latency ratio that the lowered model's matrix layers take
 (its Im2Col, VMM, AddInTile, DepthwiseConv... kernels and the products onnxruntime fused
 into a plain op: their share of its kernel time in onnxruntime's profile, `kernel_shares`,
-times the ratio): at or above 1.5, those layers
-alone, as they run inside the model, miss the target with these bodies.
+times the ratio): at or above 1.5, those layers alone, as they run inside the model, miss
+the target with these bodies.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
