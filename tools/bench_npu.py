@@ -82,11 +82,11 @@ from paddle_npu.onnx_io import load_proto  # noqa: E402
 from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 
 
-# The primitives of a matrix layer (what a Conv, MatMul or Gemm becomes), and the products
-# onnxruntime fused into a plain op (kernel_shares): `layers x` is their part of the latency
-# ratio.
-LAYER_PRIMITIVES = ("Im2Col", "Im2Col3D", "VMM", "AddInTile", "Col2Im", "DepthwiseConv",
-                    "RuntimeVMM", "products")
+# What kernel_shares counts for the matrix layers (what a Conv, MatMul or Gemm becomes): their
+# primitives, and the products onnxruntime fused into a plain op. `layers x` is their part of
+# the latency ratio.
+LAYER_SHARES = ("Im2Col", "Im2Col3D", "VMM", "AddInTile", "Col2Im", "DepthwiseConv",
+                "RuntimeVMM", "products")
 PRODUCT_KERNELS = ("Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm")
 
 
@@ -415,7 +415,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
                 shares = kernel_shares(serialized, feeds)
-                layers = sum(shares.get(p, 0) for p in LAYER_PRIMITIVES)
+                layers = sum(shares.get(p, 0) for p in LAYER_SHARES)
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
                 kernels = ort_kernels(serialized)
                 with_calls = floor + kernels * rates["call_s"]
