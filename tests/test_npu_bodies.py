@@ -135,6 +135,28 @@ def test_auto_tries_exact_tile_sums_where_float32_ones_miss(monkeypatch, tile_wi
     assert f32 == ({"VMM"} if chosen == "exact-tile" else set())
 
 
+@pytest.mark.parametrize("measured, why", [
+    # PP-YOLOE+ s at 640x640: the worst output is within its own floor, the other is not
+    ({"rel_diff": [1.22e-5, 4.72e-5], "exact_rel_diff": [5.84e-6, 3.05e-5],
+      "floor": [7.85e-6, 4.86e-5], "outputs": ["scores", "boxes"]},
+     "float32 sums were 1.2e-05 from the model on output 'scores', beyond 1e-05 (exact sums "
+     "5.8e-06)"),
+    # within the tolerance, but more than MARGIN times as far as the exact sums
+    ({"rel_diff": [8e-6], "exact_rel_diff": [3e-6], "outputs": ["y"]},
+     "float32 sums were 8.0e-06 from the model, beyond 2x the exact sums' distance (exact "
+     "sums 3.0e-06)"),
+])
+def test_the_report_names_the_output_float32_sums_miss_on(monkeypatch, measured, why):
+    """The reason exact sums are kept names the output whose bound float32 sums miss, with
+    that output's numbers (not the worst output's, which its larger floor may cover)."""
+    assert kept_within(measured["rel_diff"], measured["exact_rel_diff"],
+                       measured.get("floor"), tolerance=1e-5) is None
+    monkeypatch.setattr(bodies_module, "_measure", lambda *args: {**measured, "within": None})
+    _, report = lower(three_tiles(), "npu64", bodies="auto")
+    assert report.bodies["bodies"] == "exact"
+    assert report.bodies["why"] == why
+
+
 def test_float32_within_the_bound_is_kept():
     original = small_conv()
     lowered, report = lower(original, "npu256", bodies="auto")
