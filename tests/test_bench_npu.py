@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from bench_npu import call_seconds, inlined_nodes, kernel_shares, ort_kernels, program_work
+from bench_npu import call_seconds, inlined_nodes, profile, program_work
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
@@ -49,9 +49,10 @@ def test_program_work_counts_a_depthwise_convs_multiply_adds():
     assert work == {"im2col_bytes": [], "array_macs": 0, "vector_macs": 2 * 40 * 36 * 9}
 
 
-def test_ort_kernels_counts_what_onnxruntime_runs_after_inlining_and_fusing():
+def test_profile_counts_the_kernels_onnxruntime_runs_after_inlining_and_fusing():
     """A function of MatMul then Add, called twice: four nodes once inlined, which
-    onnxruntime fuses into two Gemms; the timing floor counts those two calls."""
+    onnxruntime fuses into two Gemms; the timing floor counts those two calls. The outputs
+    are the model's."""
     body = [helper.make_node("MatMul", ["X", "W"], ["P"]),
             helper.make_node("Add", ["P", "B"], ["Y"])]
     function = helper.make_function("test.kernels", "Dense", ["X", "W", "B"], ["Y"], body,
@@ -67,7 +68,11 @@ def test_ort_kernels_counts_what_onnxruntime_runs_after_inlining_and_fusing():
     data = helper.make_model(graph, functions=[function], opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid("test.kernels", 1)]).SerializeToString()
     assert inlined_nodes(data) == 4
-    assert ort_kernels(data) == 2
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    profiled = profile(data, {"x": x}, runs=1)
+    assert profiled["kernels"] == 2
+    w, b = (onnx.numpy_helper.to_array(t) for t in graph.initializer)
+    np.testing.assert_allclose(profiled["outputs"][0], (x @ w + b) @ w + b, rtol=1e-5)
 
 
 def test_call_seconds_is_a_kernel_calls_time():
@@ -75,7 +80,7 @@ def test_call_seconds_is_a_kernel_calls_time():
     assert 0 < call_seconds(calls=200, runs=5) < 1e-4
 
 
-def test_kernel_shares_tell_which_primitive_each_kernel_ran_for():
+def test_profile_shares_tell_which_primitive_each_kernel_ran_for():
     """Conv (with a bias), Relu, Conv lowered: onnxruntime's kernels are counted for the
     primitives of the two layers, and the Relu (a plain ONNX op) for "other"; the shares
     add up to the whole. Without names in the function bodies, onnxruntime names the
@@ -93,8 +98,8 @@ def test_kernel_shares_tell_which_primitive_each_kernel_ran_for():
     lowered, _ = lower(serialized(source), on_arrays(), input_shape={"x": [1, 4, 6, 6]},
                        bodies="float32")
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    shares = kernel_shares(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
-                           runs=2)
+    shares = profile(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
+                     runs=2)["shares"]
     # (the first layer's bias add runs in its VMM's kernel: onnxruntime fuses MatMul + Add)
     layers = {"Im2Col", "VMM", "AddInTile"}
     assert {"Im2Col", "VMM", "other"} <= set(shares) <= layers | {"DimTransform", "other"}
@@ -102,7 +107,7 @@ def test_kernel_shares_tell_which_primitive_each_kernel_ran_for():
     assert sum(shares.values()) == pytest.approx(1)
 
 
-def test_kernel_shares_count_a_product_fused_into_a_plain_op():
+def test_profile_shares_count_a_product_fused_into_a_plain_op():
     """A depthwise Conv then Relu on the vector unit: onnxruntime fuses the DepthwiseConv
     body's Conv with the Relu and names the kernel after the Relu; it counts as "products"
     (a matrix layer's), not "other"."""
@@ -116,6 +121,6 @@ def test_kernel_shares_count_a_product_fused_into_a_plain_op():
                        bodies="float32")
     assert "DepthwiseConv" in {n.op_type for n in lowered.graph}
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
-    shares = kernel_shares(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
-                           runs=2)
+    shares = profile(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
+                     runs=2)["shares"]
     assert shares.get("products", 0) > 0.1      # (the rest: onnxruntime's NCHWc reorders)

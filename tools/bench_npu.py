@@ -25,7 +25,7 @@ that program with those bodies in onnxruntime, which decides for a model of micr
 (an RNN unrolled over its steps is hundreds of kernels where onnxruntime's own LSTM is one).
 `layers x` is the part of the latency ratio that the lowered model's matrix layers take
 (its Im2Col, VMM, AddInTile, DepthwiseConv... kernels and the products onnxruntime fused
-into a plain op: their share of its kernel time in onnxruntime's profile, `kernel_shares`,
+into a plain op: their share of its kernel time in onnxruntime's profile, `profile`,
 times the ratio): at or above 1.5, those layers alone, as they run inside the model, miss
 the target with these bodies.
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
@@ -82,7 +82,7 @@ from paddle_npu.onnx_io import load_proto  # noqa: E402
 from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 
 
-# What kernel_shares counts for the matrix layers (what a Conv, MatMul or Gemm becomes): their
+# What profile counts for the matrix layers (what a Conv, MatMul or Gemm becomes): their
 # primitives, and the products onnxruntime fused into a plain op. `layers x` is their part of
 # the latency ratio.
 LAYER_SHARES = ("Im2Col", "Im2Col3D", "VMM", "AddInTile", "Col2Im", "DepthwiseConv",
@@ -196,23 +196,6 @@ def least_run_seconds(graph, feeds, runs=50):
     return min(took)
 
 
-def ort_kernels(serialized):
-    """The kernels onnxruntime runs for a model: the nodes of the graph it optimises it to
-    (its functions inlined, its fusions made), with its default options."""
-    import onnx
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory(prefix="bench_npu_kernels_") as work:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3      # (its warning that the graph fits this machine)
-        options.optimized_model_filepath = os.path.join(work, "optimized.onnx")
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", "weights.bin")
-        ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
-        model = onnx.load(options.optimized_model_filepath, load_external_data=False)
-    return len(model.graph.node)
-
-
 def program_work(serialized, feeds):
     """{"im2col_bytes": [bytes each Im2Col node writes], "array_macs", "vector_macs"} of one
     run of a lowered model (array_macs: its VMM nodes' products, zeros included, every
@@ -249,22 +232,32 @@ def program_work(serialized, feeds):
                                    for y, w in depthwise))}
 
 
-def kernel_shares(serialized, feeds, runs=20):
-    """{primitive (op type), "products" or "other": its share of a lowered model's kernel
-    time}, from onnxruntime's profiler over a warm-up and `runs` runs: each kernel counted
-    for the primitive whose function body it ran (the bodies' nodes are named, so
+def profile(serialized, feeds, runs=20):
+    """One onnxruntime session of a lowered model (default options), profiled over a
+    warm-up and `runs` runs: {"outputs": the warm-up's, "kernels": the nodes of the graph
+    onnxruntime optimises it to (its functions inlined, its fusions made), "shares":
+    {primitive (op type), "products" or "other": its share of the kernel time}}. Each kernel
+    counts for the primitive whose function body it ran (the bodies' nodes are named, so
     onnxruntime names their kernels "_inlfunc_<primitive>_..."); "products" for the other
     kernels of PRODUCT_KERNELS (a body's Conv that onnxruntime fused with the plain Clip or
     Relu after it is named after that op; a layer left to the CPU), "other" for the rest:
     the plain ONNX ops and the kernels onnxruntime adds itself (its NCHWc reorders)."""
+    import onnx
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="bench_npu_profile_") as work:
         options = ort.SessionOptions()
+        options.log_severity_level = 3      # (its warning that the graph fits this machine)
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(work, "profile")
+        options.optimized_model_filepath = os.path.join(work, "optimized.onnx")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", "weights.bin")
         session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
-        for _ in range(runs + 1):
+        kernels = len(onnx.load(options.optimized_model_filepath,
+                                load_external_data=False).graph.node)
+        outputs = session.run(None, feeds)
+        for _ in range(runs):
             session.run(None, feeds)
         with open(session.end_profiling()) as f:
             events = json.load(f)
@@ -279,7 +272,8 @@ def kernel_shares(serialized, feeds, runs=20):
             owner = "products" if e["args"]["op_name"] in PRODUCT_KERNELS else "other"
         took[owner] = took.get(owner, 0) + e["dur"]
     total = sum(took.values())
-    return {k: v / total for k, v in took.items()}
+    return {"outputs": outputs, "kernels": kernels,
+            "shares": {k: v / total for k, v in took.items()}}
 
 
 def _reference_speed(lowered, target, feeds, macs, repeat):
@@ -409,15 +403,14 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 else:
                     attach_functions(lowered, float32=bodies == "float32")
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
-                got = run_onnx(serialized, feeds)[1]
                 # the ONNX model timed beside each lowered one, in turn
                 timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
-                shares = kernel_shares(serialized, feeds)
+                profiled = profile(serialized, feeds)
+                got, kernels, shares = (profiled[k] for k in ("outputs", "kernels", "shares"))
                 layers = sum(shares.get(p, 0) for p in LAYER_SHARES)
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
-                kernels = ort_kernels(serialized)
                 with_calls = floor + kernels * rates["call_s"]
                 entry.setdefault("ort", {})[bodies] = {**extra,
                     "inlined_nodes": nodes[0], "onnx_nodes": nodes[1],
