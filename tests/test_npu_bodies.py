@@ -12,7 +12,7 @@ from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, lower, verify
 from paddle_npu.npu import bodies as bodies_module
 from paddle_npu.npu.bodies import MARGIN, TILE_SUMS, kept_within
-from paddle_npu.npu.functions import attach_functions
+from paddle_npu.npu.functions import attach_functions, summing_nodes
 from paddle_npu.npu.verifier import seeded_inputs
 
 K, M = 128, 4
@@ -57,7 +57,7 @@ def overloads(lowered):
             if n.domain == DOMAIN and n.op_type in ("VMM", "AddInTile")}
 
 
-def test_float32_missing_the_bound_gets_exact_bodies():
+def test_float32_missing_the_bound_gets_exact_sums_on_the_first_nodes_that_need_them():
     original, exact_sums = cancelling_matmul()
     feeds = seeded_inputs(original)
     _, (want,) = run_onnx(original, feeds)
@@ -71,17 +71,69 @@ def test_float32_missing_the_bound_gets_exact_bodies():
 
     lowered, report = lower(original, "npu64", bodies="auto")
     choice = report.bodies
-    assert choice["asked"] == "auto" and choice["bodies"] == "exact"
+    assert choice["asked"] == "auto" and choice["float32_nodes"] == 3
     assert choice["rel_diff"][0] > 0.5 and choice["exact_rel_diff"] == [0.0]
     # the tiles' partials added exactly do not help: tile 1's own float32 sum lost the 2
     assert choice["tile_rel_diff"][0] > 0.5 and choice["tile_within"] is None
-    assert "float32 sums were 6.7e-01 from the model" in choice["why"]
-    assert not any(o.endswith("f32") for o in overloads(lowered))
-    assert "function bodies: exact sums" in report.render()
+    # tile 0's exact sum alone neither; both tiles' do, their partials then add exactly
+    assert choice["bodies"] == "exact-first" and choice["first_exact"] == 2
+    assert choice["first_rel_diff"] == [0.0] and choice["first_within"] == "as_exact"
+    assert choice["why"].startswith("float32 sums were 6.7e-01 from the model")
+    assert "with the first 2 of the 3 nodes that sum exact (to MatMul_2/vmm_r64_c0), 0.0e+00" \
+        in choice["why"], choice["why"]
+    calls = {(n.name, n.overload.endswith("f32")) for n in lowered.graph
+             if n.domain == DOMAIN and n.op_type in ("VMM", "AddInTile")}
+    assert {f32 for _, f32 in sorted(calls)} == {False, True}
+    assert [f32 for n, f32 in sorted(calls) if "vmm" in n] == [False, False]
+    assert "function bodies: exact-first sums" in report.render()
     _, (got,) = run_onnx(serialized(lowered), feeds)
     np.testing.assert_array_equal(got[0], exact_sums)
     result = verify(original, lowered, "npu64")
     assert result["ok"] and result["within"] == "tolerance"
+
+
+def _chain(layers):
+    """ones(1, 128) through `layers` MatMuls of 128 x 128 on npu64: two tiles and their
+    AddInTile a layer, 3 * layers nodes that sum."""
+    rng = np.random.default_rng(3)
+    nodes, inits, x = [helper.make_node("Abs", ["x"], ["h0"])], [], "h0"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array(rng.standard_normal((K, K)).astype(np.float32),
+                                             f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"h{i + 1}"]))
+        x = f"h{i + 1}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, K])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("needed", [1, 2, 5, 7, 8, 9])
+def test_the_fewest_first_nodes_with_exact_sums_are_found(needed):
+    """With a bound met only once the first `needed` of the 9 nodes that sum call exact
+    bodies, the search finds that count, or gives up where it is all of them (the exact
+    bodies); it tries far fewer counts than there are nodes."""
+    lowered, _ = lower(_chain(3), "npu64", bodies="float32")
+    nodes = summing_nodes(lowered.graph)
+    assert len(nodes) == 9
+    tried = []
+
+    def diffs():
+        exact = [not n.overload.endswith("f32") for n in nodes]
+        count = exact.index(False) if False in exact else len(exact)
+        assert not any(exact[count:])            # only first nodes are ever made exact
+        tried.append(count)
+        return [0.0 if count >= needed else 1.0]
+
+    found = bodies_module._exact_first(lowered, {"exact_rel_diff": [0.0]}, diffs, 1e-5)
+    if needed == 9:
+        assert found == {} and tried == [1, 2, 4, 8]
+    else:
+        assert found == {"first_exact": needed, "first_rel_diff": [0.0],
+                         "first_within": "as_exact"}
+        assert len(tried) <= 6
 
 
 def three_tiles():

@@ -7,13 +7,14 @@ from .ops.base import float32_overload
 from .passes import Pass
 
 
-def attach_functions(model, float32=False, exact=()):
+def attach_functions(model, float32=False, exact=(), exact_nodes=()):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
     `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
     attached before are replaced. float32: nodes whose primitive has a float32 body and whose
     inputs are all float32 call it (`Primitive.float32_body`), but those of the primitives
-    `exact` (op types), which keep their exact bodies."""
+    `exact` (op types) and the nodes `exact_nodes`, which keep their exact bodies."""
+    exact_nodes = set(exact_nodes)
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
         del model.functions[key]
@@ -25,7 +26,8 @@ def attach_functions(model, float32=False, exact=()):
         attrs = {k: a.value for k, a in node.attributes.items()}
         attrs.update(prim.input_attrs(node.inputs))
         shapes = [g.dims(v) for v in node.inputs]
-        fast = float32 and node.op_type not in exact and sums_in_float32(node)
+        fast = float32 and node.op_type not in exact and node not in exact_nodes and \
+            sums_in_float32(node)
         overload = prim.overload(attrs, shapes)
         node.overload = float32_overload(overload) if fast else overload
         if (node.op_type, node.overload) in done:
@@ -37,6 +39,11 @@ def attach_functions(model, float32=False, exact=()):
     if done:
         model.opset_imports[DOMAIN] = VERSION
     return len(done)
+
+
+def summing_nodes(graph):
+    """The nodes of a graph (not its sub-graphs') that can call a float32 body, in order."""
+    return [n for n in graph if n.domain == DOMAIN and sums_in_float32(n)]
 
 
 def sums_in_float32(node):
