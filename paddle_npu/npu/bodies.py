@@ -29,8 +29,7 @@ import onnx_ir as ir
 
 from ..compare import run_onnx
 from ..errors import ConversionError
-from .functions import attach_functions, summing_nodes, sums_in_float32
-from .ops import DOMAIN
+from .functions import attach_functions, summing_nodes
 from .passes import Pass
 from .preprocess_fusion import fused_reference
 from .verifier import TOLERANCE, float_noise_floor, rel_diff, seeded_feeds
@@ -63,7 +62,8 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
     original: the model before lowering (path, bytes, ModelProto or ir.Model); preprocess and
     input_shape: as given to `lower`, so that the model is run as the lowered one is."""
     check_bodies(bodies)
-    nodes = sum(1 for n in lowered.graph if n.domain == DOMAIN and sums_in_float32(n))
+    summing = summing_nodes(lowered.graph)
+    nodes = len(summing)
     choice = {"asked": bodies, "float32_nodes": nodes}
     if nodes == 0 or bodies == "exact":
         attach_functions(lowered)
@@ -110,7 +110,6 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
                            f"{max(measured['tile_rel_diff']):.1e}: "
                            f"{kept(measured['tile_within'])}"}
         if measured.get("first_within"):
-            summing = summing_nodes(lowered.graph)
             exact = [summing[i] for i in measured["exact_nodes"]]
             attach_functions(lowered, float32=True, exact_nodes=exact)
             first = measured["first_exact"]
@@ -180,8 +179,7 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
         out["floor"] = float_noise_floor(original, feeds)
     out["within"] = kept_within(out["rel_diff"], out["exact_rel_diff"], out.get("floor"),
                                 tolerance)
-    if out["within"] is None and any(n.op_type in TILE_SUMS and sums_in_float32(n)
-                                     for n in graph if n.domain == DOMAIN):
+    if out["within"] is None and any(n.op_type in TILE_SUMS for n in summing_nodes(graph)):
         attach_functions(lowered, float32=True, exact=TILE_SUMS)
         out["tile_rel_diff"] = diffs()
         out["tile_within"] = kept_within(out["tile_rel_diff"], out["exact_rel_diff"],
