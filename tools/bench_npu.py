@@ -232,6 +232,9 @@ def program_work(serialized, feeds):
                                    for y, w in depthwise))}
 
 
+PROFILE_SECONDS = 2.0
+
+
 def profile(serialized, feeds, runs=20):
     """One onnxruntime session of a lowered model (default options), profiled over a
     warm-up and `runs` runs: {"outputs": the warm-up's, "kernels": the nodes of the graph
@@ -407,7 +410,10 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
                 (onnx_created, onnx_latency), (created, latency) = \
                     timed["onnx"], timed["lowered"]
-                profiled = profile(serialized, feeds)
+                # about PROFILE_SECONDS of runs: onnxruntime's profiler keeps a million
+                # events at most, which a slow model's 20 runs (SLANet's decoding loop) pass
+                profiled = profile(serialized, feeds,
+                                   runs=max(3, min(20, round(PROFILE_SECONDS / latency))))
                 got, kernels, shares = (profiled[k] for k in ("outputs", "kernels", "shares"))
                 layers = sum(shares.get(p, 0) for p in LAYER_SHARES)
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
