@@ -53,15 +53,17 @@ def load_reference(path, input_names, output_names):
     return feeds, expected
 
 
-def run_onnx(model, feeds, graph_optimizations=True):
+def run_onnx(model, feeds, graph_optimizations=True, copies=None):
     """(output names, outputs) of onnxruntime on the CPU (model: bytes, a path, or an
-    ir.Model, whose weights the session reads where they are); graph_optimizations=False
-    runs the graph as written (their difference is part of a model's float-noise floor)."""
-    names, (outputs,) = run_onnx_on(model, [feeds], graph_optimizations)
+    ir.Model, whose weights the session reads where they are, `copies` holding contiguous
+    copies of its strided ones for the next session: StreamedModel.for_onnxruntime);
+    graph_optimizations=False runs the graph as written (their difference is part of a
+    model's float-noise floor)."""
+    names, (outputs,) = run_onnx_on(model, [feeds], graph_optimizations, copies)
     return names, outputs
 
 
-def run_onnx_on(model, feeds_list, graph_optimizations=True):
+def run_onnx_on(model, feeds_list, graph_optimizations=True, copies=None):
     """(output names, [outputs per feeds]): run_onnx on several inputs, one session."""
     import onnxruntime as ort   # heavy, and only for running a model
 
@@ -71,7 +73,7 @@ def run_onnx_on(model, feeds_list, graph_optimizations=True):
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     given = {}
     if isinstance(model, ir.Model):
-        model, given = StreamedModel(model).for_onnxruntime()
+        model, given = StreamedModel(model).for_onnxruntime(copies)
     # (the OrtValues view the arrays; both live as long as the session)
     values = [ort.OrtValue.ortvalue_from_numpy(a) for a in given.values()]
     if given:

@@ -293,7 +293,8 @@ def test_streamed_model_writes_views_in_row_major_order(tmp_path):
 def test_onnxruntime_runs_an_ir_model_with_its_weights_where_they_are():
     """run_onnx on an ir.Model gives onnxruntime the big weights as the arrays they are (no
     serialized copy) and serializes the rest: a float32 weight and a float16 one given, a
-    strided view and a small tensor written into the bytes; the outputs are those of the
+    strided view given as a contiguous copy (made once for the sessions that share
+    `copies`), a small tensor written into the bytes; the outputs are those of the
     serialized model, bit for bit."""
     rng = np.random.default_rng(0)
     big = rng.standard_normal((64, 32)).astype(np.float32)
@@ -320,12 +321,17 @@ def test_onnxruntime_runs_an_ir_model_with_its_weights_where_they_are():
         model.graph.register_initializer(value)
     inits["strided"].const_value = ir.Tensor(strided, name="strided")
 
-    data, given = StreamedModel(model).for_onnxruntime()
-    assert sorted(given) == ["big", "half"]
-    assert given["big"] is big and given["half"] is half
+    copies = {}
+    data, given = StreamedModel(model).for_onnxruntime(copies)
+    assert sorted(given) == ["big", "half", "strided"] and list(copies) == ["strided"]
+    assert given["big"] is big and given["half"] is half and given["strided"] is copies[
+        "strided"] and given["strided"].flags.c_contiguous
+    np.testing.assert_array_equal(given["strided"], strided)
+    assert StreamedModel(model).for_onnxruntime(copies)[1]["strided"] is copies["strided"]
     feeds = {"x": rng.standard_normal((2, 64)).astype(np.float32)}
     want = run_onnx(ir.serde.serialize_model(model).SerializeToString(), feeds)[1][0]
     got = run_onnx(model, feeds)[1][0]
     assert np.array_equal(got, want)
+    assert np.array_equal(run_onnx(model, feeds, copies=copies)[1][0], want)
     assert np.allclose(got, ((feeds["x"] @ big) @ half.astype(np.float32)) @ strided +
                        np.arange(32), rtol=1e-5, atol=1e-4)

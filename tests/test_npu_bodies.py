@@ -3,6 +3,7 @@ lowered model then agrees with the model before lowering, exact (float64) sums w
 ones miss the bound; either forced."""
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -134,6 +135,24 @@ def test_the_fewest_first_nodes_with_exact_sums_are_found(needed):
                          "first_rel_diff": [0.0], "first_within": "as_exact"}
         # at most 4 counts forward (1, 2, 4, 8) and 3 back, then each of the first once more
         assert len(tried) <= 7 + max(needed) + 1
+
+
+def test_functions_built_for_one_set_of_bodies_serve_the_next():
+    """attach_functions with `made` builds each function once: trying other bodies takes the
+    ones built before, and the model carries the same functions as when built afresh."""
+    lowered, _ = lower(_chain(3), "npu64", bodies="float32")
+    nodes = summing_nodes(lowered.graph)
+    made = {}
+    attach_functions(lowered, float32=True, made=made)
+    first = dict(made)
+    attach_functions(lowered, float32=True, exact_nodes=nodes[:1], made=made)
+    assert all(made[k] is f for k, f in first.items()) and len(made) > len(first)
+    def functions():
+        return {k: ir.serde.serialize_function(f).SerializeToString()
+                for k, f in lowered.functions.items()}
+    reused = functions()
+    attach_functions(lowered, float32=True, exact_nodes=nodes[:1])
+    assert reused == functions()
 
 
 def three_tiles():

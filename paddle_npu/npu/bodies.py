@@ -62,21 +62,22 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
     original: the model before lowering (path, bytes, ModelProto or ir.Model); preprocess and
     input_shape: as given to `lower`, so that the model is run as the lowered one is."""
     check_bodies(bodies)
+    made = {}           # the functions built so far, for each set of bodies tried
     summing = summing_nodes(lowered.graph)
     nodes = len(summing)
     choice = {"asked": bodies, "float32_nodes": nodes}
     if nodes == 0 or bodies == "exact":
-        attach_functions(lowered)
+        attach_functions(lowered, made=made)
         why = "asked for (lower's default; --verify checks float32 ones)" if nodes \
             else "no primitive that sums has float32 inputs"
         return {**choice, "bodies": "exact", "why": why}
-    attach_functions(lowered, float32=True)
+    attach_functions(lowered, float32=True, made=made)
     if bodies == "float32":
         return {**choice, "bodies": "float32", "why": "asked for"}
     try:
-        measured = _measure(lowered, original, preprocess, input_shape, tolerance)
+        measured = _measure(lowered, original, preprocess, input_shape, tolerance, made)
     except Exception as e:      # noqa: BLE001 - any failure to run the check keeps exact sums
-        attach_functions(lowered)
+        attach_functions(lowered, made=made)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         return {**choice, "bodies": "exact",
                 "why": f"float32 sums could not be checked ({first})"}
@@ -104,14 +105,14 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
             return f"within {floor}" if within == "floor" else \
                 f"no more than {MARGIN:g}x as far as the exact sums"
         if measured.get("tile_within"):
-            attach_functions(lowered, float32=True, exact=TILE_SUMS)
+            attach_functions(lowered, float32=True, exact=TILE_SUMS, made=made)
             return {**choice, "bodies": "exact-tile",
                     "why": f"{why}; with the tiles' partials added exactly, "
                            f"{max(measured['tile_rel_diff']):.1e}: "
                            f"{kept(measured['tile_within'])}"}
         if measured.get("first_within"):
             exact = [summing[i] for i in measured["exact_nodes"]]
-            attach_functions(lowered, float32=True, exact_nodes=exact)
+            attach_functions(lowered, float32=True, exact_nodes=exact, made=made)
             first = measured["first_exact"]
             which = f"the first {first}" if len(exact) == first else \
                 f"{len(exact)} of the first {first}"
@@ -119,9 +120,9 @@ def choose_bodies(lowered, original, bodies="auto", preprocess=None, input_shape
                     "why": f"{why}; with {which} of the {nodes} nodes that sum exact (to "
                            f"{exact[-1].name}), {max(measured['first_rel_diff']):.1e}: "
                            f"{kept(measured['first_within'])}"}
-        attach_functions(lowered)
+        attach_functions(lowered, made=made)
         return {**choice, "bodies": "exact", "why": why}
-    attach_functions(lowered, float32=True)
+    attach_functions(lowered, float32=True, made=made)
     return {**choice, "bodies": "float32", "why": why}
 
 
@@ -148,7 +149,7 @@ def _missed(measured, tolerance):
            f"sums {exact[i]:.1e})"
 
 
-def _measure(lowered, original, preprocess, input_shape, tolerance):
+def _measure(lowered, original, preprocess, input_shape, tolerance, made=None):
     """How the lowered model (float32 bodies attached) agrees with the original in
     onnxruntime on `verify`'s default seeded input: {"rel_diff": per output, "within":
     "tolerance" | "floor" | "as_exact" | None}. Beyond tolerance / MARGIN, also the exact
@@ -156,7 +157,9 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     (`kept_within` says why float32 sums are kept, if they are); where they are not, the
     exact-tile bodies' "tile_rel_diff" and "tile_within", by the same rule, and where those
     miss too, what `_exact_first` finds ("first_exact", ...). The bodies it ran
-    last stay attached: choose_bodies attaches the ones it keeps."""
+    last stay attached: choose_bodies attaches the ones it keeps. made: attach_functions'
+    functions built so far; the sessions share the contiguous copies of the strided
+    weights (run_onnx's copies)."""
     original = _runnable(original, preprocess, input_shape)
     graph = lowered.graph        # its inputs are the model's, at the sizes it was lowered at
     feeds = seeded_feeds([(v.name, int(v.dtype), [d if isinstance(d, int) else None
@@ -164,14 +167,16 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
                           for v in graph.inputs if v.name not in graph.initializers])
     names, want = run_onnx(original, feeds)
 
+    copies = {}
+
     def diffs(graph_optimizations=True):
-        _, got = run_onnx(lowered, feeds, graph_optimizations)
+        _, got = run_onnx(lowered, feeds, graph_optimizations, copies)
         return [rel_diff(g, w) for g, w in zip(got, want)]
 
     out = {"rel_diff": diffs(), "outputs": names}
     if max(out["rel_diff"], default=0.0) <= tolerance / MARGIN:
         return {**out, "within": "tolerance"}
-    attach_functions(lowered)
+    attach_functions(lowered, made=made)
     # the exact bodies run without onnxruntime's graph optimisations: their sums are exact
     # either way, and no float64 copy of every weight is made (the folded Cast of W)
     out["exact_rel_diff"] = diffs(graph_optimizations=False)
@@ -180,16 +185,16 @@ def _measure(lowered, original, preprocess, input_shape, tolerance):
     out["within"] = kept_within(out["rel_diff"], out["exact_rel_diff"], out.get("floor"),
                                 tolerance)
     if out["within"] is None and any(n.op_type in TILE_SUMS for n in summing_nodes(graph)):
-        attach_functions(lowered, float32=True, exact=TILE_SUMS)
+        attach_functions(lowered, float32=True, exact=TILE_SUMS, made=made)
         out["tile_rel_diff"] = diffs()
         out["tile_within"] = kept_within(out["tile_rel_diff"], out["exact_rel_diff"],
                                          out.get("floor"), tolerance)
     if out["within"] is None and not out.get("tile_within"):
-        out.update(_exact_first(lowered, out, diffs, tolerance))
+        out.update(_exact_first(lowered, out, diffs, tolerance, made))
     return out
 
 
-def _exact_first(lowered, out, diffs, tolerance):
+def _exact_first(lowered, out, diffs, tolerance, made=None):
     """The fewest of the graph's first nodes that sum whose exact bodies, the others' float32,
     keep the lowered model within the bound float32 sums missed (`kept_within`): {"first_exact":
     how many, "first_rel_diff", "first_within"}, or {} when only all of them do. Rounding in
@@ -210,7 +215,7 @@ def _exact_first(lowered, out, diffs, tolerance):
         """Whether exact bodies on the first `chosen` nodes (a count), or on those of `chosen`
         (positions), pass; the last that passed is kept in `found`."""
         exact = nodes[:chosen] if isinstance(chosen, int) else [nodes[i] for i in chosen]
-        attach_functions(lowered, float32=True, exact_nodes=exact)
+        attach_functions(lowered, float32=True, exact_nodes=exact, made=made)
         got = diffs()
         within = kept_within(got, out["exact_rel_diff"], out.get("floor"), tolerance)
         if within:

@@ -7,13 +7,15 @@ from .ops.base import float32_overload
 from .passes import Pass
 
 
-def attach_functions(model, float32=False, exact=(), exact_nodes=()):
+def attach_functions(model, float32=False, exact=(), exact_nodes=(), made=None):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
     `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
     attached before are replaced. float32: nodes whose primitive has a float32 body and whose
     inputs are all float32 call it (`Primitive.float32_body`), but those of the primitives
-    `exact` (op types) and the nodes `exact_nodes`, which keep their exact bodies."""
+    `exact` (op types) and the nodes `exact_nodes`, which keep their exact bodies.
+    made: {(op type, overload): function} built by earlier calls on the same model, taken
+    from and added to (a choice of bodies tries several sets of them)."""
     exact_nodes = set(exact_nodes)
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
@@ -33,8 +35,12 @@ def attach_functions(model, float32=False, exact=(), exact_nodes=()):
         if (node.op_type, node.overload) in done:
             continue
         done.add((node.op_type, node.overload))
-        proto = prim.function_proto(opset, attrs, shapes, float32=fast)
-        function = ir.serde.deserialize_function(proto)
+        function = made.get((node.op_type, node.overload)) if made is not None else None
+        if function is None:
+            proto = prim.function_proto(opset, attrs, shapes, float32=fast)
+            function = ir.serde.deserialize_function(proto)
+            if made is not None:
+                made[node.op_type, node.overload] = function
         model.functions[function.identifier()] = function
     if done:
         model.opset_imports[DOMAIN] = VERSION
