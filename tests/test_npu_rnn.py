@@ -111,6 +111,33 @@ def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
     assert ops.count("DimTransform") == 6
 
 
+@pytest.mark.parametrize("op,direction,lbr", [("LSTM", "forward", None),
+                                               ("GRU", "bidirectional", 1),
+                                               ("GRU", "reverse", 0)])
+def test_every_step_multiplies_on_the_same_arrays(op, direction, lbr):
+    """The recurrent weight is programmed once: every step's VMMs read the same tile
+    initializers, and the report counts their arrays for the first step only (the others
+    run on its arrays, their VMM invocations and products still counted)."""
+    m, feeds = _rnn_model(op, direction, states=True, lbr=lbr)
+    lowered, report = lower(m, "npu256")
+    steps = [l for l in report.layers if l.op_type == "MatMul"]
+    first = [l for l in steps if l.cost.arrays]
+    # one chain of steps: a bidirectional node of this size runs both directions side by
+    # side; GRU with linear_before_reset=0 multiplies by two parts of R a step
+    assert len(first) == (2 if lbr == 0 else 1)
+    assert all(l.cost.arrays == l.cost.cells == l.cost.weights == 0 and
+               l.cost.vmm_invocations > 0 and "on the arrays of" in l.detail
+               for l in steps if l not in first)
+    assert report.totals()["arrays"] == sum(l.cost.arrays for l in report.layers
+                                            if l.cost.plan != "vector")
+    weights = {n.inputs[1].name for n in lowered.graph if n.op_type == "VMM"}
+    assert len(weights) == 1 + len(first)           # the input projection's and R's
+    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    for k in range(len(want)):
+        assert_close(got[k], want[k], "onnxruntime")
+        assert_close(ref[k], want[k], "reference")
+
+
 @pytest.mark.parametrize("layout", [0, 1])
 def test_steps_of_an_open_batch_keep_the_time_axis(layout):
     """A batch left open (or batch-major x): a step's values keep x's time axis, size 1, so

@@ -35,6 +35,7 @@ class LowerContext:
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
+        self._tiles = {}            # a tile's memory -> (its initializer, the layer it is for)
 
     # --- facts about values ----------------------------------------------------------------
     constant = staticmethod(g.constant)
@@ -71,6 +72,19 @@ class LowerContext:
                          const_value=tensor)
         self.graph.register_initializer(value)
         return value
+
+    def tile_initializer(self, array, suffix):
+        """(initializer, layer): the initializer of an array tile's weights, made by an earlier
+        layer (named) when it holds the same memory (a view of the same constant, as every
+        step of an unrolled RNN multiplies by its recurrent weight: weight-stationary arrays
+        programmed once, then reused), else a new one (layer None)."""
+        key = (array.__array_interface__["data"][0], array.shape, array.strides,
+               array.dtype.str)
+        if key in self._tiles:
+            return self._tiles[key]
+        value = self.initializer(array, suffix)
+        self._tiles[key] = (value, self._source.name)
+        return value, None
 
     def emit(self, domain, op_type, inputs, attrs, name, num_outputs, shapes, dtype):
         src = self._source

@@ -125,6 +125,7 @@ class LayerPlan:
     width: int                   # output columns
     bits: Optional[int] = None   # None: float
     scales: Optional[LayerScales] = None
+    arrays_of: Optional[str] = None   # the layer whose arrays hold these very weights (emitted)
 
     @property
     def offsets(self):

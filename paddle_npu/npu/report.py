@@ -172,7 +172,8 @@ class Report:
             other = (f"{a.arrays:>18} {a.utilisation:>7.1%} {a.vmm_invocations:>10}"
                      if a is not None else "")
             arrays, util = ("vector", "-") if c.plan == "vector" else \
-                (c.arrays, f"{c.utilisation:.1%}")      # a layer on the vector unit
+                (c.arrays, f"{c.utilisation:.1%}" if c.arrays else "-")
+            # (a layer on the vector unit; one running on an earlier layer's arrays)
             lines.append(f"{l.name[-34:]:<34} {l.op_type:<8} {arrays:>7} {util:>7} "
                          f"{c.vmm_invocations:>10} {c.weight_bytes:>10}   {other}")
         tot = self.totals()

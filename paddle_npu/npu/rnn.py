@@ -184,7 +184,8 @@ def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, r
     ys, finals = [], []
     for d in range(dirs):
         tag = f"d{d}"
-        rt = a.const(r[d].T.copy(), f"{tag}/r")                        # [H, G*H]
+        rt = a.const(r[d].T.copy(), f"{tag}/r") if op == "LSTM" else \
+            _gru_weights(a, tag, r[d], rb[d], hidden, lbr)              # [H, G*H]
         h = None if states[0] is None else _direction_state(a, states[0], d, tag, "h0", by_rows)
         c = None if op != "LSTM" or states[1] is None else \
             _direction_state(a, states[1], d, tag, "c0", by_rows)
@@ -197,7 +198,7 @@ def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, r
             if op == "LSTM":
                 h, c = _lstm_step(a, name, xg, h, c, rt, hidden)
             else:
-                h = _gru_step(a, name, xg, h, rt, r[d], rb[d], hidden, lbr)
+                h = _gru_step(a, name, xg, h, rt, hidden, lbr)
             outs[t] = h
         if by_rows:     # [T*N, H] -> [T, 1, N, H]
             y = a.op("Concat", outs, f"{tag}/y", axis=0)
@@ -248,7 +249,8 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
     flat = [steps * batch, 2 * gh] if by_rows else [0, 0, 2 * gh]
     proj = a.op("Reshape", [both, a.ints(flat, "pair/x_shape")], "pair/x")
     r2, rb2 = pair_weights(r, rb)
-    rt = a.const(r2.T.copy(), "d01/r")                                 # [2H, G*2H]
+    rt = a.const(r2.T.copy(), "d01/r") if op == "LSTM" else \
+        _gru_weights(a, "d01", r2, rb2, 2 * hidden, lbr)               # [2H, G*2H]
     h = None if states[0] is None else _pair_state(a, states[0], "h0", by_rows)
     c = None if op != "LSTM" or states[1] is None else _pair_state(a, states[1], "c0", by_rows)
     outs = []
@@ -258,7 +260,7 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
         if op == "LSTM":
             h, c = _lstm_step(a, name, xg, h, c, rt, 2 * hidden)
         else:
-            h = _gru_step(a, name, xg, h, rt, r2, rb2, 2 * hidden, lbr)
+            h = _gru_step(a, name, xg, h, rt, 2 * hidden, lbr)
         outs.append(h)
     # the forward halves in time order, the backward ones joined in reverse (back in theirs)
     halves = []
@@ -366,37 +368,48 @@ def _lstm_step(a, name, xg, h, c, rt, hidden):
     return new_h, new_c
 
 
-def _gru_step(a, name, xg, h, rt, r, rb, hidden, lbr):
+def _gru_weights(a, tag, r, rb, hidden, lbr):
+    """The constants every GRU step of a chain reads, made once (every step multiplies on the
+    same arrays): {"rt": R^T} and, where it is not zero, {"rb_h": Rb_h} with
+    linear_before_reset=1; {"rt_zr", "rt_h"}: R^T's z and r gates, its h gate, with 0."""
+    if not lbr:
+        return {"rt_zr": a.const(r[:2 * hidden].T.copy(), f"{tag}/r_zr"),
+                "rt_h": a.const(r[2 * hidden:].T.copy(), f"{tag}/r_h")}
+    rb_h = rb[2 * hidden:]
+    return {"rt": a.const(r.T.copy(), f"{tag}/r"),
+            **({"rb_h": a.const(rb_h, f"{tag}/rb_h")} if np.any(rb_h) else {})}
+
+
+def _gru_step(a, name, xg, h, weights, hidden, lbr):
     # z and r are cut from a Lut over all three gates' sums where those are at hand (its h
     # gate columns unused): no cut of the Lut's input
     x_h = _split(a, xg, f"{name}/x_h", 2 * hidden, 3 * hidden)
-    rb_h = rb[2 * hidden:]            # only used with linear_before_reset=1
+    rb_h = weights.get("rb_h")        # only with linear_before_reset=1
     if h is None:                     # H_prev = 0: R's products vanish, its h bias stays
         zr = a.op("Sigmoid", [xg], f"{name}/zr")
         inner = x_h                   # linear_before_reset=0: Rb_h is in the projection's bias
-        if lbr and np.any(rb_h):
+        if rb_h is not None:
             r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
-            inner = a.op("Add", [x_h, a.op("Mul", [r_gate, a.const(rb_h, f"{name}/rb_h")],
-                                           f"{name}/r_hh")], f"{name}/h_in")
+            inner = a.op("Add", [x_h, a.op("Mul", [r_gate, rb_h], f"{name}/r_hh")],
+                         f"{name}/h_in")
         cand = a.op("Tanh", [inner], f"{name}/candidate")
         z = _split(a, zr, f"{name}/z", 0, hidden)
         return a.op("Sub", [cand, a.op("Mul", [z, cand], f"{name}/z_cand")], f"{name}/h")
     if lbr:                           # one recurrent product for all three gates
-        hg = a.op("MatMul", [h, rt], f"{name}/h_gates")
+        hg = a.op("MatMul", [h, weights["rt"]], f"{name}/h_gates")
         zr = a.op("Sigmoid", [a.op("Add", [xg, hg], f"{name}/zr_in")], f"{name}/zr")
         r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
         hh = _split(a, hg, f"{name}/h_h", 2 * hidden, 3 * hidden)
-        if np.any(rb_h):
-            hh = a.op("Add", [hh, a.const(rb_h, f"{name}/rb_h")], f"{name}/h_hb")
+        if rb_h is not None:
+            hh = a.op("Add", [hh, rb_h], f"{name}/h_hb")
         inner = a.op("Add", [x_h, a.op("Mul", [r_gate, hh], f"{name}/r_hh")], f"{name}/h_in")
     else:                             # the h gate's product reads r * H_prev
-        rt_zr = a.const(r[:2 * hidden].T.copy(), f"{name}/r_zr")
-        rt_h = a.const(r[2 * hidden:].T.copy(), f"{name}/r_h")
         x_zr = _split(a, xg, f"{name}/x_zr", 0, 2 * hidden)
-        zr = a.op("Sigmoid", [a.op("Add", [x_zr, a.op("MatMul", [h, rt_zr], f"{name}/h_zr")],
+        zr = a.op("Sigmoid", [a.op("Add", [x_zr, a.op("MatMul", [h, weights["rt_zr"]],
+                                                      f"{name}/h_zr")],
                                    f"{name}/zr_in")], f"{name}/zr")
         r_gate = _split(a, zr, f"{name}/r", hidden, 2 * hidden)
-        rh = a.op("MatMul", [a.op("Mul", [r_gate, h], f"{name}/r_h_prev"), rt_h],
+        rh = a.op("MatMul", [a.op("Mul", [r_gate, h], f"{name}/r_h_prev"), weights["rt_h"]],
                   f"{name}/h_h")
         inner = a.op("Add", [x_h, rh], f"{name}/h_in")      # Rb_h: in the projection's bias
     cand = a.op("Tanh", [inner], f"{name}/candidate")

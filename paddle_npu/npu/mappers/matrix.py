@@ -1,4 +1,6 @@
 """The one emission of a matrix layer's plan (plan.py), shared by Conv, Gemm and MatMul."""
+from dataclasses import replace
+
 import numpy as np
 import onnx_ir as ir
 
@@ -28,9 +30,11 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         return _emit_stack(ctx, plan, x, im2col)
     if s is None:
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
-        partials = [ctx.npu.VMM(rows, ctx.initializer(w, f"w_{_tag(t)}"),
-                                row_offset=t.row_start, _name=f"vmm_{_tag(t)}")
-                    for t, w in zip(plan.bands, plan.weights)]
+        tiles = [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
+        if all(layer is not None for _, layer in tiles):
+            plan.arrays_of = tiles[0][1]
+        partials = [ctx.npu.VMM(rows, w, row_offset=t.row_start, _name=f"vmm_{_tag(t)}")
+                    for t, (w, _) in zip(plan.bands, tiles)]
         if not plan.sums_tiles:
             return partials[0]
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
@@ -54,6 +58,16 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         acc = ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                 _name="add_in_tile", _dtype=acc_type)
     return read_out(ctx, plan, acc)
+
+
+def layer_cost(plan, cost, detail):
+    """(cost, detail) a layer's report adds: where its tiles are an earlier layer's arrays
+    (plan.arrays_of, known once emitted), none of their arrays, cells or weights, its own
+    products and sums still counted."""
+    if plan.arrays_of is None:
+        return cost, detail
+    return replace(cost, arrays=0, cells=0, weights=0, weight_bytes=0), \
+        f"{detail}, on the arrays of {plan.arrays_of}"
 
 
 def quantize_rows(ctx, plan, x):
