@@ -116,8 +116,9 @@ def test_input_projection_is_one_matrix_layer_and_recurrence_one_per_step():
                                                ("GRU", "reverse", 0)])
 def test_every_step_multiplies_on_the_same_arrays(op, direction, lbr):
     """The recurrent weight is programmed once: every step's VMMs read the same tile
-    initializers, and the report counts their arrays for the first step only (the others
-    run on its arrays, their VMM invocations and products still counted)."""
+    initializers, and the report (and the NumPy reference) counts their arrays for the
+    first step only (the others run on its arrays, their VMM invocations and products still
+    counted)."""
     m, feeds = _rnn_model(op, direction, states=True, lbr=lbr)
     lowered, report = lower(m, "npu256")
     steps = [l for l in report.layers if l.op_type == "MatMul"]
@@ -132,7 +133,8 @@ def test_every_step_multiplies_on_the_same_arrays(op, direction, lbr):
                                             if l.cost.plan != "vector")
     weights = {n.inputs[1].name for n in lowered.graph if n.op_type == "VMM"}
     assert len(weights) == 1 + len(first)           # the input projection's and R's
-    want, got, ref, _ = three_way(m, lowered, feeds, "npu256")
+    want, got, ref, reference = three_way(m, lowered, feeds, "npu256")
+    assert reference.array.arrays == report.totals()["arrays"]
     for k in range(len(want)):
         assert_close(got[k], want[k], "onnxruntime")
         assert_close(ref[k], want[k], "reference")

@@ -24,6 +24,9 @@ def _op_class(prim, array):
         attrs = {k: (list(v) if isinstance(v, (list, tuple, np.ndarray)) else v)
                  for k, v in attrs.items() if not k.startswith("_")}
         attrs["_node"] = self.onnx_node.name
+        # the arrays a VMM runs on are its weight's: nodes reading one weight share them
+        attrs["_arrays"] = self.onnx_node.input[1] if len(self.onnx_node.input) > 1 else \
+            self.onnx_node.name
         t = time.perf_counter()
         out = prim.reference(array, list(inputs), attrs)
         array.seconds[prim.op_type] = array.seconds.get(prim.op_type, 0.0) + \

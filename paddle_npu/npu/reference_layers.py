@@ -49,6 +49,7 @@ class LayerPlan:
     """One layer as the lowering wrote it: its tiles in AddInTile's order."""
     kind: str                    # "VMM" or "QVMM"
     names: list                  # the tiles' VMM node names
+    arrays: list                 # ... and their weights' names (the arrays they run on)
     tile_attrs: list             # each tile node's own attributes
     sum_attrs: dict              # the AddInTile's
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
@@ -104,7 +105,8 @@ def fuse_matrix_layers(graph):
             drop.update(bands - {first})
         name = f"{node.name or node.output[0]}/matrix_layer"
         plans[name] = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
-                                tile_attrs=tile_attrs, sum_attrs=_attrs(node))
+                                arrays=[t.input[1] for t in tiles], tile_attrs=tile_attrs,
+                                sum_attrs=_attrs(node))
         drop.update(id(t) for t in tiles)
         replace[id(node)] = helper.make_node(
             LAYER_OP, [rows, node.input[0]] + [t.input[1] for t in tiles],
@@ -202,8 +204,8 @@ def tile_by_tile(array, plan, x, bias, weights):
     """The layer as its nodes run one by one: each tile's reference, then AddInTile's."""
     vmm = get_primitive(plan.kind)
     parts = []
-    for name, attrs, w in zip(plan.names, plan.tile_attrs, weights):
-        parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name}))
+    for name, arrays, attrs, w in zip(plan.names, plan.arrays, plan.tile_attrs, weights):
+        parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name, "_arrays": arrays}))
     return get_primitive("AddInTile").reference(array, [bias] + parts, plan.sum_attrs)[0]
 
 
@@ -246,7 +248,7 @@ def _prepare(array, plan, x, bias, weights):
             max(o + m for o, m in spans) > plan.width:
         return None                  # the tile path says what is wrong
     tile_ids, macs = set(), 0
-    for name, w in zip(plan.names, weights):
+    for name, w in zip(plan.arrays, weights):
         for i, ri in chunks(w.shape[0], array.rows):
             for j, mj in chunks(w.shape[1], array.cols):
                 tile_ids.add((name, i, j))

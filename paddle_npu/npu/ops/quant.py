@@ -165,7 +165,8 @@ class QVMM(Primitive):
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
-        y = array.vmm(attrs.get("_node"), x, w, off, _exact_type(x, w, r))
+        y = array.vmm(attrs.get("_arrays", attrs.get("_node")), x, w, off,
+                      _exact_type(x, w, r))
         return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 

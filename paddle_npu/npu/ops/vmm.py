@@ -199,7 +199,7 @@ class VMM(Primitive):
     @classmethod
     def reference(cls, array, inputs, attrs):
         x, w = inputs
-        node = attrs.get("_node")
+        node = attrs.get("_arrays", attrs.get("_node"))
         if w.ndim == 3:
             cls._check_stack(attrs, x.shape, w.shape)
             return [array.vmm_stack(node, x, w, np.float64).astype(x.dtype)]
