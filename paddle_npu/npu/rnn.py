@@ -184,8 +184,9 @@ def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, r
     ys, finals = [], []
     for d in range(dirs):
         tag = f"d{d}"
+        # R^T [H, G*H], made once for all the steps (a GRU's parts of it: _gru_weights)
         rt = a.const(r[d].T.copy(), f"{tag}/r") if op == "LSTM" else \
-            _gru_weights(a, tag, r[d], rb[d], hidden, lbr)              # [H, G*H]
+            _gru_weights(a, tag, r[d], rb[d], hidden, lbr)
         h = None if states[0] is None else _direction_state(a, states[0], d, tag, "h0", by_rows)
         c = None if op != "LSTM" or states[1] is None else \
             _direction_state(a, states[1], d, tag, "c0", by_rows)
@@ -249,8 +250,9 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
     flat = [steps * batch, 2 * gh] if by_rows else [0, 0, 2 * gh]
     proj = a.op("Reshape", [both, a.ints(flat, "pair/x_shape")], "pair/x")
     r2, rb2 = pair_weights(r, rb)
+    # R^T [2H, G*2H], made once for all the steps (a GRU's parts of it: _gru_weights)
     rt = a.const(r2.T.copy(), "d01/r") if op == "LSTM" else \
-        _gru_weights(a, "d01", r2, rb2, 2 * hidden, lbr)               # [2H, G*2H]
+        _gru_weights(a, "d01", r2, rb2, 2 * hidden, lbr)
     h = None if states[0] is None else _pair_state(a, states[0], "h0", by_rows)
     c = None if op != "LSTM" or states[1] is None else _pair_state(a, states[1], "c0", by_rows)
     outs = []
