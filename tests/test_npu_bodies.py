@@ -147,6 +147,7 @@ def test_functions_built_for_one_set_of_bodies_serve_the_next():
     first = dict(made)
     attach_functions(lowered, float32=True, exact_nodes=nodes[:1], made=made)
     assert all(made[k] is f for k, f in first.items()) and len(made) > len(first)
+
     def functions():
         return {k: ir.serde.serialize_function(f).SerializeToString()
                 for k, f in lowered.functions.items()}

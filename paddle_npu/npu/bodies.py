@@ -205,11 +205,10 @@ def _exact_first(lowered, out, diffs, tolerance, made=None):
     monotone in the count, the result is always one measured). All but the last is the
     most it tries: all of them are the exact bodies. Up to PRUNE_MAX of them, each is then
     tried once more in float32 and left so where the others pass without it ("exact_nodes":
-    the positions kept exact): an Im2Col moves the same values either way, and
-    PP-LiteSeg-T at 128x128 keeps 4 of its first 19 exact (a run of all 19 exact took
-    13.0 ms, of the 5 VMMs each needed alone 10.7 ms, all float32 10.6 ms). Each try is a
-    session of the lowered model; the functions built for one (`made`) and the contiguous
-    copies of its strided weights (run_onnx's copies) serve the next."""
+    the positions kept exact): an Im2Col moves the same values either way (PP-LiteSeg-T at
+    128x128 keeps 1 of its first 17 exact). Each try is a session of the lowered model; the
+    functions built for one (`made`) and the contiguous copies of its strided weights
+    (run_onnx's copies) serve the next."""
     nodes = summing_nodes(lowered.graph)
 
     def passes(chosen):
