@@ -1,4 +1,6 @@
 """What a stage-2 mapper sees: the node's inputs and shapes, builders, the target, costs."""
+from dataclasses import replace
+
 import numpy as np
 import onnx_ir as ir
 
@@ -145,4 +147,13 @@ class LowerContext:
         self._source, self._absorbed = None, []
 
     def record(self, layer):
+        """Keep a layer's cost record. A matrix layer whose tiles are an earlier layer's
+        arrays (its plan's arrays_of, set by emit_matrix) adds none of their arrays, cells or
+        weights, in either plan; its own VMM invocations, products and sums still count."""
+        plan = self.plans[-1] if self.plans else None
+        if plan is not None and plan.layer == layer.name and plan.arrays_of is not None:
+            def shared(cost):
+                return cost and replace(cost, arrays=0, cells=0, weights=0, weight_bytes=0)
+            layer = replace(layer, detail=f"{layer.detail}, on the arrays of {plan.arrays_of}",
+                            cost=shared(layer.cost), alternative=shared(layer.alternative))
         self.layers.append(layer)

@@ -6,7 +6,7 @@ from . import runtime_matmul
 from ..report import LayerReport
 from ..tiling import Geometry, plan_cost
 from .layout import reshape_spec
-from .matrix import emit_matrix, layer_cost, plan_matrix
+from .matrix import emit_matrix, plan_matrix
 
 
 def _matrix(ctx, node, x, weight, bias):
@@ -15,10 +15,9 @@ def _matrix(ctx, node, x, weight, bias):
     plan = plan_matrix(ctx, node, Geometry(1, k, 1, n), weight, bias)
     y = emit_matrix(ctx, plan, x)
     target = ctx.target
-    cost, detail = layer_cost(plan, plan_cost(
-        plan.tiles, "packed", target.rows, target.cols, _vectors(ctx.dims(x)), bias is not None,
-        target.weight_bits), f"K={k} N={n}")
-    ctx.record(LayerReport(node.name, node.op_type, detail, cost))
+    cost = plan_cost(plan.tiles, "packed", target.rows, target.cols, _vectors(ctx.dims(x)),
+                     bias is not None, target.weight_bits)
+    ctx.record(LayerReport(node.name, node.op_type, f"K={k} N={n}", cost))
     return y
 
 

@@ -1,6 +1,4 @@
 """The one emission of a matrix layer's plan (plan.py), shared by Conv, Gemm and MatMul."""
-from dataclasses import replace
-
 import numpy as np
 import onnx_ir as ir
 
@@ -58,16 +56,6 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         acc = ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                 _name="add_in_tile", _dtype=acc_type)
     return read_out(ctx, plan, acc)
-
-
-def layer_cost(plan, cost, detail):
-    """(cost, detail) a layer's report adds: where its tiles are an earlier layer's arrays
-    (plan.arrays_of, known once emitted), none of their arrays, cells or weights, its own
-    products and sums still counted."""
-    if plan.arrays_of is None:
-        return cost, detail
-    return replace(cost, arrays=0, cells=0, weights=0, weight_bytes=0), \
-        f"{detail}, on the arrays of {plan.arrays_of}"
 
 
 def quantize_rows(ctx, plan, x):
