@@ -8,6 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 from npu_helpers import assert_close, checked, op_types, serialized, three_way
 from paddle_npu.compare import run_onnx
 from paddle_npu.npu import DOMAIN, Reference, lower
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
 
 T, N, I, H = 5, 2, 6, 4
 
@@ -138,6 +140,34 @@ def test_every_step_multiplies_on_the_same_arrays(op, direction, lbr):
     for k in range(len(want)):
         assert_close(got[k], want[k], "onnxruntime")
         assert_close(ref[k], want[k], "reference")
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", None), ("GRU", 0)])
+def test_every_step_of_an_integer_plan_multiplies_on_the_same_arrays(op, lbr):
+    """Quantised, the steps' recurrent weights are one set of integer tiles too (the same
+    float weights at the same scales): the report and the NumPy reference count their
+    arrays once, and onnxruntime still agrees with the reference bit for bit."""
+    m, feeds = _rnn_model(op, states=True, lbr=lbr)
+    model = m.SerializeToString()
+    # (calibrated on the input itself: the model's first axis is time, one batch of it)
+    lowered, report, _ = quantized_lower(model, calibrate(model, feeds), target="npu256")
+    steps = [l for l in report.layers if l.op_type == "MatMul"]
+    first = [l for l in steps if l.cost.arrays]
+    assert len(first) == (2 if lbr == 0 else 1) and len(steps) == len(first) * T
+    assert all(l.cost.arrays == 0 and "on the arrays of" in l.detail
+               for l in steps if l not in first)
+    weights = {n.inputs[1].name for n in lowered.graph if n.op_type == "QVMM"}
+    assert len(weights) == 1 + len(first)           # the input projection's and R's
+    proto = serialized(lowered)
+    reference = Reference(proto, "npu256")
+    ref = reference.run(feeds)
+    assert reference.array.arrays == report.totals()["arrays"]
+    _, got = run_onnx(proto, feeds)
+    want = run_onnx(model, feeds)[1]
+    for k in range(len(want)):
+        assert np.array_equal(got[k], ref[k])
+        cosine = np.sum(got[k] * want[k]) / np.linalg.norm(got[k]) / np.linalg.norm(want[k])
+        assert cosine > 0.99
 
 
 @pytest.mark.parametrize("layout", [0, 1])

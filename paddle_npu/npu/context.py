@@ -37,7 +37,7 @@ class LowerContext:
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
-        self._tiles = {}            # a tile's memory -> (its initializer, the layer it is for)
+        self._tiles = {}            # a tile's memory -> (its initializer, the layer it is for, ...)
 
     # --- facts about values ----------------------------------------------------------------
     constant = staticmethod(g.constant)
@@ -75,17 +75,19 @@ class LowerContext:
         self.graph.register_initializer(value)
         return value
 
-    def tile_initializer(self, array, suffix):
+    def tile_initializer(self, array, suffix, made_from=None, scales=None):
         """(initializer, layer): the initializer of an array tile's weights, made by an earlier
         layer (named) when it holds the same memory (a view of the same constant, as every
         step of an unrolled RNN multiplies by its recurrent weight: weight-stationary arrays
-        programmed once, then reused), else a new one (layer None)."""
-        key = (array.__array_interface__["data"][0], array.shape, array.strides,
-               array.dtype.str)
+        programmed once, then reused), else a new one (layer None). An integer tile is
+        `made_from` float weights by its columns' `scales`: the same when those are."""
+        key = _memory_key(array) if made_from is None else \
+            (_memory_key(made_from), np.asarray(scales).tobytes(), array.dtype.str)
         if key in self._tiles:
-            return self._tiles[key]
+            return self._tiles[key][:2]
         value = self.initializer(array, suffix)
-        self._tiles[key] = (value, self._source.name)
+        # (the float weights kept alive with it: no other array can take their address)
+        self._tiles[key] = (value, self._source.name, made_from)
         return value, None
 
     def emit(self, domain, op_type, inputs, attrs, name, num_outputs, shapes, dtype):
@@ -157,3 +159,8 @@ class LowerContext:
             layer = replace(layer, detail=f"{layer.detail}, on the arrays of {plan.arrays_of}",
                             cost=shared(layer.cost), alternative=shared(layer.alternative))
         self.layers.append(layer)
+
+
+def _memory_key(array):
+    """What tells two arrays hold the same elements without reading them: their memory."""
+    return (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)

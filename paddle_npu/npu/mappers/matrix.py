@@ -46,9 +46,13 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
     if not early:
         rows = quantize_rows(ctx, plan, rows)
-    partials = [ctx.npu.QVMM(rows, ctx.initializer(w, f"wq_{_tag(t)}"), row_offset=t.row_start,
-                             acc_bits=plan.acc_bits, _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
-                for t, w in zip(plan.bands, s.weights_q)]
+    tiles = [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w, scales=s.s_w[o:o + w.shape[1]])
+             for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
+    if all(layer is not None for _, layer in tiles):
+        plan.arrays_of = tiles[0][1]
+    partials = [ctx.npu.QVMM(rows, w, row_offset=t.row_start, acc_bits=plan.acc_bits,
+                             _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
+                for t, (w, _) in zip(plan.bands, tiles)]
     if not plan.sums_tiles:
         acc = partials[0]
     else:
