@@ -114,6 +114,8 @@ def load_model(model, min_opset=None, infer=True, preferred_opset=None):
             pass
     m = ir.serde.deserialize_model(proto)
     _put_weights_back(m, aside)
+    if isinstance(model, onnx.ModelProto):
+        _read_weights_once(m)
     inputs = [v for v in m.graph.inputs if v.name not in m.graph.initializers]
     if len(inputs) != len(m.graph.inputs):
         m.graph.inputs.clear()
@@ -307,6 +309,19 @@ def _put_weights_back(model, aside):
             if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.location == _ASIDE]
     if left:
         raise ConversionError(f"internal error: weights {left[:3]} were not put back")
+
+
+def _read_weights_once(model):
+    """The big weights of a model deserialized from the caller's proto (whose bytes are not
+    set aside) as arrays read once: each read of a proto's tensor makes a new array, so two
+    layers reading one weight would not see the same memory, and a tied weight would be
+    put on arrays twice (LowerContext.tile_initializer shares a tile's by its memory)."""
+    for name, value in model.graph.initializers.items():
+        held = value.const_value
+        if isinstance(held, ir.serde.TensorProtoTensor) and held.nbytes >= _ASIDE_BYTES and \
+                held.dtype.numpy().kind in "biuf":
+            value.const_value = ir.Tensor(held.numpy(), name=name, doc_string=held.doc_string,
+                                          metadata_props=dict(held.metadata_props))
 
 
 def infer_shapes(model, check_type=False):

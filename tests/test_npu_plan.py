@@ -6,6 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from npu_helpers import assert_close
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
 from paddle_npu.npu import lower
@@ -104,6 +105,38 @@ def test_tiles_are_views_of_the_layer_weight():
     depthwise = Geometry(4, 1, 9, 1)
     (block,) = plan_tiles(depthwise, "packed", 64, 64)
     assert not np.shares_memory(tile_weight(w[:4, :1], depthwise, block), w)
+
+
+@pytest.mark.parametrize("given", ["proto", "bytes"])
+def test_layers_reading_one_weight_run_on_one_set_of_arrays(given):
+    """Two layers multiplying by one weight (tied weights): the second runs on the first's
+    arrays, whether the model comes as a ModelProto or as bytes (a file's), and the report
+    and the NumPy reference count those arrays once."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((300, 300)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("MatMul", ["b", "w"], ["y"], name="second")]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", 1, [4, 300])],
+                              [helper.make_tensor_value_info("y", 1, [4, 300])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lowered, report = lower(model if given == "proto" else model.SerializeToString(), "npu256")
+    first, second = report.layers
+    assert first.cost.arrays == 4 and second.cost.arrays == 0 and second.cost.vmm_invocations
+    assert "on the arrays of first" in second.detail
+    weights = {}
+    for node in lowered.graph:
+        if node.op_type == "VMM":
+            weights.setdefault(g.source(node), []).append(node.inputs[1].name)
+    # 300 rows: two bands of tiles (VMMs), each of two arrays for the 300 columns
+    assert len(weights["first"]) == 2 and weights["second"] == weights["first"]
+    feeds = {"x": rng.standard_normal((4, 300)).astype(np.float32)}
+    proto = ir.serde.serialize_model(lowered)
+    reference = Reference(proto, "npu256")
+    want = _run(model, feeds)
+    assert_close(_run(proto, feeds), want, "onnxruntime")
+    assert_close(reference.run(feeds)[0], want, "reference")
+    assert reference.array.arrays == report.totals()["arrays"] == 4
 
 
 def test_a_layer_marked_for_the_cpu_stays_float():
