@@ -31,6 +31,6 @@ setup(
     },
     # paddle2onnx-npu: paddle2onnx's own command line (`--model_dir ... --save_file ...`); not
     # named plain `paddle2onnx`, which would silently replace paddle2onnx's script.
-    entry_points={"console_scripts": ["paddle-npu=paddle_npu.cli:main",
-                                      "paddle2onnx-npu=paddle_npu.cli:paddle2onnx_main"]},
+    entry_points={"console_scripts": ["paddle-npu=paddle_npu.cli:run",
+                                      "paddle2onnx-npu=paddle_npu.cli:run_paddle2onnx"]},
 )

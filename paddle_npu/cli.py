@@ -330,5 +330,29 @@ def paddle2onnx_main(argv=None):
     return main(argv if argv == ["--version"] else ["convert", *argv])
 
 
+def run():
+    """`paddle-npu` and `python -m paddle_npu`: main(), and the process ends (exit_now)."""
+    exit_now(main())
+
+
+def run_paddle2onnx():
+    """`paddle2onnx-npu`: paddle2onnx_main(), and the process ends (exit_now)."""
+    exit_now(paddle2onnx_main())
+
+
+def exit_now(code):
+    """End the process of a finished command with exit status `code`, without the
+    interpreter's tear-down, which frees every object module by module: 0.1-0.15 s after
+    each command, a third of a small model's conversion. The command has closed the files
+    it wrote; stdout and stderr are flushed here, and logging's handlers shut down."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe (`| head`) or stream: nothing to add
+            pass
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

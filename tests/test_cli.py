@@ -46,6 +46,16 @@ def test_inspect_text_on_old_directory():
     assert "mul" in res.stdout
 
 
+def test_a_reader_that_stops_reading_is_no_error():
+    """`paddle-npu inspect M | head -n 0`: the output nobody reads is no error (exit 0,
+    nothing on stderr), also when the pipe is found closed as the process ends."""
+    p = subprocess.Popen([sys.executable, "-m", "paddle_npu", "inspect", OCR],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait() == 0 and err == b""
+
+
 @pytest.mark.parametrize("args, message", [
     (["/no/such/model.pdmodel"], "does not exist"),
     ([os.path.join(EXAMPLE, "reference_io.npz")], "not a valid Paddle program"),
