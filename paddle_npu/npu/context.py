@@ -37,7 +37,9 @@ class LowerContext:
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
-        self._tiles = {}            # a tile's memory -> (its initializer, the layer it is for, ...)
+        # a tile's memory (an integer tile's: its float weights' and scales) -> (its
+        # initializer, the layer it is for, the float weights)
+        self._tiles = {}
 
     # --- facts about values ----------------------------------------------------------------
     constant = staticmethod(g.constant)
