@@ -56,6 +56,16 @@ def test_a_reader_that_stops_reading_is_no_error():
     assert p.wait() == 0 and err == b""
 
 
+def test_a_profiled_command_ends_as_the_interpreter_does(tmp_path):
+    """Under cProfile (or coverage, a debugger) the command's process ends the usual way,
+    so the profile is written (the console scripts otherwise skip the tear-down)."""
+    out = tmp_path / "inspect.prof"
+    res = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "paddle_npu",
+                          "inspect", OCR], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "format:     legacy" in res.stdout and out.stat().st_size > 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["/no/such/model.pdmodel"], "does not exist"),
     ([os.path.join(EXAMPLE, "reference_io.npz")], "not a valid Paddle program"),
