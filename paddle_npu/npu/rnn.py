@@ -184,8 +184,8 @@ def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, r
     ys, finals = [], []
     for d in range(dirs):
         tag = f"d{d}"
-        # R^T [H, G*H], made once for all the steps (a GRU's parts of it: _gru_weights)
-        rt = a.const(r[d].T.copy(), f"{tag}/r") if op == "LSTM" else \
+        # made once for all the steps: R^T [H, G*H] (a GRU's parts of it: _gru_weights)
+        recurrent = a.const(r[d].T.copy(), f"{tag}/r") if op == "LSTM" else \
             _gru_weights(a, tag, r[d], rb[d], hidden, lbr)
         h = None if states[0] is None else _direction_state(a, states[0], d, tag, "h0", by_rows)
         c = None if op != "LSTM" or states[1] is None else \
@@ -197,9 +197,9 @@ def _unroll_directions(a, op, proj, r, rb, states, steps, batch, by_rows, lbr, r
             name = f"{tag}/t{t}"
             xg = _step_x(a, proj, name, t, batch, by_rows, d * gh, gh)
             if op == "LSTM":
-                h, c = _lstm_step(a, name, xg, h, c, rt, hidden)
+                h, c = _lstm_step(a, name, xg, h, c, recurrent, hidden)
             else:
-                h = _gru_step(a, name, xg, h, rt, hidden, lbr)
+                h = _gru_step(a, name, xg, h, recurrent, hidden, lbr)
             outs[t] = h
         if by_rows:     # [T*N, H] -> [T, 1, N, H]
             y = a.op("Concat", outs, f"{tag}/y", axis=0)
@@ -250,8 +250,8 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
     flat = [steps * batch, 2 * gh] if by_rows else [0, 0, 2 * gh]
     proj = a.op("Reshape", [both, a.ints(flat, "pair/x_shape")], "pair/x")
     r2, rb2 = pair_weights(r, rb)
-    # R^T [2H, G*2H], made once for all the steps (a GRU's parts of it: _gru_weights)
-    rt = a.const(r2.T.copy(), "d01/r") if op == "LSTM" else \
+    # made once for all the steps: R^T [2H, G*2H] (a GRU's parts of it: _gru_weights)
+    recurrent = a.const(r2.T.copy(), "d01/r") if op == "LSTM" else \
         _gru_weights(a, "d01", r2, rb2, 2 * hidden, lbr)
     h = None if states[0] is None else _pair_state(a, states[0], "h0", by_rows)
     c = None if op != "LSTM" or states[1] is None else _pair_state(a, states[1], "c0", by_rows)
@@ -260,9 +260,9 @@ def _unroll_pair(a, op, proj, r, rb, states, steps, batch, by_rows, lbr):
         name = f"d01/t{t}"
         xg = _step_x(a, proj, name, t, batch, by_rows, 0, 2 * gh)
         if op == "LSTM":
-            h, c = _lstm_step(a, name, xg, h, c, rt, 2 * hidden)
+            h, c = _lstm_step(a, name, xg, h, c, recurrent, 2 * hidden)
         else:
-            h = _gru_step(a, name, xg, h, rt, 2 * hidden, lbr)
+            h = _gru_step(a, name, xg, h, recurrent, 2 * hidden, lbr)
         outs.append(h)
     # the forward halves in time order, the backward ones joined in reverse (back in theirs)
     halves = []

@@ -28,11 +28,8 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         return _emit_stack(ctx, plan, x, im2col)
     if s is None:
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
-        tiles = [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
-        if all(layer is not None for _, layer in tiles):
-            plan.arrays_of = tiles[0][1]
         partials = [ctx.npu.VMM(rows, w, row_offset=t.row_start, _name=f"vmm_{_tag(t)}")
-                    for t, (w, _) in zip(plan.bands, tiles)]
+                    for t, w in zip(plan.bands, _band_weights(ctx, plan))]
         if not plan.sums_tiles:
             return partials[0]
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
@@ -46,13 +43,9 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
     if not early:
         rows = quantize_rows(ctx, plan, rows)
-    tiles = [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w, scales=s.s_w[o:o + w.shape[1]])
-             for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
-    if all(layer is not None for _, layer in tiles):
-        plan.arrays_of = tiles[0][1]
     partials = [ctx.npu.QVMM(rows, w, row_offset=t.row_start, acc_bits=plan.acc_bits,
                              _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
-                for t, (w, _) in zip(plan.bands, tiles)]
+                for t, w in zip(plan.bands, _band_weights(ctx, plan))]
     if not plan.sums_tiles:
         acc = partials[0]
     else:
@@ -60,6 +53,22 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         acc = ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                 _name="add_in_tile", _dtype=acc_type)
     return read_out(ctx, plan, acc)
+
+
+def _band_weights(ctx, plan):
+    """The initializers of the plan's bands' weights (an integer plan's: quantised by its
+    columns' scales), each an earlier layer's where it holds the same weights
+    (LowerContext.tile_initializer); plan.arrays_of names that layer when all are."""
+    s = plan.scales
+    if s is None:
+        tiles = [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
+    else:
+        tiles = [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w,
+                                      scales=s.s_w[o:o + w.shape[1]])
+                 for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
+    if all(layer is not None for _, layer in tiles):
+        plan.arrays_of = tiles[0][1]
+    return [w for w, _ in tiles]
 
 
 def quantize_rows(ctx, plan, x):
