@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_npu import ort_timing  # noqa: E402
 from measure import load_note  # noqa: E402
+from paddle_npu.compare import run_onnx  # noqa: E402
 from paddle_npu.npu import lower  # noqa: E402
 from paddle_npu.npu.rnn import unrolled_proto  # noqa: E402
 from paddle_npu.onnx_io import to_proto  # noqa: E402
@@ -125,10 +126,8 @@ def scan_model(cell, steps, inputs, hidden, w, r, b):
                               num_scan_inputs=1, body=body),
              helper.make_node("Unsqueeze", ["h_last", "axis0"], ["y"])]
     consts = {"Wt": w[0].T, "wb": b[0, :g], "Rt": r[0].T, "rb": b[0, g:], "h0": zeros,
-              "c0": zeros, "parts": np.full(GATES[cell], hidden, np.int64),
+              **({"c0": zeros} if lstm else {}), "parts": np.full(GATES[cell], hidden, np.int64),
               "axis0": np.array([0], np.int64)}
-    if not lstm:
-        del consts["c0"]
     return _model(nodes, steps, inputs, [numpy_helper.from_array(np.ascontiguousarray(v), k)
                                          for k, v in consts.items()])
 
@@ -147,10 +146,7 @@ def forms(cell, steps, inputs, hidden, target="npu256", seed=0):
 def bench(cell, steps, inputs, hidden, target, iters):
     models = forms(cell, steps, inputs, hidden, target)
     x = np.random.default_rng(1).standard_normal((steps, 1, inputs)).astype(np.float32)
-    import onnxruntime as ort   # heavy, and only for running
-
-    outs = {k: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(
-        ["y"], {"x": x})[0] for k, m in models.items()}
+    outs = {k: run_onnx(m, {"x": x})[1][0] for k, m in models.items()}    # y, each form's one
     timed = ort_timing(models, {"x": x}, iters)
     nodes = {k: node_count(m) for k, m in models.items()}
     return {k: {"session_s": timed[k][0], "latency_s": timed[k][1], "nodes": nodes[k],
