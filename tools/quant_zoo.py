@@ -1,123 +1,306 @@
-"""int8 (or int16) on zoo models: each one calibrated, lowered with `--quantize` at the zoo's
-test input size and checked as `paddle-npu verify` checks an integer plan.
+"""The whole integer flow on zoo models, run as a user runs it: one `paddle-npu` process per
+step, one row per model.
 
-    python tools/quant_zoo.py [--models ci|all|a,b] [--bits 8] [--samples 64] [--cache DIR]
-                              [--target npu256] [--json OUT]
+    python tools/quant_zoo.py [--models deploy|ci|all|a,b] [--samples 8] [--bits 8,16]
+                              [--work DIR] [--cache DIR] [--json OUT]
 
-Per model: the calibration set is the zoo's own input generator on another seed (`--samples`
-inputs), the test batch is the zoo's reference input. Printed: every output's worst cosine
-and SQNR to the float model, whether onnxruntime (function bodies) and the NumPy reference
-agree bit for bit and else their relative difference (float ops between the integer ones,
-Softmax or LayerNorm, round differently in the two), the NPU segments, the integer units
-used (matrix layers, lookup tables, arrays written at run time) and the float ones left
-(Lut / RuntimeVMM / VMM), and the plain ops left on the CPU. Below --min-cosine, the layers costing the most (the quant-report's
-per-layer SQNR drop) are named.
+Per model (the zoo's legacy export, from --cache):
+
+    convert      paddle-npu convert MODEL --input-shape x:1,...  (batch 1, the model's size)
+    calibrate    on --samples inputs like the model's own: a folder of photo-like PNG images
+                 with ImageNet's mean / std for [N, 3, H, W] inputs, else an .npz from the
+                 zoo's input generator
+    int8 / int8pc / int16
+                 lower --quantize (packed plan; per-channel plan), then verify on an input of
+                 the same kind the calibration never saw (verify --json: worst cosine, ok)
+    report       quant-report on the evaluation set
+    qdq          lower --quantize int8 --qdq, and the QDQ model run by onnxruntime
+    hp           where int8 misses --min-cosine: lower --hp-until-cosine, then verify
+
+A row gives each step's result (ok, or the exit status and the first line of the error),
+the int8 / int16 / hp cosines, and the slowest step's time and peak RSS. Exit status 1 when
+any step failed or a verify disagreed.
 """
 import argparse
 import json
 import os
+import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zoo  # noqa: E402
-from paddle_npu.api import export  # noqa: E402
-from paddle_npu.npu import DOMAIN, verify  # noqa: E402
-from paddle_npu.npu.quant.accuracy import layer_report, worst_layers  # noqa: E402
-from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
-from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
 
-UNITS = {"QVMM": "int matrix", "QLut": "int table", "QRuntimeVMM": "int written",
-         "VMM": "float matrix", "Lut": "float table", "RuntimeVMM": "float written"}
+IMAGENET_MEAN = "123.675,116.28,103.53"
+IMAGENET_STD = "58.395,57.12,57.375"
+STEPS = ("convert", "calibrate", "int8", "int8pc", "int16", "report", "qdq", "hp")
 
 
-def measure(name, cache, bits, samples, target, min_cosine):
-    import numpy as np
+def deploy_models():
+    """The zoo at deployment sizes: every model but the small-size copies (NAME_<size>) of
+    another one."""
+    names = list(zoo.MODELS)
+    return [n for n in names
+            if not any(n != b and n.startswith(b + "_") and n[len(b) + 1:].split("x")[0].isdigit()
+                       for b in names)]
 
-    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
-    onnx_bytes = export(os.path.join(info["dir"], info["model_file"]))
-    ref = np.load(os.path.join(info["dir"], "reference.npz"))
-    feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+
+def select(spec):
+    return deploy_models() if spec == "deploy" else zoo.select(spec)
+
+
+def run(argv, log):
+    """Run `paddle-npu ARGV`: (exit status, seconds, peak RSS MiB, output)."""
+    cmd = [sys.executable, "-m", "paddle_npu"] + [str(a) for a in argv]
+    start = time.perf_counter()
+    with open(log, "w+") as out:
+        out.write("$ paddle-npu " + " ".join(shlex.quote(str(a)) for a in argv) + "\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    return proc.returncode, time.perf_counter() - start, usage.ru_maxrss / 1024, text
+
+
+def error_line(text):
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower() or "Traceback" in ln:
+            return ln.strip()[:160]
+    return lines[-1].strip()[:160] if lines else ""
+
+
+def image_input(model):
+    """The name of the model's one [N, 3, H, W] float input with fixed H, W, else None."""
+    if len(model.inputs) != 1:
+        return None
+    i = model.inputs[0]
+    ok = len(i.shape) == 4 and i.shape[1] == 3 and np.dtype(i.dtype) == np.float32
+    return i.name if ok else None
+
+
+def photo_pixels(h, w, seed, count):
+    """`count` photo-like RGB images [count, h, w, 3] uint8 (the zoo's _photo_like scenes)."""
+    mean = np.reshape(zoo.IMAGENET_MEAN, (1, 3, 1, 1))
+    std = np.reshape(zoo.IMAGENET_STD, (1, 3, 1, 1))
+    x = zoo._photo_like(h, w)(np.random.default_rng(seed), count)["x"]
+    pixels = np.clip((x * std + mean) * 255 + 0.5, 0, 255).astype(np.uint8)
+    return pixels.transpose(0, 2, 3, 1)
+
+
+def normalised(pixels):
+    """Images [N, H, W, 3] uint8 as the model's input with ImageNet's mean and std."""
+    mean = np.array([float(v) for v in IMAGENET_MEAN.split(",")]).reshape(1, 3, 1, 1)
+    std = np.array([float(v) for v in IMAGENET_STD.split(",")]).reshape(1, 3, 1, 1)
+    return ((pixels.transpose(0, 3, 1, 2) - mean) / std).astype(np.float32)
+
+
+def make_data(model, work, samples):
+    """(calibration arguments, evaluation .npz, verify .npz with one sample): images of the
+    kind the model is fed, or the zoo's own input generator on other seeds."""
+    name = image_input(model)
+    evaluation, one = os.path.join(work, "eval.npz"), os.path.join(work, "verify.npz")
+    if name is not None:
+        _, _, h, w = model.inputs[0].shape
+        from PIL import Image
+        folder = os.path.join(work, "images")
+        os.makedirs(folder, exist_ok=True)
+        for i, px in enumerate(photo_pixels(h, w, model.seed + 1, samples)):
+            Image.fromarray(px).save(os.path.join(folder, f"{i:03d}.png"))
+        calib = ["--data", folder, "--mean", IMAGENET_MEAN, "--std", IMAGENET_STD]
+        x = normalised(photo_pixels(h, w, model.seed + 2, 4))
+        np.savez(evaluation, **{name: x})
+        np.savez(one, **{f"in_{name}": x[:1]})
+        return calib, evaluation, one
+    path = os.path.join(work, "calib.npz")
+    np.savez(path, **zoo._make_inputs(model, model.seed + 1, samples))
+    feeds = zoo._make_inputs(model, model.seed + 2, 4)
+    np.savez(evaluation, **feeds)
+    np.savez(one, **{f"in_{k}": v[:1] for k, v in feeds.items()})
+    return ["--data", path], evaluation, one
+
+
+def shape_args(model):
+    out = []
+    for i in model.inputs:
+        out += ["--input-shape", f"{i.name}:" + ",".join(str(1 if d is None else d)
+                                                         for d in i.shape)]
+    return out
+
+
+def qdq_cosine(float_onnx, qdq_onnx, npz):
+    """The QDQ model's worst output cosine to the float model, both run by onnxruntime."""
+    from paddle_npu.compare import run_onnx
+    from paddle_npu.npu.quant.accuracy import metrics
+
+    with np.load(npz) as data:
+        feeds = {k[3:]: data[k] for k in data.files}
+    _, f = run_onnx(float_onnx, feeds)
+    _, q = run_onnx(qdq_onnx, feeds)
+    return min(metrics(a, b)["cosine"] for a, b in zip(f, q))
+
+
+def sweep_model(name, cache, work, samples, bits, min_cosine, target):
+    """One model's row: {step: {"rc", "s", "mib", "error", ...}} and the cosines."""
     model = zoo.MODELS[name]
-    calib = zoo._make_inputs(model, model.seed + 1, samples)
-    table = calibrate(onnx_bytes, calib)
-    shapes = {k: list(v.shape) for k, v in feeds.items()}
-    lowered, report, records = quantized_lower(onnx_bytes, table, bits, target,
-                                               input_shape=shapes)
-    result = verify(onnx_bytes, lowered, target, feeds=feeds, input_shape=shapes,
-                    min_cosine=min_cosine)
-    from paddle_npu.compare import agreement, run_onnx
-    from paddle_npu.npu import Reference
-    from paddle_npu.onnx_io import load_proto
+    work = os.path.join(work, name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
+    row = {"model": name, "steps": {}}
+    log = lambda step: os.path.join(work, f"{step}.log")  # noqa: E731
 
-    proto = load_proto(lowered)
-    _, got = run_onnx(proto.SerializeToString(), feeds)
-    ref = Reference(proto, target).run(feeds)
-    units = {}
-    for node in lowered.graph:
-        if node.domain == DOMAIN and node.op_type in UNITS:
-            units[UNITS[node.op_type]] = units.get(UNITS[node.op_type], 0) + 1
-    row = {"model": name, "worst_cosine": result["worst_cosine"],
-           "sqnr_db": min(o["sqnr_db"] for o in result["outputs"]),
-           "bit_exact": all(o["bit_exact"] for o in result["outputs"]),
-           # where not: float ops (Softmax, LayerNorm, ...) round differently in onnxruntime
-           "ort_vs_reference": max(agreement(o, r)["rel_diff"] for o, r in zip(got, ref)),
-           "segments": [s.device for s in report.segments], "units": units,
-           "cpu_ops": {op: n["cpu"] for op, n in report.plain.items() if "cpu" in n},
-           "matrix_layers": len(records)}
-    if result["worst_cosine"] < min_cosine:
-        rep = layer_report(onnx_bytes, lowered, feeds, records)
-        row["worst_layers"] = [{"layer": l["layer"], "op": l["op"], "sqnr_db": l["sqnr_db"],
-                                "drop_db": l["drop_db"]} for l in worst_layers(rep, 3)]
+    def step(key, argv):
+        rc, s, mib, text = run(argv, log(key))
+        row["steps"][key] = {"rc": rc, "s": round(s, 2), "mib": round(mib)}
+        if rc != 0:
+            row["steps"][key]["error"] = error_line(text)
+        return rc, text
+
+    def verified(key, lowered):
+        rc, text = step(key + ".verify", ["verify", onnx_path, lowered, "--inputs", one,
+                                          "--target", target, "--min-cosine", min_cosine,
+                                          "--json"])
+        try:
+            result = json.loads(text[text.index("{"):])
+        except ValueError:
+            return None
+        row["steps"][key + ".verify"]["ok"] = bool(result.get("ok"))
+        return result.get("worst_cosine")
+
+    onnx_path = os.path.join(work, "model.onnx")
+    if step("convert", ["convert", os.path.join(info["dir"], info["model_file"]), "-o",
+                        onnx_path, "-q"] + shape_args(model))[0]:
+        return row
+    calib, evaluation, one = make_data(model, work, samples)
+    table = os.path.join(work, "table.json")
+    if step("calibrate", ["calibrate", onnx_path, "-o", table] + calib)[0]:
+        return row
+    plans = [("int8", 8, "packed"), ("int8pc", 8, "per-channel"), ("int16", 16, "packed")]
+    for key, b, plan in plans:
+        if b not in bits:
+            continue
+        out = os.path.join(work, f"{key}.onnx")
+        if step(key, ["lower", onnx_path, "-o", out, "--quantize", f"int{b}", "--calibration",
+                      table, "--plan", plan, "--target", target])[0] == 0:
+            row[f"{key}_cosine"] = verified(key, out)
+    if 8 in bits:
+        step("report", ["quant-report", onnx_path, "--calibration", table, "--data",
+                        evaluation, "--target", target, "--top", "5"])
+        qdq = os.path.join(work, "int8.qdq.onnx")
+        if step("qdq", ["lower", onnx_path, "-o", os.path.join(work, "int8b.onnx"),
+                        "--quantize", "int8", "--calibration", table, "--target", target,
+                        "--qdq", qdq])[0] == 0:
+            try:
+                row["qdq_cosine"] = qdq_cosine(onnx_path, qdq, one)
+            except Exception as exc:  # noqa: BLE001 - a QDQ file onnxruntime refuses is a result
+                row["steps"]["qdq"].update(rc="run", error=f"onnxruntime: {exc}"[:160])
+        cos = row.get("int8_cosine")
+        if cos is not None and cos < min_cosine:
+            out = os.path.join(work, "hp.onnx")
+            rc, text = step("hp", ["lower", onnx_path, "-o", out, "--quantize", "int8",
+                                   "--calibration", table, "--target", target, "--data",
+                                   evaluation, "--hp-until-cosine", min_cosine])
+            if rc == 0:
+                row["hp_cosine"] = verified("hp", out)
+                row["hp_layers"] = promoted_count(text)
     return row
 
 
-def render(rows, min_cosine):
-    lines = [f"{'model':<22} {'cosine':>9} {'SQNR dB':>8} {'bit-exact':>9} {'ort~ref':>8} "
-             f"{'NPU segs':>8} "
-             f"{'segs':>4}  units / CPU ops"]
+def promoted_count(text):
+    """How many layers `lower --hp-until-cosine` printed as promoted to 16 bits."""
+    for line in text.splitlines():
+        if "16-bit layers" in line:
+            names = line.split("16-bit layers", 1)[1].strip()
+            return 0 if names == "(none)" else names.count(",") + 1
+    return None
+
+
+def failures(row):
+    """The steps of a row that failed: [(step, reason)]."""
+    bad = []
+    for key, s in row["steps"].items():
+        if s["rc"] != 0 and not (key.endswith(".verify") and s["rc"] == 1 and "ok" in s):
+            bad.append((key, s.get("error", f"exit {s['rc']}")))
+        elif s.get("ok") is False and not key.startswith(("int8.", "int8pc.")):
+            bad.append((key, "disagrees"))
+    for key in ("int8", "int8pc"):
+        s = row["steps"].get(key + ".verify")
+        cos = row.get(f"{key}_cosine")
+        if s and s.get("ok") is False and not (row.get("hp_cosine") is not None and
+                                               row["steps"].get("hp.verify", {}).get("ok")):
+            bad.append((key + ".verify", f"disagrees (cosine {cos})"))
+    return bad
+
+
+def render(rows):
+    head = f"{'model':<24} " + " ".join(f"{s:>9}" for s in STEPS) + \
+        f" {'int8 cos':>9} {'int16 cos':>9} {'hp cos':>9} {'slowest':>14}"
+    lines = [head]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['model']:<22} error: {r['error']}")
+            lines.append(f"{r['model']:<24} error: {r['error']}")
             continue
-        units = ", ".join(f"{k} {v}" for k, v in sorted(r["units"].items()))
-        cpu = ", ".join(f"{k} {v}" for k, v in sorted(r["cpu_ops"].items()))
-        lines.append(f"{r['model']:<22} {r['worst_cosine']:>9.5f} {r['sqnr_db']:>8.2f} "
-                     f"{'yes' if r['bit_exact'] else 'NO':>9} {r['ort_vs_reference']:>8.1e} "
-                     f"{r['segments'].count('npu'):>8} "
-                     f"{len(r['segments']):>4}  {units}" + (f" | CPU: {cpu}" if cpu else ""))
-        for l in r.get("worst_layers", []):
-            lines.append(f"{'':<22} below {min_cosine}: {l['layer']} ({l['op']}) SQNR "
-                         f"{l['sqnr_db']:.2f} dB, drop {l['drop_db']:.2f} dB")
+        cells = []
+        for s in STEPS:
+            here = [v for k, v in r["steps"].items() if k == s or k.startswith(s + ".")]
+            if not here:
+                cells.append("-")
+            elif all(v["rc"] == 0 for v in here) and all(v.get("ok", True) for v in here):
+                cells.append("ok")
+            elif all(v["rc"] in (0, 1) for v in here) and any("ok" in v for v in here):
+                cells.append("disagree")
+            else:
+                cells.append(f"FAIL{next(v['rc'] for v in here if v['rc'] != 0)}")
+        slow = max(r["steps"].items(), key=lambda kv: kv[1]["s"])
+        fmt = lambda v: "-" if v is None else f"{v:.5f}"  # noqa: E731
+        lines.append(f"{r['model']:<24} " + " ".join(f"{c:>9}" for c in cells) +
+                     f" {fmt(r.get('int8_cosine')):>9} {fmt(r.get('int16_cosine')):>9}"
+                     f" {fmt(r.get('hp_cosine')):>9} {slow[0][:6]:>6} {slow[1]['s']:>5.1f}s"
+                     f"{slow[1]['mib']:>5}M")
+        for key, why in failures(r):
+            lines.append(f"{'':<24}   {key}: {why}")
     return "\n".join(lines)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="ci")
-    ap.add_argument("--bits", type=int, default=8, choices=(8, 16))
-    ap.add_argument("--samples", type=int, default=64, help="calibration inputs")
+    ap.add_argument("--models", default="deploy",
+                    help="deploy (every model at its deployment size), ci, all or a,b")
+    ap.add_argument("--samples", type=int, default=8, help="calibration inputs")
+    ap.add_argument("--bits", default="8,16")
     ap.add_argument("--target", default="npu256")
-    ap.add_argument("--min-cosine", type=float, default=0.99)
+    ap.add_argument("--min-cosine", default="0.99")
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_quant"))
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
-    ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
+    bits = {int(b) for b in args.bits.split(",")}
     rows = []
-    for name in zoo.select(args.models):
+    for name in select(args.models):
+        start = time.perf_counter()
         try:
-            rows.append(measure(name, args.cache, args.bits, args.samples, args.target,
-                                args.min_cosine))
+            rows.append(sweep_model(name, args.cache, args.work, args.samples, bits,
+                                    float(args.min_cosine), args.target))
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
-            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
-        print(f"{name}: done", file=sys.stderr)
-    print(render(rows, args.min_cosine))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    print(render(rows))
+    return 1 if any("error" in r or failures(r) for r in rows) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
