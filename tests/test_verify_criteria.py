@@ -1,7 +1,8 @@
 """What `verify` judges by: float plans by tolerance, then by the model's float-noise floor,
-then by recorded (float64) outputs; integer plans by cosine to float and
-bit-exactness against the NumPy reference; a model that was never lowered is refused; the
-NumPy reference runs BatchNormalization as inference."""
+then by recorded (float64) outputs; integer plans by cosine to float, bit-exactness of their
+integer tensors against the NumPy reference and the tolerance on the float ops after them; a
+model that was never lowered is refused; the NumPy reference runs BatchNormalization as
+inference."""
 import os
 
 import numpy as np
@@ -35,6 +36,127 @@ def test_an_integer_plan_is_judged_by_cosine_and_bit_exactness(digits):
     assert "bit-exact" in render(result) and "SQNR" in render(result)
     strict = verify(digits, lowered, "npu256", feeds={"x": X[64:96]}, min_cosine=0.999999999)
     assert not strict["ok"]
+
+
+def _matmul_softmax():
+    """A MatMul followed by a Softmax: quantised, an integer layer with a float tail (the
+    Softmax's max, exp and sum run on float values in both runs)."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((64, 32)) / 4).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+         helper.make_node("Softmax", ["h"], ["y"], axis=-1, name="softmax")], "mm_softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    return model.SerializeToString(), {"x": x[:32]}, {"x": x[32:]}
+
+
+@pytest.fixture(scope="module")
+def matmul_softmax():
+    model, calib, feeds = _matmul_softmax()
+    lowered, _, _ = quantized_lower(model, calibrate(model, calib), 8, "npu256")
+    return model, lowered, feeds
+
+
+def test_an_integer_plan_with_a_float_tail_is_judged_by_its_integer_tensors(matmul_softmax):
+    model, lowered, feeds = matmul_softmax
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    (out,) = result["outputs"]
+    # the Softmax after the integer layer rounds differently in onnxruntime and NumPy
+    assert not out["bit_exact"] and 0 < out["ort_vs_reference"] <= 1e-6
+    assert out["within"] == "tolerance"
+    assert result["integer_tensors"] == 3 and not result["integer_mismatches"]
+    assert "3 integer tensors bit-exact; float outputs after them" in render(result)
+
+
+def test_an_integer_tensor_that_differs_disagrees_naming_it(matmul_softmax, monkeypatch):
+    from onnx import numpy_helper
+
+    from paddle_npu.npu.ops.quant import Requantize
+    from paddle_npu.onnx_io import load_proto
+
+    model, lowered, feeds = matmul_softmax
+    exact = Requantize.reference.__func__
+
+    def one_off(cls, array, inputs, attrs):       # the reference one step off at one value
+        (y,) = exact(cls, array, inputs, attrs)
+        y = y.copy()
+        y.flat[5] += 1
+        return (y,)
+
+    with monkeypatch.context() as m:
+        m.setattr(Requantize, "reference", classmethod(one_off))
+        result = verify(model, lowered, "npu256", feeds=feeds)
+    assert not result["ok"] and result["worst_cosine"] > 0.99
+    (bad,) = result["integer_mismatches"]
+    assert bad["name"] == "proj/requantize" and bad["differing"] == bad["max_abs_diff"] == 1
+    assert "DISAGREES" in render(result) and \
+        "integer tensor proj/requantize NOT bit-exact (1 of 1024 values" in render(result)
+
+    # the lowered model's own Requantize (its function body, what onnxruntime runs) rounding
+    # at three quarters of a step instead of a half: the values in between come out a step off
+    proto = load_proto(lowered)
+    body = next(f for f in proto.functions if f.name == "Requantize")
+    half = next(n for n in body.node if n.op_type == "Div" and n.input[0] == "D")
+    two = next(n for n in body.node if n.output[0] == half.input[1])
+    two.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(4, np.int64)))
+    result = verify(model, proto, "npu256", feeds=feeds)
+    assert not result["ok"]
+    (bad,) = result["integer_mismatches"]
+    assert bad["name"] == "proj/requantize" and 0 < bad["differing"] < 1024
+    assert "integer tensor proj/requantize NOT bit-exact" in render(result)
+
+
+def test_float_ops_between_integer_layers_are_held_to_the_tolerance(monkeypatch):
+    """A Softmax between two int16 MatMuls: where the reference's float values there are a
+    few ulps off onnxruntime's (some of them then quantise to the next integer), the second
+    layer is compared on onnxruntime's values and agrees; a float op that is wrong is named."""
+    from onnx import numpy_helper
+
+    from paddle_npu.npu.ops.lut import Lut
+
+    rng = np.random.default_rng(7)
+    w1, w2 = ((rng.standard_normal((32, 32)) / 3).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"),
+         helper.make_node("Softmax", ["h"], ["p"], axis=-1, name="softmax"),
+         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "attend",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x[:32]}), 16, "npu256")
+    exact = Lut.reference.__func__
+
+    def off_by(factor):           # the reference's exp, every other value
+        def lut(cls, array, inputs, attrs):
+            (y,) = exact(cls, array, inputs, attrs)
+            y = y.copy()
+            y[..., ::2] *= factor
+            return (y,)
+        return classmethod(lut)
+
+    with monkeypatch.context() as m:
+        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -20)))    # 8 ulps
+        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+    assert result["ok"], render(result)
+    assert [f["name"] for f in result["float_inputs"]] == ["p"]
+    assert 0 < result["float_inputs"][0]["rel_diff"] <= 2e-6
+    assert not result["integer_mismatches"]
+    with monkeypatch.context() as m:
+        m.setattr(Lut, "reference", off_by(np.float32(1.01)))
+        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+    assert not result["ok"] and "(beyond 1e-05: p)" in render(result)
 
 
 def test_verify_refuses_a_model_that_was_not_lowered(digits):

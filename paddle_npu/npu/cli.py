@@ -48,8 +48,10 @@ def add_commands(sub):
     p.add_argument("--tolerance", type=float, default=1e-5,
                    help="largest relative diff accepted for a float plan (default 1e-5)")
     p.add_argument("--min-cosine", type=float, default=0.99,
-                   help="smallest output cosine to float accepted for an integer plan, which "
-                        "must also match the NumPy reference bit for bit (default 0.99)")
+                   help="smallest output cosine to float accepted for an integer plan "
+                        "(default 0.99); its integer tensors must also match the NumPy "
+                        "reference bit for bit, and the float ops after (or between) its "
+                        "integer layers within --tolerance of it")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_input_shape_argument(p)
     p.set_defaults(func=cmd_verify)

@@ -16,11 +16,13 @@ from .reference_layers import LAYER_DOMAIN, fuse_matrix_layers, layer_op_class
 from .target import load_target
 
 
-def _op_class(prim, array):
+def _op_class(prim, array, given):
     from onnx.reference.op_run import OpRun     # (onnx.reference: 0.08 s to import, only
                                                 # when a reference runs, not for `lower`)
 
     def _run(self, *inputs, **attrs):
+        if given:
+            inputs = [given.get(n, v) for n, v in zip(self.onnx_node.input, inputs)]
         attrs = {k: (list(v) if isinstance(v, (list, tuple, np.ndarray)) else v)
                  for k, v in attrs.items() if not k.startswith("_")}
         attrs["_node"] = self.onnx_node.name
@@ -166,6 +168,9 @@ class Reference:
     on its own."""
 
     def __init__(self, model, target, fuse_layers=True):
+        # {tensor name: array} the primitives read instead of what the reference computed
+        # (verify gives them onnxruntime's float tensors where the integer layers start)
+        self.given = {}
         target = load_target(target)
         stripped = load_proto(model)
         if stripped is model:               # the caller's proto: edit a copy (a file or bytes
@@ -176,22 +181,29 @@ class Reference:
         self.output_names = [o.name for o in stripped.graph.output]
         self.input_sizes = _input_sizes(stripped.graph)
         self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
+        # (domain, op_type, inputs, outputs) of the nodes the reference runs (a fused layer
+        # is one node: its tiles' partial sums are not among the tensors it computes)
+        self.nodes = [(n.domain, n.op_type, list(n.input), list(n.output))
+                      for n in stripped.graph.node]
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         from onnx.reference import ReferenceEvaluator      # (see _op_class)
         self._ev = ReferenceEvaluator(
-            stripped, new_ops=[_op_class(p, self.array) for p in all_primitives().values()]
+            stripped, new_ops=[_op_class(p, self.array, self.given)
+                               for p in all_primitives().values()]
             + [layer_op_class(self.layers, self.array)] + _standard_overrides())
 
-    def run(self, feeds):
+    def run(self, feeds, intermediate=False):
         """The outputs for `feeds` ({input name: array}); a batch runs as one (each layer's
-        weights read once), when the model's batch size is left open or fixed to it."""
+        weights read once), when the model's batch size is left open or fixed to it.
+        intermediate: {name: array} of every tensor instead (inputs, initializers and what
+        each node of `.nodes` computed), for comparing inside the model."""
         for name, sizes in self.input_sizes.items():
             if name in feeds:
                 _check_sizes(name, np.shape(feeds[name]), sizes)
         self.array.reset()
         with _one_blas_thread():
-            return self._ev.run(None, feeds)
+            return self._ev.run(None, feeds, intermediate=intermediate)
 
 
 def _input_sizes(graph):
