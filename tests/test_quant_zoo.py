@@ -1,0 +1,48 @@
+"""The CI-sized part of the integer-flow sweep (tools/quant_zoo.py): every model family of the
+zoo at a small size, each step run as `paddle-npu` runs for a user (convert at batch 1,
+calibrate on 8 samples, lower at int8 / int8 per-channel / int16 and verify, quant-report,
+--qdq, and --hp-until-cosine where int8 misses 0.99)."""
+import pytest
+
+import quant_zoo
+import zoo
+
+FAMILIES = ["lenet", "mobilenet_v3_small", "transformer_encoder", "lstm", "gru", "tiny_bert",
+            "ocr_head", "det_head", "ppocrv4_det_mobile_160", "picodet_s_160",
+            "pp_liteseg_t_128", "svtr_tiny", "crnn", "vit_tiny_64", "gpt_decoder"]
+MIN_COSINE = 0.99
+
+
+def test_the_families_are_zoo_models_at_small_sizes():
+    for name in FAMILIES:
+        assert name in zoo.MODELS
+        assert all(d is None or d <= 160 for i in zoo.MODELS[name].inputs for d in i.shape), name
+
+
+def test_deploy_set_drops_the_small_copies():
+    deploy = quant_zoo.deploy_models()
+    assert "ppocrv4_det_mobile" in deploy and "ppocrv4_det_mobile_160" not in deploy
+    assert "vit_tiny" in deploy and "vit_tiny_64" not in deploy
+    assert "lenet" in deploy and "swin_narrow" in deploy
+
+
+def test_a_failed_step_and_a_disagreement_are_failures():
+    row = {"model": "m", "int8_cosine": 0.5,
+           "steps": {"convert": {"rc": 0, "s": 1, "mib": 1},
+                     "int8": {"rc": 0, "s": 1, "mib": 1},
+                     "int8.verify": {"rc": 1, "s": 1, "mib": 1, "ok": False},
+                     "qdq": {"rc": 2, "s": 1, "mib": 1, "error": "boom"}}}
+    assert [k for k, _ in quant_zoo.failures(row)] == ["qdq", "int8.verify"]
+    # int8 below the bound is made good by a 16-bit promotion that verifies
+    row["steps"]["hp.verify"] = {"rc": 0, "s": 1, "mib": 1, "ok": True}
+    row["hp_cosine"] = 0.995
+    assert [k for k, _ in quant_zoo.failures(row)] == ["qdq"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_integer_flow_runs_clean(zoo_dir, tmp_path, name):
+    row = quant_zoo.sweep_model(name, zoo_dir, str(tmp_path), 8, {8, 16}, MIN_COSINE,
+                                "npu256")
+    assert quant_zoo.failures(row) == [], quant_zoo.render([row])
+    assert row["int16_cosine"] >= MIN_COSINE
+    assert max(row["int8_cosine"], row.get("hp_cosine") or 0) >= MIN_COSINE
