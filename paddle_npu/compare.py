@@ -26,18 +26,55 @@ def agreement(got, want):
     return {"max_abs_diff": diff, "rel_diff": diff / scale if scale > 0 else diff, "cosine": cos}
 
 
-def load_reference(path, input_names, output_names):
-    """(feeds, expected outputs) from a reference .npz; a clear error when keys are missing."""
+def read_npz(path):
+    """An .npz file's arrays (np.load's lazy NpzFile), or a one-line error naming the file."""
     try:
         data = np.load(path)
     except (OSError, ValueError):
         raise ConversionError(f"{path}: cannot read it as an .npz of arrays: it is "
                               f"{describe(path)}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):     # a single array saved with np.save
+        raise ConversionError(f"{path}: holds one array, not an .npz of arrays keyed by "
+                              "input name (save them with numpy.savez)")
+    return data
+
+
+def npz_array(data, key, path):
+    """One array of a read_npz file; pickled Python objects are refused, not unpickled."""
+    try:
+        return data[key]
+    except ValueError:
+        raise ConversionError(f"{path}: array {key!r} holds Python objects; save the inputs "
+                              "as numeric arrays") from None
+
+
+def check_finite(batches, where):
+    """Refuse model inputs holding NaN or infinite values, naming the input and how many:
+    `batches` is an iterable of {input name: array} (all the data, or it batch by batch),
+    counted to the end before refusing. Every command that reads data checks it so."""
+    bad, total = {}, {}
+    for feeds in batches:
+        for name, arr in feeds.items():
+            arr = np.asarray(arr)
+            total[name] = total.get(name, 0) + arr.size
+            if arr.dtype.kind in "fc":
+                bad[name] = bad.get(name, 0) + int(np.count_nonzero(~np.isfinite(arr)))
+    for name, count in bad.items():
+        if count:
+            raise ConversionError(f"{where}: input {name!r} has {count} NaN or infinite "
+                                  f"values (of {total[name]}); give inputs the model is "
+                                  "meant for")
+
+
+def load_reference(path, input_names, output_names):
+    """(feeds, expected outputs) from a reference .npz; a clear error when keys are missing
+    or the inputs hold NaN / infinite values."""
+    data = read_npz(path)
     feeds = {}
     for name in input_names:
         for key in (f"in_{name}", name):
             if key in data:
-                feeds[name] = data[key]
+                feeds[name] = npz_array(data, key, path)
                 break
         else:
             raise ConversionError(f"{path}: no array for input {name!r} (expected key "
@@ -46,10 +83,11 @@ def load_reference(path, input_names, output_names):
     for i, name in enumerate(output_names):
         for key in (f"out_{i}", name):
             if key in data:
-                expected.append(data[key])
+                expected.append(npz_array(data, key, path))
                 break
         else:
             expected.append(None)
+    check_finite([feeds], path)
     return feeds, expected
 
 

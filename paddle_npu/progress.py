@@ -3,15 +3,18 @@ import sys
 import time
 
 
-def progress_bar(items, label, enabled=None, width=30):
-    """Yield the items, drawing a bar; enabled=None means 'only on a terminal'."""
-    items = list(items)
+def progress_bar(items, label, enabled=None, width=30, total=None):
+    """Yield the items, drawing a bar; enabled=None means 'only on a terminal'. With `total`
+    (how many there are) the items are taken one at a time, not listed first."""
+    if total is None:
+        items = list(items)
+        total = len(items)
     if enabled is None:
         enabled = sys.stderr.isatty()
-    if not enabled or not items:
+    if not enabled or not total:
         yield from items
         return
-    total, start, last = len(items), time.monotonic(), 0.0
+    start, last = time.monotonic(), 0.0
     for i, item in enumerate(items, 1):
         yield item
         now = time.monotonic()

@@ -38,6 +38,10 @@ def ws(tmp_path_factory):
     np.savez(d / "no_out.npz", in_x=x)
     np.savez(d / "zero.npz", x=x[:0])
     np.savez(d / "nan.npz", x=np.full_like(x, np.nan))
+    table = json.loads((d / "table.json").read_text())
+    next(iter(table["tensors"].values()))["threshold"] = float("nan")
+    (d / "nan_table.json").write_text(json.dumps(table))
+    _other_models_segments(d)
     (d / "array.json").write_text("[1, 2, 3]")
     (d / "empty.onnx").write_bytes(b"")
     (d / "empty_params").mkdir()
@@ -50,6 +54,23 @@ def ws(tmp_path_factory):
     (d / "target_rowz.toml").write_text("[array]\nrowz = 128\n")
     (d / "target_bits.toml").write_text("[precision]\nweight_bits = 3\n")
     return d
+
+
+def _other_models_segments(d):
+    """seg_mixed/: the example's segment plan with its first file another model's."""
+    from onnx import TensorProto, helper, numpy_helper, save
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["z"], name="mm")], "other",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2])],
+        initializer=[numpy_helper.from_array(np.ones((6, 2), np.float32), "w")])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+         d / "other.onnx")
+    assert main(["lower", str(d / "other.onnx"), "-o", str(d / "other_l.onnx"),
+                 "--segments", str(d / "seg_other")]) == 0
+    shutil.copytree(d / "seg", d / "seg_mixed")
+    first = json.loads((d / "seg" / "manifest.json").read_text())["segments"][0]["file"]
+    shutil.copy(d / "seg_other" / "segment_0_npu.onnx", d / "seg_mixed" / first)
 
 
 def _state(root):
@@ -131,6 +152,23 @@ CASES = {
                                 "{d}/t.json"], "0 samples", ()),
     "calibrate on NaN": (["calibrate", "{d}/m.onnx", "--data", "{d}/nan.npz", "-o",
                           "{d}/t.json"], "NaN or infinite", ()),
+    # data with NaN, tables with NaN: one check for every command reading them
+    "quant-report on NaN": (["quant-report", "{d}/m.onnx", "--calibration", "{d}/table.json",
+                             "--data", "{d}/nan.npz"], "input 'x' has ", ()),
+    "verify on NaN": (["verify", "{d}/m.onnx", "{d}/l.onnx", "--inputs", "{d}/nan.npz"],
+                      "input 'x' has ", ()),
+    "auto-hp on NaN": (["lower", "{d}/m.onnx", "-o", "{d}/q.onnx", "--quantize", "int8",
+                        "--calibration", "{d}/table.json", "--auto-hp", "1", "--data",
+                        "{d}/nan.npz"], "input 'x' has ", ()),
+    "table with a NaN threshold": (["lower", "{d}/m.onnx", "-o", "{d}/q.onnx", "--quantize",
+                                    "int8", "--calibration", "{d}/nan_table.json"],
+                                   "has threshold nan, not a finite number", ()),
+    "run-segments, inputs not an npz": (["run-segments", "{d}/seg", "--inputs",
+                                         "{d}/array.json", "--outputs", "{d}/o.npz"],
+                                        "array.json: cannot read it as an .npz", ()),
+    "run-segments, another model's segment": (["run-segments", "{d}/seg_mixed", "--inputs",
+                                               "{d}/good.npz", "--outputs", "{d}/o.npz"],
+                                              "it is another model's", ()),
     # files of the wrong kind
     "ONNX to inspect": (["inspect", "{d}/m.onnx"], "is an ONNX model, not a Paddle program", ()),
     "ONNX to convert": (["convert", "{d}/m.onnx", "-o", "{d}/c.onnx"],

@@ -13,6 +13,7 @@ import pytest
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper
 
+from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
@@ -717,3 +718,146 @@ def test_older_format_layers_become_float_layers_with_the_models_scales():
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
     m2, table2, _ = strip_qdq(prepare(_fake_quant_layer(3.0)))
     assert table2 is None and [n.op_type for n in m2.graph][-2:] == ["Conv", "Mul"]
+
+
+def _fixed_batch_cnn(batch=1):
+    """Conv + ReLU, flattened by a Reshape to [batch, 256] (the batch baked in, as a program
+    exported for batch 1 has it), and a MatMul: the input is [batch, 3, 8, 8]."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    fc = (rng.standard_normal((256, 5)) / 10).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc")]
+    return model(nodes, [("x", [batch, 3, 8, 8])], [("y", [batch, 5])],
+                 [("w", w), ("b", b), ("fc", fc), ("shape", np.array([batch, 256], np.int64))])
+
+
+def test_a_fixed_batch_program_is_calibrated_and_measured_sample_by_sample():
+    m = _fixed_batch_cnn(1)
+    x = np.random.default_rng(12).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    table = calibrate(m, {"x": x})
+    assert table["samples"] == 8
+    assert table["tensors"]["x"]["absmax"] == float(np.abs(x).max())     # every sample seen
+    q, _, records = quantized_lower(m, table)
+    rep = layer_report(m, q, {"x": x}, records)
+    assert rep["_float"]["y"].shape == (8, 5) and rep["outputs"][0]["cosine"] > 0.99
+    from paddle_npu.npu.quant.promote import auto_hp
+    assert auto_hp(m, table, {"x": x}, 1)["promoted"]
+    # a batch fixed to 2 runs in pairs, and says so when the samples do not pair up
+    assert calibrate(_fixed_batch_cnn(2), {"x": x})["samples"] == 8
+    with pytest.raises(ConversionError, match="batches of exactly 2"):
+        calibrate(_fixed_batch_cnn(2), {"x": x[:7]})
+
+
+def test_auto_hp_with_input_shape_runs_its_data_in_the_batches_the_lowered_model_takes():
+    m = _block_open_batch()
+    x = np.random.default_rng(13).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    table = calibrate(m, {"x": x})
+    from paddle_npu.npu.quant.promote import auto_hp
+    res = auto_hp(m, table, {"x": x}, 1, input_shape={"x": [1, 3, 8, 8]})
+    assert len(res["promoted"]) == 1 and res["after"]["outputs"][0]["cosine"] > 0.99
+
+
+def _block_open_batch():
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((6, 4, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2")]
+    return model(nodes, [("x", ["n", 3, 8, 8])], [("y", ["n", 6, 8, 8])],
+                 [("w", w), ("w2", w2)])
+
+
+def test_calibration_streams_an_npz_and_keeps_a_bounded_sample_per_tensor(tmp_path,
+                                                                          monkeypatch):
+    from paddle_npu.npu.quant.calibrate import TensorStats
+    m = _block_open_batch()
+    x = np.random.default_rng(15).standard_normal((20, 3, 8, 8)).astype(np.float32)
+    for save in (np.savez, np.savez_compressed):
+        path = tmp_path / f"{save.__name__}.npz"
+        save(path, x=x)
+        whole = calibrate(m, {"x": x})
+        # the file is read a slice at a time, never an array whole
+        with monkeypatch.context() as patch:
+            patch.setattr(np.lib.npyio.NpzFile, "__getitem__",
+                          lambda self, key: pytest.fail("an array was read whole"))
+            streamed = calibrate(m, str(path))
+        assert streamed["tensors"] == whole["tensors"]
+        assert calibrate(m, str(path), limit=5)["tensors"]["x"]["absmax"] == \
+            float(np.abs(x[:5]).max())
+    # the values kept for percentile / MSE: at most the cap, whatever the sample count
+    stats = TensorStats(np.random.default_rng(0), cap=1000)
+    for k in range(500):
+        stats.add(np.full(64, k, np.float32))
+    kept = stats.values()
+    assert kept.size == 1000 and stats.seen == 500 * 64
+    assert 150 < kept.mean() < 350     # a sample of the whole stream, not its start
+
+
+def test_progress_line_takes_the_items_as_they_come(capsys):
+    from paddle_npu.progress import progress_bar
+    taken = []
+
+    def items():
+        for k in range(3):
+            taken.append(k)
+            yield k
+    bar = progress_bar(items(), "calibrate", enabled=True, total=3)
+    assert next(bar) == 0 and taken == [0]
+    assert list(bar) == [1, 2]
+    assert "calibrate [" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key,value", [("threshold", float("nan")), ("absmax", float("inf")),
+                                       ("min", float("nan"))])
+def test_load_table_refuses_a_statistic_that_is_not_finite(tmp_path, key, value):
+    m = _block_open_batch()
+    table = calibrate(m, {"x": np.ones((2, 3, 8, 8), np.float32)})
+    table["tensors"]["c"][key] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(table))
+    for source in (str(path), table):
+        with pytest.raises(ConversionError, match=f"tensor 'c' has {key} .*not a finite"):
+            load_table(source)
+
+
+def test_a_tensor_all_zero_in_calibration_keeps_the_layers_bias():
+    # the input is zero on every calibration sample (threshold 0): the layer's output is
+    # its bias, which a tiny input scale must not push out of the accumulator
+    rng = np.random.default_rng(16)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    w2 = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Conv", ["c", "w2"], ["y"], name="conv2")]
+    m = model(nodes, [("x", ["n", 3, 8, 8])], [("y", ["n", 4, 8, 8])],
+              [("w", w), ("b", b), ("w2", w2)])
+    x = np.zeros((4, 3, 8, 8), np.float32)
+    table = calibrate(m, {"x": x})
+    assert table["tensors"]["x"]["threshold"] == 0
+    q, _, records = quantized_lower(m, table)
+    rep = layer_report(m, q, {"x": x}, records)
+    assert all(lay["cosine"] > 0.999 for lay in rep["layers"]), rep["layers"]
+    # an output calibrated all zero: its Requantize saturates, never wraps around int64
+    mult, div = fixed_point(np.array([1e20, 0.5]), 1 << 20)
+    assert np.all(mult > 0) and np.all(mult.astype(float) * (1 << 20) < 2.0 ** 62)
+
+
+def test_auto_hp_refuses_to_rank_layers_on_nan_measures():
+    rng = np.random.default_rng(17)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Conv", ["c", "w2"], ["d"], name="conv2"),
+             helper.make_node("Sqrt", ["d"], ["y"], name="root")]   # NaN where d < 0
+    m = model(nodes, [("x", ["n", 3, 8, 8])], [("y", ["n", 4, 8, 8])],
+              [("w", w), ("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32))])
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    table = calibrate(m, {"x": x})
+    assert "y" in table["non_finite"] and "y" not in table["tensors"]
+    from paddle_npu.npu.quant.promote import auto_hp
+    with pytest.raises(ConversionError, match="output 'y': its cosine / SQNR to float is NaN"):
+        auto_hp(m, table, {"x": x}, 1)

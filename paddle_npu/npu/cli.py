@@ -257,11 +257,12 @@ def cmd_targets(args):
 def cmd_run_segments(args):
     import numpy as np      # the library loads when a command runs
 
+    from ..compare import npz_array, read_npz
     from ..outputs import write_with
     from .segments import run_segments
 
-    with np.load(args.inputs) as data:
-        feeds = {k: data[k] for k in data.files}
+    with read_npz(args.inputs) as data:
+        feeds = {k: npz_array(data, k, args.inputs) for k in data.files}
     trace = []
     outs = run_segments(args.dir, feeds, trace)
     def save(path):                 # a file object: np.savez would add ".npz" to a name

@@ -90,7 +90,9 @@ def fixed_point(real, acc_bound):
     real = np.asarray(real, np.float64)
     exp = np.floor(np.log2(np.maximum(real, 1e-300)))
     shift = np.clip(mbits - 1 - exp, 1, 62).astype(np.int64)
-    mult = np.rint(real * np.exp2(shift)).astype(np.int64)
+    # A ratio beyond 2^(mbits-1) (an output calibrated all zero: a tiny s_y) saturates any
+    # non-zero accumulator anyway; capped, |acc| * M stays in int64 instead of wrapping.
+    mult = np.minimum(np.rint(real * np.exp2(shift)), 2.0 ** mbits - 1).astype(np.int64)
     return mult, (np.int64(1) << shift)
 
 
@@ -240,7 +242,6 @@ def _scales(node, plan, quantization):
                               "calibration table")
     a_lo, a_hi = qrange(bits)
     w_hi = a_hi
-    s_x = np.float32(max(_threshold(tensors[in_name], bits), 1e-12) / a_hi)
     s_y = None if float_out else np.float32(max(_threshold(tensors[out_name], bits), 1e-12)
                                             / a_hi)
     offsets, width = plan.offsets, plan.width
@@ -261,6 +262,14 @@ def _scales(node, plan, quantization):
     if s_w is None:
         s_w = np.where(colmax > 0, colmax, 1.0) / w_hi
     s_w = s_w.astype(np.float32).astype(np.float64)
+    s_x = np.float32(max(_threshold(tensors[in_name], bits), 1e-12) / a_hi)
+    if plan.bias is not None:
+        # An input calibrated all zero (threshold 0) is legitimate, its values all 0 on any
+        # grid; the bias then is the output, and s_x s_w is its unit: keep s_x large enough
+        # that the bias fits the accumulator with room for the products (2 bits).
+        acc_bits = 32 if bits == 8 else 64
+        room = float(np.max(np.abs(plan.bias.astype(np.float64)) / s_w)) / 2.0 ** (acc_bits - 3)
+        s_x = max(s_x, np.float32(room))
     np_int = np.int8 if bits == 8 else np.int16
     weights_q = [np.clip(np.rint(w / s_w[o:o + w.shape[1]]), -w_hi, w_hi).astype(np_int)
                  for o, w in zip(offsets, matrices)]

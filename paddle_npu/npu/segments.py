@@ -189,6 +189,14 @@ def run_segments(seg_dir, feeds, trace=None):
     for seg in manifest["segments"]:
         path = os.path.join(seg_dir, seg["file"])
         sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        takes = sorted(i.name for i in sess.get_inputs())
+        gives = {o.name for o in sess.get_outputs()}
+        if takes != sorted(seg["inputs"]) or not set(seg["outputs"]) <= gives:
+            raise ConversionError(
+                f"{path}: its model takes {takes} and gives {sorted(gives)}, not segment "
+                f"{seg['index']}'s {sorted(seg['inputs'])} -> {sorted(seg['outputs'])} of "
+                f"{MANIFEST}: it is another model's; lower the model again with "
+                f"--segments {seg_dir}")
         absent = [n for n in seg["inputs"] if n not in env]
         if absent:
             raise ConversionError(f"segment {seg['index']}: no earlier segment made {absent}")

@@ -29,7 +29,8 @@ from ...outputs import write_text, write_with
 from ..channels_last import tensors_as_nchw
 from ..ops.quant import qrange
 from ..rnn import unrolled_proto
-from .calibrate import load_table, run_batches, session_with_all
+from .calibrate import load_table, session_with_all
+from .samples import Samples, open_samples, run_batches
 from .qlower import records_of
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
@@ -40,6 +41,8 @@ def metrics(f, q):
     q = np.asarray(q, np.float64).reshape(-1)
     noise = float(np.sum((f - q) ** 2))
     signal = float(np.sum(f ** 2))
+    if math.isnan(noise) or math.isnan(signal):     # NaN in either: no measure, not a bad one
+        return {"cosine": math.nan, "sqnr_db": math.nan, "max_abs_diff": math.nan}
     nf, nq = math.sqrt(signal), math.sqrt(float(np.sum(q ** 2)))
     cos = float(np.dot(f, q) / (nf * nq)) if nf > 0 and nq > 0 else float(nf == nq)
     sqnr = SQNR_CAP if noise == 0 else (10 * math.log10(signal / noise) if signal > 0
@@ -48,17 +51,22 @@ def metrics(f, q):
             "max_abs_diff": float(np.max(np.abs(f - q))) if f.size else 0.0}
 
 
-def run_tensors(model_bytes, feeds, names, batch=128):
+def run_tensors(model_bytes, feeds, names):
+    """{name: array over all samples} of the tensors `names` (computed ones or inputs) of a
+    model run on `feeds` (a dict or samples.Samples) in the batches it accepts."""
     proto = onnx.load_from_string(model_bytes)
-    present = {v for n in proto.graph.node for v in n.output} | \
-        {i.name for i in proto.graph.input}
+    inputs = {i.name for i in proto.graph.input}
+    present = {v for n in proto.graph.node for v in n.output} | inputs
     names = [n for n in dict.fromkeys(names) if n in present]
-    sess = session_with_all(proto, names)
+    sess = session_with_all(proto, [n for n in names if n not in inputs])
     out = {}
-    for part in run_batches(sess, feeds, batch):
-        for k, v in part.items():
-            out.setdefault(k, []).append(v)
-    return {k: np.concatenate(v) for k, v in out.items()}
+    for given, part in run_batches(sess, feeds):
+        for k in names:
+            v = given[k] if k in given else part.get(k)
+            if v is not None:
+                out.setdefault(k, []).append(np.asarray(v))
+    # (a scalar tensor, one per batch, is stacked: the metrics read every value alike)
+    return {k: np.concatenate(v) if v[0].ndim else np.stack(v) for k, v in out.items()}
 
 
 def layer_report(float_model, quant_model, feeds, records=None):
@@ -71,11 +79,9 @@ def layer_report(float_model, quant_model, feeds, records=None):
         raise ValueError("the model carries no quantisation records (not quantised?)")
     outputs = [o.name for o in qproto.graph.output]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
+    feeds = open_samples(fproto, feeds)
     fvals = run_tensors(fproto.SerializeToString(), feeds, names)
     qvals = tensors_as_nchw(qproto, run_tensors(qproto.SerializeToString(), feeds, names))
-    for k, v in feeds.items():
-        fvals.setdefault(k, v)
-        qvals.setdefault(k, v)
 
     def sq(name):
         if name in fvals and name in qvals:
@@ -109,16 +115,20 @@ def input_floor(float_model, table, feeds, bits=8):
     proto = load_proto(float_model)
     tensors = load_table(table)["tensors"]
     _, hi = qrange(bits)
-    rounded = {}
-    for name, x in feeds.items():
-        x = np.asarray(x)
-        entry = tensors.get(name)
-        if entry is None or x.dtype.kind != "f":
-            rounded[name] = x
-            continue
-        limit = float(entry["absmax"] if bits > 8 else entry["threshold"])
-        step = max(limit, 1e-12) / hi
-        rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
+    feeds = open_samples(proto, feeds)
+
+    def round_batch(start, stop):
+        rounded = {}
+        for name, x in feeds.read(start, stop).items():
+            entry = tensors.get(name)
+            if entry is None or x.dtype.kind != "f":
+                rounded[name] = x
+                continue
+            limit = float(entry["absmax"] if bits > 8 else entry["threshold"])
+            step = max(limit, 1e-12) / hi
+            rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
+        return rounded
+    rounded = Samples(feeds.names, feeds.count, round_batch, feeds.where)
     outputs = [o.name for o in proto.graph.output]
     data = proto.SerializeToString()
     exact, near = run_tensors(data, feeds, outputs), run_tensors(data, rounded, outputs)

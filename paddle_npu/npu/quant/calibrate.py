@@ -14,83 +14,28 @@ reason to clip. `percentile` is the 99.99th percentile of |x|; `mse` the clippin
 that minimises the int8 round-trip error on the sampled values.
 """
 import json
+import math
 import os
 
 import numpy as np
 import onnx
 
 from ...errors import ConversionError
-from ...filekind import describe
 from ...onnx_io import load_proto
 from ...outputs import write_text
-from ...preprocess import image_files, read_images
 from ..rnn import unrolled_proto
+from .samples import open_samples, run_batches
 
 FORMAT = "paddle_npu.calibration/1"
 METHODS = ("absmax", "percentile", "mse")
 PERCENTILE = 99.99
 SAMPLE_CAP = 1 << 18        # values kept per tensor for percentile / MSE
-BATCH = 64
 
 
 def load_feeds(proto, data, limit=None, preprocess=None):
-    """The calibration set as {input name: array with a leading sample axis}: an .npz keyed by
-    input name (or in_<name>, as reference_io.npz files are), or a folder of images turned
-    into the model's image input by `preprocess` (a PreprocessSpec: the model's
-    normalisation, see preprocess.read_images)."""
-    inits = {i.name for i in proto.graph.initializer}
-    names = [i.name for i in proto.graph.input if i.name not in inits]
-    if os.path.isdir(data):
-        return _image_feeds(proto, names, data, limit, preprocess)
-    if preprocess is not None:
-        raise ConversionError(f"{data}: preprocessing settings apply to a folder of images, "
-                              "not to an .npz of model inputs")
-    try:
-        arrays = np.load(data)
-    except Exception:  # noqa: BLE001 - numpy's various complaints
-        raise ConversionError(f"{data}: cannot read it as an .npz of arrays: it is "
-                              f"{describe(data)}") from None
-    feeds = {}
-    for name in names:
-        for key in (name, f"in_{name}"):
-            if key in arrays.files:
-                feeds[name] = arrays[key]
-                break
-        else:
-            raise ConversionError(f"{data}: no array for input {name!r} (keys: "
-                                  f"{', '.join(arrays.files)})")
-    n = {len(v) for v in feeds.values()}
-    if len(n) != 1:
-        raise ConversionError(f"{data}: the inputs have different sample counts {sorted(n)}")
-    if limit:
-        feeds = {k: v[:limit] for k, v in feeds.items()}
-    return feeds
-
-
-def _image_feeds(proto, names, folder, limit, spec):
-    if spec is None:
-        raise ConversionError(f"{folder}: a folder of images needs the model's "
-                              "normalisation, which `paddle-npu calibrate` takes (--mean / "
-                              "--std ..., or preprocess= a PreprocessSpec in Python); "
-                              "elsewhere give an .npz of model inputs")
-    inputs = {i.name: i for i in proto.graph.input if i.name in names}
-    name = spec.input or (next(iter(inputs)) if len(inputs) == 1 else None)
-    if name not in inputs:
-        raise ConversionError(f"{folder}: the model has no input {name!r} (inputs: "
-                              f"{', '.join(inputs)})" if name else
-                              f"{folder}: images feed one image input but the model has "
-                              f"{len(inputs)} ({', '.join(inputs)}); calibrate on an .npz "
-                              "holding all of them")
-    if len(inputs) != 1:
-        raise ConversionError(f"{folder}: the model has other inputs besides {name!r} "
-                              f"({', '.join(n for n in inputs if n != name)}); calibrate "
-                              "on an .npz holding all of them")
-    dims = [d.dim_value if d.HasField("dim_value") else None
-            for d in inputs[name].type.tensor_type.shape.dim]
-    if len(dims) != 4:
-        raise ConversionError(f"{folder}: input {name!r} is not a 4-D image input "
-                              f"(shape {dims})")
-    return {name: read_images(image_files(folder), spec, dims, limit)}
+    """The whole data set as {input name: array with a leading sample axis} (samples.py's
+    open_samples, all read at once: for the reports that keep every output anyway)."""
+    return open_samples(proto, data, limit, preprocess).arrays()
 
 
 def float_tensors(proto):
@@ -127,15 +72,6 @@ def session_with_all(proto, names):
     return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def run_batches(session, feeds, batch=BATCH):
-    """Yield {output name: array} per batch of the calibration set."""
-    names = [o.name for o in session.get_outputs()]
-    n = len(next(iter(feeds.values())))
-    for start in range(0, n, batch):
-        outs = session.run(None, {k: v[start:start + batch] for k, v in feeds.items()})
-        yield dict(zip(names, outs))
-
-
 def mse_threshold(values, absmax, bits=8, steps=96):
     """The clipping threshold in (0, absmax] minimising the mean squared round-trip error of
     symmetric `bits`-bit quantisation over `values`."""
@@ -152,89 +88,132 @@ def mse_threshold(values, absmax, bits=8, steps=96):
     return best
 
 
-def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None):
+class TensorStats:
+    """One tensor's running statistics over the calibration set: min and max of its finite
+    values, how many were not finite, and a uniform sample of at most SAMPLE_CAP of its
+    values (reservoir sampling, batched) for the percentile and the MSE threshold, so
+    memory stays the same whatever the number of samples."""
+
+    def __init__(self, rng, cap=SAMPLE_CAP):
+        self.rng, self.cap = rng, cap
+        self.min, self.max, self.non_finite, self.seen = np.inf, -np.inf, 0, 0
+        self.parts, self.kept = [], None    # values while fewer than cap, then the reservoir
+
+    def add(self, arr):
+        v = np.asarray(arr, np.float32).reshape(-1)
+        finite = np.isfinite(v)
+        if not finite.all():
+            self.non_finite += int(v.size - np.count_nonzero(finite))
+            v = v[finite]
+        if v.size == 0:
+            return
+        self.min = min(self.min, float(v.min()))
+        self.max = max(self.max, float(v.max()))
+        held = self.seen if self.kept is None else self.cap
+        take = min(self.cap - held, v.size) if self.kept is None else 0
+        if take:
+            self.parts.append(v[:take].copy())
+            if held + take == self.cap:
+                self.kept, self.parts = np.concatenate(self.parts), []
+        rest = v[take:]
+        if rest.size:
+            # A value at stream position i replaces a random slot with probability cap/(i+1);
+            # for a batch, as many replacements as that gives in all (drawn at the batch's
+            # middle position), of values and slots drawn at random: O(replacements).
+            middle = self.seen + take + rest.size / 2
+            count = self.rng.binomial(rest.size, min(1.0, self.cap / middle))
+            self.kept[self.rng.integers(0, self.cap, count)] = \
+                rest[self.rng.integers(0, rest.size, count)]
+        self.seen += v.size
+
+    def values(self):
+        return self.kept if self.kept is not None else np.concatenate(self.parts)
+
+
+def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None, progress=None):
     """The calibration table (a dict) of an ONNX model (path / bytes / proto) over `data`
     (an .npz path, a folder of images with `preprocess` a PreprocessSpec, or a
-    {input: array} dict)."""
+    {input: array} dict), run sample by sample (samples.run_batches). Tensors that took NaN
+    or infinite values are left out (listed under "non_finite"): no scale fits them, and a
+    layer on one says so when lowered. progress: a label for a progress line on a terminal."""
     if method not in METHODS:
         raise ConversionError(f"unknown calibration method {method!r} (known: {METHODS})")
     # LSTM / GRU as stage 2 unrolls them: their steps' tensors are layers' inputs too
     proto = unrolled_proto(load_proto(model))
-    feeds = data if isinstance(data, dict) else load_feeds(proto, data, limit, preprocess)
-    names = list(float_tensors(proto))
-    inputs = [name for name, arr in feeds.items() if np.asarray(arr).dtype.kind == "f"]
-    n = len(next(iter(feeds.values()))) if feeds else 0
+    samples = open_samples(proto, data, limit, preprocess)
     where = data if isinstance(data, (str, os.PathLike)) else "the calibration data"
-    if n == 0:
+    if samples.count == 0:
         raise ConversionError(f"{where}: 0 samples; calibration needs the model's inputs "
                               "with a leading sample axis")
-    for name in inputs:
-        bad = int(np.count_nonzero(~np.isfinite(feeds[name])))
-        if bad:
-            raise ConversionError(f"{where}: input {name!r} has {bad} NaN or infinite values "
-                                  f"of {np.size(feeds[name])}; calibrate on real inputs")
+    names = list(float_tensors(proto))
     session = session_with_all(proto, names)
     rng = np.random.default_rng(seed)
     stats = {}
-
-    def add(name, arr):
-        arr = np.asarray(arr, np.float32).reshape(-1)
-        s = stats.setdefault(name, {"min": np.inf, "max": -np.inf, "sample": []})
-        if arr.size == 0:
-            return
-        s["min"] = min(s["min"], float(arr.min()))
-        s["max"] = max(s["max"], float(arr.max()))
-        keep = max(1, SAMPLE_CAP * BATCH // max(n, 1))
-        s["sample"].append(arr if arr.size <= keep else rng.choice(arr, keep, replace=False))
-
-    for start in range(0, n, BATCH):
-        for name in inputs:
-            add(name, feeds[name][start:start + BATCH])
-    for outs in run_batches(session, feeds):
-        for name, arr in outs.items():
+    for feeds, outs in run_batches(session, samples, where, progress):
+        for name, arr in list(feeds.items()) + list(outs.items()):
             if np.asarray(arr).dtype == np.float32:
-                add(name, arr)
-    tensors = {}
+                stats.setdefault(name, TensorStats(rng)).add(arr)
+    tensors, non_finite = {}, {}
     for name, s in stats.items():
-        if s["min"] == np.inf:
+        if s.non_finite:
+            non_finite[name] = s.non_finite
             continue
-        absmax = max(abs(s["min"]), abs(s["max"]))
-        sample = np.abs(np.concatenate(s["sample"]))
-        entry = {"min": s["min"], "max": s["max"], "absmax": absmax,
-                 "percentile": float(np.percentile(sample, PERCENTILE)),
-                 "mse": mse_threshold(np.concatenate(s["sample"]), absmax)}
+        if s.min == np.inf:
+            continue
+        absmax = max(abs(s.min), abs(s.max))
+        sample = s.values()
+        entry = {"min": s.min, "max": s.max, "absmax": absmax,
+                 "percentile": float(np.percentile(np.abs(sample), PERCENTILE)),
+                 "mse": mse_threshold(sample, absmax)}
         entry["threshold"] = entry[method]
         tensors[name] = entry
     if not tensors:
         raise ConversionError(f"{where}: no tensor of the model took a finite float value "
                               "on this data; nothing to calibrate")
     source = model if isinstance(model, (str, os.PathLike)) else None
-    return {"format": FORMAT, "model": os.fspath(source) if source else None, "samples": n,
-            "method": method, "percentile": PERCENTILE, "tensors": tensors, "precision": {}}
+    return {"format": FORMAT, "model": os.fspath(source) if source else None,
+            "samples": samples.count, "method": method, "percentile": PERCENTILE,
+            "tensors": tensors, "non_finite": non_finite, "precision": {}}
 
 
 def save_table(table, path):
-    write_text(path, json.dumps(table, indent=1) + "\n")
+    # allow_nan=False: a NaN written as JSON's non-standard NaN would pass other readers
+    write_text(path, json.dumps(table, indent=1, allow_nan=False) + "\n")
 
 
 def load_table(path):
-    """A calibration table from its JSON file (checked)."""
-    if isinstance(path, dict):
-        return path
-    try:
-        with open(path, encoding="utf-8") as f:
-            table = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ConversionError(f"{path}: cannot read the calibration table ({exc})") from None
+    """A calibration table from its JSON file or a dict, checked: every threshold a
+    non-negative number and every statistic finite (a NaN scale would lower into a model
+    onnxruntime refuses)."""
+    if isinstance(path, dict):      # a table in memory is checked as a file is
+        table, path = path, "the calibration table"
+    else:
+        try:
+            with open(path, encoding="utf-8") as f:
+                table = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ConversionError(f"{path}: cannot read the calibration table ({exc})") \
+                from None
     if not isinstance(table, dict) or table.get("format") != FORMAT or \
             not isinstance(table.get("tensors"), dict):
         raise ConversionError(f"{path}: not a calibration table (format {FORMAT!r} expected)")
     for name, e in table["tensors"].items():
-        if not isinstance(e, dict) or not isinstance(e.get("threshold"), (int, float)) or \
-                e["threshold"] < 0:
+        if not isinstance(e, dict) or not _is_number(e.get("threshold")):
+            raise ConversionError(f"{path}: tensor {name!r} needs a non-negative threshold")
+        for key in ("threshold", "min", "max", "absmax", "percentile", "mse"):
+            if key in e and not (_is_number(e[key]) and math.isfinite(e[key])):
+                raise ConversionError(
+                    f"{path}: tensor {name!r} has {key} {e[key]!r}, not a finite number; "
+                    "calibrate again (`paddle-npu calibrate`) or set it to the tensor's "
+                    "range by hand")
+        if e["threshold"] < 0:
             raise ConversionError(f"{path}: tensor {name!r} needs a non-negative threshold")
     table.setdefault("precision", {})
     return table
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_precision(path):

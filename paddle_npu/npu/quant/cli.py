@@ -100,13 +100,13 @@ def add_commands(sub):
 
 
 def _shaped(args):
-    """The model with its input sizes fixed when --input-shape is given, all but the
-    leading one: the data's sample axis is the batch, run in slices of its own size."""
+    """The model with its input sizes fixed as --input-shape gives them; the data's samples
+    go through in the batches it then accepts (samples.run_batches)."""
     shapes = parse_input_shapes(args.input_shape)
     if not shapes:
         return args.model
     from ..passes import with_input_shapes      # the library loads when a command runs
-    return with_input_shapes(args.model, {k: [-1] + d[1:] for k, d in shapes.items()})
+    return with_input_shapes(args.model, shapes)
 
 
 def _bits(args):
@@ -170,26 +170,29 @@ def cmd_calibrate(args):
                               "0-255 pixels) or --preprocess-config")
     spec = spec_from_args(args, enabled=folder, needs="--data FOLDER")
     table = calibrate(_shaped(args), args.data, method=args.method, limit=args.limit,
-                      preprocess=spec)
+                      preprocess=spec, progress="calibrate")
     save_table(table, args.output)
     print(f"calibrated {len(table['tensors'])} tensors on {table['samples']} samples "
           f"(threshold = {args.method}); wrote {args.output}")
+    if table["non_finite"]:
+        names = list(table["non_finite"])
+        print(f"left out {len(names)} tensors that took NaN or infinite values (no scale "
+              f"fits them): {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}")
     return 0
 
 
 def cmd_quant_report(args):
-    import numpy as np      # the library loads when a command runs
-
+    from ...compare import read_npz     # the library loads when a command runs
     from ...onnx_io import load_proto
     from ...outputs import write_text
     from .accuracy import input_floor, layer_report, plot_sqnr, render
-    from .calibrate import load_feeds
     from .promote import auto_hp
     from .qlower import quantized_lower
+    from .samples import open_samples
 
     proto = load_proto(_shaped(args))
-    feeds = load_feeds(proto, args.data)
-    arrays = np.load(args.data)
+    feeds = open_samples(proto, args.data)
+    arrays = read_npz(args.data)
     labels = arrays[args.labels] if args.labels in arrays.files else None
     kw = {"target": args.target, "plan": args.plan}
     m, _, records = quantized_lower(proto, args.calibration, _bits(args), args.target,

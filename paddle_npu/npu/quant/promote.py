@@ -10,9 +10,11 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from ...errors import ConversionError
 from ...onnx_io import load_proto
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
-from .calibrate import load_feeds, load_precision
+from .calibrate import load_precision
+from .samples import Samples, open_samples
 from .qlower import quantized_lower
 
 SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
@@ -27,6 +29,8 @@ def _output_sqnr(fouts, qouts):
         f = np.asarray(f, np.float64)
         signal += float(np.sum(f ** 2))
         noise += float(np.sum((f - np.asarray(qouts[name], np.float64)) ** 2))
+    if math.isnan(noise) or math.isnan(signal):
+        return math.nan
     if noise == 0:
         return float("inf")
     return 10 * math.log10(signal / noise) if signal > 0 else -float("inf")
@@ -40,9 +44,9 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
     deep chain that amplifies perturbations, an early layer's rounding noise grows layer by
     layer, so the late layers show the large drops while the early ones are the cause."""
     proto = load_proto(model)
-    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
-    if samples:
-        feeds = {k: v[:samples] for k, v in feeds.items()}
+    feeds = open_samples(proto, data)
+    if samples and samples < feeds.count:
+        feeds = Samples(feeds.names, samples, feeds.read, feeds.where)
     outputs = [o.name for o in proto.graph.output]
     fouts = run_tensors(proto.SerializeToString(), feeds, outputs)
     base = dict(load_precision(precision)) if precision else {}
@@ -57,8 +61,20 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
 
 def min_cosine(fouts, qouts):
     """The smallest cosine to float of the outputs both runs have."""
-    return min(metrics(f, qouts[name])["cosine"] for name, f in fouts.items()
-               if name in qouts)
+    cosines = {name: metrics(f, qouts[name])["cosine"] for name, f in fouts.items()
+               if name in qouts}
+    for name, cos in cosines.items():
+        _measurable(cos, f"output {name!r}")
+    return min(cosines.values())
+
+
+def _measurable(value, what):
+    """A NaN measure ranks nothing (every comparison with it is false): refuse it."""
+    if math.isnan(value):
+        raise ConversionError(f"{what}: its cosine / SQNR to float is NaN on this data (the "
+                              "float or the quantised model computes NaN there), so no layer "
+                              "can be chosen for 16 bits by it; check the data and the "
+                              "model's float outputs")
 
 
 def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision=None,
@@ -75,9 +91,15 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     if rank not in ("measured", "added"):
         raise ValueError(f"unknown ranking {rank!r} (measured / added)")
     proto = load_proto(model)
-    feeds = data if isinstance(data, dict) else load_feeds(proto, data)
+    feeds = open_samples(proto, data)
     m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
     before = layer_report(proto, m, feeds, records)
+    for lay in before["layers"]:
+        for key in ("cosine", "sqnr_db"):
+            _measurable(lay[key], f"layer {lay['layer']} (output {lay['tensor']!r})")
+    for out in before["outputs"]:
+        for key in ("cosine", "sqnr_db"):
+            _measurable(out[key], f"output {out['name']!r}")
     worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
     if until_cosine is not None and n <= 0:
         n = len(worst)
@@ -85,6 +107,8 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     if rank == "measured" and n > 0 and worst:
         sens = layer_sensitivity(proto, table, feeds, worst, bits, target, plan, precision,
                                  **kw)
+        for name, sqnr in sens.items():
+            _measurable(sqnr, f"the model with layer {name} at 16 bits")
         order = {name: i for i, name in enumerate(worst)}
         worst = sorted(worst, key=lambda name: (-sens[name], order[name]))
     worst = worst[:n]
