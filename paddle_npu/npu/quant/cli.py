@@ -99,14 +99,20 @@ def add_commands(sub):
     p.set_defaults(func=cmd_quant_report)
 
 
+def _data_shapes(args):
+    """--input-shape's sizes, all but the leading one: the data's sample axis is the batch,
+    run in slices of its own size."""
+    return {k: [-1] + d[1:] for k, d in parse_input_shapes(args.input_shape).items()}
+
+
 def _shaped(args):
-    """The model with its input sizes fixed when --input-shape is given, all but the
-    leading one: the data's sample axis is the batch, run in slices of its own size."""
-    shapes = parse_input_shapes(args.input_shape)
+    """The float model with its input sizes fixed when --input-shape is given (`_data_shapes`),
+    as `verify` runs it."""
+    shapes = _data_shapes(args)
     if not shapes:
         return args.model
     from ..passes import with_input_shapes      # the library loads when a command runs
-    return with_input_shapes(args.model, {k: [-1] + d[1:] for k, d in shapes.items()})
+    return with_input_shapes(args.model, shapes)
 
 
 def _bits(args):
@@ -191,9 +197,12 @@ def cmd_quant_report(args):
     feeds = load_feeds(proto, args.data)
     arrays = np.load(args.data)
     labels = arrays[args.labels] if args.labels in arrays.files else None
-    kw = {"target": args.target, "plan": args.plan}
-    m, _, records = quantized_lower(proto, args.calibration, _bits(args), args.target,
-                                    args.plan, args.precision)
+    # lowered as `lower --input-shape` lowers: the pipeline fixes the sizes of the model it
+    # loaded (and upgraded), not of the float reference written back at its own opset
+    shapes = _data_shapes(args) or None
+    kw = {"target": args.target, "plan": args.plan, "input_shape": shapes}
+    m, _, records = quantized_lower(args.model, args.calibration, _bits(args), args.target,
+                                    args.plan, args.precision, input_shape=shapes)
     rep = layer_report(proto, m, feeds, records)
     print(render(rep, args.top))
     floor = input_floor(proto, args.calibration, feeds, _bits(args))
@@ -209,7 +218,7 @@ def cmd_quant_report(args):
         print(f"top-1 accuracy: float {out['accuracy']['float']:.4f}, {args.quantize} "
               f"{out['accuracy'][args.quantize]:.4f}")
     if _wants_hp(args):
-        res = auto_hp(proto, args.calibration, feeds, args.auto_hp, _bits(args),
+        res = auto_hp(args.model, args.calibration, feeds, args.auto_hp, _bits(args),
                       precision=args.precision, until_cosine=args.hp_until_cosine, **kw)
         after = res["after"]
         print(f"\n{_hp_label(args)}: promoted to int16: "

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ...onnx_io import load_proto
+from ..passes import with_input_shapes
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_feeds, load_precision
 from .qlower import quantized_lower
@@ -77,7 +78,11 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     proto = load_proto(model)
     feeds = data if isinstance(data, dict) else load_feeds(proto, data)
     m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
-    before = layer_report(proto, m, feeds, records)
+    # the float model at the sizes it was lowered at (`verify`'s reference): an LSTM / GRU
+    # unrolls for the report only at a fixed sequence length
+    shapes = kw.get("input_shape")
+    reference = with_input_shapes(proto, shapes) if shapes else proto
+    before = layer_report(reference, m, feeds, records)
     worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
     if until_cosine is not None and n <= 0:
         n = len(worst)
@@ -93,7 +98,7 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     def quantise(k):
         prec = {**base, **{name: "int16" for name in worst[:k]}}
         m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
-        return prec, m2, report2, records2, layer_report(proto, m2, feeds, records2)
+        return prec, m2, report2, records2, layer_report(reference, m2, feeds, records2)
 
     tried = {}
     k = len(worst)
