@@ -148,7 +148,10 @@ def lower_for(args):
         print(f"quantised {len(records)} matrix layers: {len(records) - n16} at int8, "
               f"{n16} at int16")
         if args.qdq:
-            save_proto(export_qdq(source, records), args.qdq)
+            # written on the graph this lowering lowered: the options that shape it
+            shaping = {k: kw[k] for k in ("marks", "enable", "disable", "input_shape")
+                       if k in kw}
+            save_proto(export_qdq(source, records, target, preprocess, **shaping), args.qdq)
             print(f"wrote {args.qdq} (QDQ)")
         return model, report
     return _lower
