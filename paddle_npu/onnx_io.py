@@ -120,6 +120,9 @@ def load_model(model, min_opset=None, infer=True, preferred_opset=None):
     if len(inputs) != len(m.graph.inputs):
         m.graph.inputs.clear()
         m.graph.inputs.extend(inputs)
+        # IR < 4 requires every initializer to be an input: written back (and read by onnx's
+        # version converter) the model would name weights nothing defines
+        m.ir_version = max(m.ir_version, 4)
     return m
 
 

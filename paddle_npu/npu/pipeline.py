@@ -83,20 +83,31 @@ class LowerNodes(Pass):
         result.refused.update(ctx.refusals)
 
 
+def graph_passes(target, refusals, preprocess=None, marks=None, enable=(), disable=(),
+                 input_shape=None, primitives=True):
+    """The passes that decide the layers: they leave plain ONNX ops whose matrix layers the
+    lowerings take as they are (the names the quantised layers' records carry). `refusals`
+    gets why an LSTM / GRU stays as it is; `primitives`: preprocessing fused as the NPU's
+    primitives, else as standard ops."""
+    return [
+        FixInputShapes(input_shape) if input_shape else None,
+        FusePreprocess(preprocess, primitives=primitives) if preprocess is not None else None,
+        ApplyMarks(marks),
+        *restruct_passes(target, enable, disable),
+        InferShapes(),
+        UnrollRnn(target, refusals),
+        InferShapes(),
+        FoldFixedConstants(),
+    ]
+
+
 def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None,
            original=None, bodies="exact"):
     """The declared stage-2 pass list for a LowerContext (model, target, plan); `original`,
     the model before lowering, is what "auto" bodies are checked against."""
     target = ctx.target
     return Sequence(
-        FixInputShapes(input_shape) if input_shape else None,
-        FusePreprocess(preprocess) if preprocess is not None else None,
-        ApplyMarks(marks),
-        *restruct_passes(target, enable, disable),
-        InferShapes(),
-        UnrollRnn(target, ctx.refusals),
-        InferShapes(),
-        FoldFixedConstants(),
+        *graph_passes(target, ctx.refusals, preprocess, marks, enable, disable, input_shape),
         RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and
         target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
@@ -165,6 +176,18 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
                     cpu_reasons=placed["cpu_reasons"], bodies=steps.result("functions").info)
     return m, report
+
+
+def lowerable(model, target=None, preprocess=None, marks=None, enable=(), disable=(),
+              input_shape=None):
+    """The model `lower` lowers with these options as an ir.Model of standard ONNX ops, its
+    layers the lowered model's (`graph_passes`): an LSTM / GRU unrolled, the matrix layers
+    named as the records of a quantised lowering name them."""
+    target = load_target(target)
+    m = prepare(model)
+    Sequence(*graph_passes(target, {}, preprocess, marks, enable, disable, input_shape,
+                           primitives=False))(m)
+    return m
 
 
 def _left_dynamic(model, target):

@@ -142,7 +142,10 @@ def lower_for(args):
         print(f"quantised {len(records)} matrix layers: {len(records) - n16} at int8, "
               f"{n16} at int16")
         if args.qdq:
-            save_proto(export_qdq(source, records), args.qdq)
+            # written on the graph this lowering lowered: the options that shape it
+            shaping = {k: kw[k] for k in ("marks", "enable", "disable", "input_shape")
+                       if k in kw}
+            save_proto(export_qdq(source, records, target, preprocess, **shaping), args.qdq)
             print(f"wrote {args.qdq} (QDQ)")
         return model, report
     return _lower
@@ -194,9 +197,12 @@ def cmd_quant_report(args):
     feeds = open_samples(proto, args.data)
     arrays = read_npz(args.data)
     labels = arrays[args.labels] if args.labels in arrays.files else None
-    kw = {"target": args.target, "plan": args.plan}
-    m, _, records = quantized_lower(proto, args.calibration, _bits(args), args.target,
-                                    args.plan, args.precision)
+    # lowered as `lower --input-shape` lowers: the pipeline fixes the sizes of the model it
+    # loaded (and upgraded), not of the float reference written back at its own opset
+    shapes = parse_input_shapes(args.input_shape) or None
+    kw = {"target": args.target, "plan": args.plan, "input_shape": shapes}
+    m, _, records = quantized_lower(args.model, args.calibration, _bits(args), args.target,
+                                    args.plan, args.precision, input_shape=shapes)
     rep = layer_report(proto, m, feeds, records)
     print(render(rep, args.top))
     floor = input_floor(proto, args.calibration, feeds, _bits(args))
@@ -212,7 +218,7 @@ def cmd_quant_report(args):
         print(f"top-1 accuracy: float {out['accuracy']['float']:.4f}, {args.quantize} "
               f"{out['accuracy'][args.quantize]:.4f}")
     if _wants_hp(args):
-        res = auto_hp(proto, args.calibration, feeds, args.auto_hp, _bits(args),
+        res = auto_hp(args.model, args.calibration, feeds, args.auto_hp, _bits(args),
                       precision=args.precision, until_cosine=args.hp_until_cosine, **kw)
         after = res["after"]
         print(f"\n{_hp_label(args)}: promoted to int16: "

@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from ...errors import ConversionError
 from ...onnx_io import load_proto
+from ..passes import with_input_shapes
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_precision
 from .samples import Samples, open_samples
@@ -93,7 +94,11 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     proto = load_proto(model)
     feeds = open_samples(proto, data)
     m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
-    before = layer_report(proto, m, feeds, records)
+    # the float model at the sizes it was lowered at (`verify`'s reference): an LSTM / GRU
+    # unrolls for the report only at a fixed sequence length
+    shapes = kw.get("input_shape")
+    reference = with_input_shapes(proto, shapes) if shapes else proto
+    before = layer_report(reference, m, feeds, records)
     for lay in before["layers"]:
         for key in ("cosine", "sqnr_db"):
             _measurable(lay[key], f"layer {lay['layer']} (output {lay['tensor']!r})")
@@ -117,7 +122,7 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     def quantise(k):
         prec = {**base, **{name: "int16" for name in worst[:k]}}
         m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
-        return prec, m2, report2, records2, layer_report(proto, m2, feeds, records2)
+        return prec, m2, report2, records2, layer_report(reference, m2, feeds, records2)
 
     tried = {}
     k = len(worst)

@@ -7,7 +7,9 @@ strip_qdq     a model that is already quantised (Paddle quantize_linear / dequan
               weights' scales, so the quantised lowering keeps them.
 export_qdq    the float model with the quantised lowering's scales as standard QDQ
               (QuantizeLinear / DequantizeLinear around each matrix layer, int8 / int16
-              weights per output channel, int32 bias), for onnxruntime and other runtimes.
+              weights per output channel, int32 bias), for onnxruntime and other runtimes;
+              on the graph the lowering lowered (pipeline.lowerable), so an LSTM / GRU is
+              there unrolled, QDQ around each step's matrix layers, as the NPU runs it.
 """
 import json
 
@@ -20,8 +22,8 @@ from ...errors import ConversionError
 from ...mappers.quantize import FAKE_DEQUANT_KEY, FAKE_QUANT_KEY, OBSERVED_KEY
 from ...naming import add_initializer
 from ...onnx_io import upgrade_opset
-from ..passes import batchnorm_to_affine, fold_batchnorm
-from ..pipeline import prepare
+from ...optimize import fuse_bias_into_conv_and_gemm
+from ..pipeline import lowerable, prepare
 from .calibrate import FORMAT
 
 _QMAX = {ir.DataType.INT8: 127, ir.DataType.UINT8: 255, ir.DataType.INT16: 32767}
@@ -160,6 +162,16 @@ def _weight_axis(node):
     return 1        # MatMul: [K, N]
 
 
+def unquantised(model):
+    """(ir.Model, table or None, {weight name: scales}): the float model the quantised
+    lowering lowers: any QDQ folded away (`strip_qdq`), then the biases fused as in a float
+    model."""
+    m, table, weight_scales = strip_qdq(prepare(model))
+    if table is not None:
+        fuse_bias_into_conv_and_gemm(m)
+    return m, table, weight_scales
+
+
 def _qdq_pair(graph, value, scale, bits, name):
     """QuantizeLinear -> DequantizeLinear of `value`; returns (q output, dq output)."""
     zp = add_initializer(graph, np.zeros((), np.int8 if bits == 8 else np.int16), f"{name}/zp")
@@ -175,77 +187,149 @@ def _qdq_pair(graph, value, scale, bits, name):
     return q, dq
 
 
-def export_qdq(model, records):
+def _dequantized(graph, name, q, scale, axis, block=None):
+    """DequantizeLinear of the constant integers `q` by `scale` (along `axis`, in blocks of
+    `block` entries when given; one scale when axis is None), put first in the graph: it
+    reads constants only."""
+    qv = add_initializer(graph, q, f"{name}q")
+    sv = add_initializer(graph, np.asarray(scale, np.float32), f"{name}_scale")
+    attrs = [] if axis is None else [ir.AttrInt64("axis", axis)]
+    if block is not None:
+        attrs.append(ir.AttrInt64("block_size", block))
+    node = ir.Node("", "DequantizeLinear", [qv, sv], attributes=attrs, name=f"{name}_dq")
+    node.outputs[0].name = f"{name}_dq"
+    node.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    node.outputs[0].shape = ir.Shape(q.shape)
+    graph.insert_before(next(iter(graph)), node)
+    return node.outputs[0]
+
+
+def _operands(node, record):
+    """(activation input index, weight input index, the weight as the layer multiplies it,
+    axis, block): the kernel matrix's columns, which plan.py scales one by one, are the
+    weight's entries along `axis` (None: one column), or with `block` its blocks of that
+    many entries along axis 0 (a ConvTranspose's column is one (group, output channel,
+    tap): the input channels of its group)."""
+    x = next((i for i, v in enumerate(node.inputs[:2])
+              if v is not None and v.name == record["input"]), None)
+    if x is None:
+        raise ConversionError(f"export_qdq: layer {node.name!r} does not read "
+                              f"{record['input']!r}")
+    wi = 1 - x if _is(node, "MatMul") else 1
+    w = _const(node.inputs[wi])
+    if w is None:
+        raise ConversionError(f"export_qdq: layer {node.name!r} has no constant weight")
+    w = w.astype(np.float64)
+    if _is(node, "Conv"):
+        return x, wi, w, 0, None
+    if _is(node, "ConvTranspose"):
+        return x, wi, w, 0, w.shape[0] // node.attributes.get_int("group", 1)
+    if _is(node, "Gemm"):        # alpha is in the weight the lowering quantises
+        return x, wi, w * node.attributes.get_float("alpha", 1.0), _weight_axis(node), None
+    if _is(node, "MatMul"):
+        if w.ndim == 1:           # [..., K] @ [K]: one column
+            return x, wi, w, None, None
+        return x, wi, w, w.ndim - 1 if wi == 1 else w.ndim - 2, None
+    raise ConversionError(f"export_qdq: layer {node.name!r}: a quantised {node.op_type} has "
+                          "no QDQ form here")
+
+
+def _bias(node, n):
+    """The bias [n] the lowering adds to the layer's accumulator (Gemm's beta applied), or
+    None (a ConvTranspose adds its own to the float sums of its columns)."""
+    if not (_is(node, "Conv") or _is(node, "Gemm")) or len(node.inputs) < 3 or \
+            node.inputs[2] is None:
+        return None
+    b = _const(node.inputs[2])
+    if b is None:
+        return None
+    b = b.astype(np.float64)
+    if _is(node, "Gemm"):
+        b = b * node.attributes.get_float("beta", 1.0)
+    return np.broadcast_to(b.reshape(-1), (n,)) if b.size in (1, n) else None
+
+
+def _weight_scales(w, axis, block, qmax, kept):
+    """(float32 scales of the weight's columns (`_operands`) as plan.py derives them: max
+    |column| / qmax, or the model's own (`kept`); the scales broadcast to the weight)."""
+    if axis is None:
+        colmax = np.abs(w).max()
+    elif block is not None:
+        colmax = np.abs(w).reshape((w.shape[0] // block, block) + w.shape[1:]).max(axis=1)
+    else:
+        colmax = np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis))
+    if kept is not None:
+        s = np.broadcast_to(np.asarray(kept, np.float64).reshape(-1), (np.size(colmax),))
+        s = s.reshape(np.shape(colmax)).astype(np.float32)
+    else:
+        s = (np.where(colmax > 0, colmax, 1.0) / qmax).astype(np.float32)
+    full = s.astype(np.float64)
+    if block is not None:
+        full = np.repeat(full, block, axis=0)
+    elif axis is not None:
+        full = full.reshape(_axis_shape(w.ndim, axis, s.size))
+    return s, full
+
+
+def export_qdq(model, records, target=None, preprocess=None, marks=None, enable=(),
+               disable=(), input_shape=None):
     """A QDQ ModelProto of the float `model` with the scales of the quantised lowering's
-    `records` (qlower.records_of)."""
-    m = prepare(model)
-    m, _, _ = strip_qdq(m)
-    fold_batchnorm(m)              # the weights the lowering quantised
-    batchnorm_to_affine(m)
+    `records` (qlower.records_of), written on the graph that lowering lowered with these
+    options (pipeline.lowerable), so that every record's layer is in it. An LSTM / GRU is
+    there unrolled, QDQ around each step's matrix layers, as the NPU runs it."""
+    m, _, weight_scales = unquantised(model)
+    m = lowerable(m, target, preprocess, marks, enable, disable, input_shape)
     graph = m.graph
     nodes = {n.name: n for n in graph}
     values = {v.name: v for n in graph for v in n.outputs if v.name}
     values.update({v.name: v for v in graph.inputs})
-    for r in records:
+    layers = []
+    for r in records:      # each layer's operands, found before the QDQ of others rename them
         node = nodes.get(r["layer"])
         if node is None:
             raise ConversionError(f"export_qdq: layer {r['layer']!r} is not in the model")
-        bits = r["bits"]
+        if r["s_y"] is not None and r["output"] not in values:
+            raise ConversionError(f"export_qdq: tensor {r['output']!r} is not in the model")
+        layers.append((r, node, _operands(node, r)))
+    shared = {}            # one integer copy of a weight several layers read (an RNN's steps)
+    for r, node, (xi, wi, w, axis, block) in layers:
+        bits, name = r["bits"], r["layer"]
         qmax = (1 << (bits - 1)) - 1
         # input
-        x = node.inputs[0]
-        q, dq = _qdq_pair(graph, x, r["s_x"], bits, f"{r['layer']}/x")
+        q, dq = _qdq_pair(graph, node.inputs[xi], r["s_x"], bits, f"{name}/x")
         graph.insert_before(node, [q, dq])
-        node.replace_input_with(0, dq.outputs[0])
-        # weight, per output channel, as the lowering derived it
-        w = _const(node.inputs[1]).astype(np.float64)
-        axis = _weight_axis(node)
-        if _is(node, "Gemm") and node.attributes.get_float("alpha", 1.0) != 1.0:
-            raise ConversionError(f"export_qdq: {node.name}: Gemm alpha != 1")
-        other = tuple(i for i in range(w.ndim) if i != axis)
-        colmax = np.abs(w).max(axis=other)
-        s_w = (np.where(colmax > 0, colmax, 1.0) / qmax).astype(np.float32)
-        shape = _axis_shape(w.ndim, axis, s_w.size)
-        wq = np.clip(np.rint(w / s_w.astype(np.float64).reshape(shape)), -qmax, qmax)
-        wq = wq.astype(np.int8 if bits == 8 else np.int16)
-        wv = add_initializer(graph, wq, f"{r['layer']}/wq")
-        sv = add_initializer(graph, s_w, f"{r['layer']}/w_scale")
-        dqw = ir.Node("", "DequantizeLinear", [wv, sv], attributes=[ir.AttrInt64("axis", axis)],
-                      name=f"{r['layer']}/w_dq")
-        dqw.outputs[0].name = f"{r['layer']}/w_dq"
-        dqw.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
-        dqw.outputs[0].shape = ir.Shape(w.shape)
-        graph.insert_before(node, dqw)
-        node.replace_input_with(1, dqw.outputs[0])
+        node.replace_input_with(xi, dq.outputs[0])
+        # weight, per output channel
+        wv = node.inputs[wi]
+        s_w, s_full = _weight_scales(w, axis, block, qmax, weight_scales.get(wv.name)
+                                     if r["weight_scales_kept"] else None)
+        key = (wv.name, bits, s_w.tobytes())
+        if key not in shared:
+            wq = np.clip(np.rint(w / s_full), -qmax, qmax)
+            shared[key] = _dequantized(graph, f"{name}/w",
+                                       wq.astype(np.int8 if bits == 8 else np.int16), s_w,
+                                       axis, block)
+        node.replace_input_with(wi, shared[key])
+        if _is(node, "Gemm"):
+            node.attributes["alpha"] = ir.AttrFloat32("alpha", 1.0)
         # bias in the accumulator's integers
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            b = _const(node.inputs[2])
-            if b is not None and b.size == s_w.size:
-                sb = np.float64(np.float32(r["s_x"])) * s_w.astype(np.float64)
-                bq = np.rint(b.reshape(-1).astype(np.float64) / sb).astype(
-                    np.int32 if bits == 8 else np.int64)
-                if bits == 8:
-                    bv, bs = add_initializer(graph, bq, f"{r['layer']}/bq"), \
-                        add_initializer(graph, sb.astype(np.float32), f"{r['layer']}/b_scale")
-                    dqb = ir.Node("", "DequantizeLinear", [bv, bs],
-                                  attributes=[ir.AttrInt64("axis", 0)],
-                                  name=f"{r['layer']}/b_dq")
-                    dqb.outputs[0].name = f"{r['layer']}/b_dq"
-                    dqb.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
-                    dqb.outputs[0].shape = ir.Shape([bq.size])
-                    graph.insert_before(node, dqb)
-                    node.replace_input_with(2, dqb.outputs[0])
-                else:      # DequantizeLinear has no int64: the int16 layer's bias as floats
-                    node.replace_input_with(2, add_initializer(
-                        graph, (bq * sb).astype(np.float32), f"{r['layer']}/b_f"))
+        b = _bias(node, s_w.size)
+        if b is not None:       # (a Conv's or Gemm's: one scale per output channel)
+            sb = np.float64(np.float32(r["s_x"])) * s_w.astype(np.float64).reshape(-1)
+            bq = np.rint(b / sb)
+            if bits == 8:
+                bias = _dequantized(graph, f"{name}/b", bq.astype(np.int32), sb, 0)
+            else:      # DequantizeLinear has no int64: the int16 layer's bias as floats
+                bias = add_initializer(graph, (bq * sb).astype(np.float32), f"{name}/b_f")
+            node.replace_input_with(2, bias)
+            if _is(node, "Gemm"):
+                node.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
         if r["s_y"] is None:      # the layer's output stays float (a QDQ model's last layer)
             continue
         # output (after the fused ReLU)
-        y = values.get(r["output"])
-        if y is None:
-            raise ConversionError(f"export_qdq: tensor {r['output']!r} is not in the model")
+        y = values[r["output"]]
         users = list(y.uses())
-        q, dq = _qdq_pair(graph, y, r["s_y"], bits, f"{r['layer']}/y")
+        q, dq = _qdq_pair(graph, y, r["s_y"], bits, f"{name}/y")
         producer = y.producer()
         at = list(graph).index(producer) + 1 if producer is not None else 0
         nodes_now = list(graph)
@@ -258,11 +342,12 @@ def export_qdq(model, records):
         if y.is_graph_output():
             i = [o is y for o in graph.outputs].index(True)
             graph.outputs[i] = dq.outputs[0]
-            name, y.name = y.name, f"{y.name}/float"
-            dq.outputs[0].name = name
+            out_name, y.name = y.name, f"{y.name}/float"
+            dq.outputs[0].name = out_name
     common_passes.RemoveUnusedNodesPass()(m)     # the float weights the layers no longer read
     proto = ir.serde.serialize_model(m)
-    if any(r["bits"] == 16 for r in records):   # int16 QuantizeLinear needs opset 21
+    # int16 QuantizeLinear and blocked DequantizeLinear need opset 21
+    if any(r["bits"] == 16 for r in records) or any(op[4] for _, _, op in layers):
         proto = upgrade_opset(proto, 21)
     onnx.checker.check_model(proto)
     return proto

@@ -8,12 +8,11 @@ import json
 
 from ...errors import ConversionError
 from ...onnx_io import load_proto
-from ...optimize import fuse_bias_into_conv_and_gemm
 from .. import graph as g
-from ..pipeline import lower, prepare, quantization_records
+from ..pipeline import lower, quantization_records
 from ..plan import Quantization, fixed_point  # noqa: F401  (fixed_point: part of this API)
 from .calibrate import load_precision, load_table
-from .qdq import strip_qdq
+from .qdq import unquantised
 
 
 def records_of(model):
@@ -30,10 +29,7 @@ def quantized_lower(model, table=None, bits=8, target=None, plan="packed", preci
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).
     table: calibration table (path / dict); None for a model already quantised (QDQ) whose
     scales it then keeps. precision: a precision table (path / dict {name: int8|int16})."""
-    m = prepare(model)
-    m, qdq_table, weight_scales = strip_qdq(m)
-    if qdq_table is not None:     # with the weights constant again, the biases fuse as usual
-        fuse_bias_into_conv_and_gemm(m)
+    m, qdq_table, weight_scales = unquantised(model)
     if table is None:
         if qdq_table is None:
             raise ConversionError("the model is not quantised: give a calibration table "
