@@ -33,22 +33,25 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
 def run_primitive(op, inputs, attrs, out_type):
-    """onnxruntime running one primitive through its function body."""
+    """onnxruntime running one primitive through its function body (an input None: left
+    out, an optional one's empty name)."""
     prim = get_primitive(op)
-    names = [f"i{k}" for k in range(len(inputs))]
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    shapes = [None if a is None else list(a.shape) for a in inputs]
     node = helper.make_node(op, names, ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, [list(a.shape) for a in inputs])
-    f = prim.function_proto(17, attrs, [list(a.shape) for a in inputs])
+    node.overload = prim.overload(attrs, shapes)
+    f = prim.function_proto(17, attrs, shapes)
+    fed = {n: a for n, a in zip(names, inputs) if a is not None}
     g = helper.make_graph(
         [node], "t",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in zip(names, inputs)],
+         for n, a in fed.items()],
         [helper.make_tensor_value_info("y", out_type, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                             helper.make_opsetid(DOMAIN, 1)], functions=[f])
     m.ir_version = 10
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return s.run(None, dict(zip(names, inputs)))[0]
+    return s.run(None, fed)[0]
 
 
 @pytest.mark.parametrize("bits", [8, 16])
@@ -141,6 +144,99 @@ def test_qdepthwise_conv_body_and_reference_are_the_exact_integer_sums(dtype, ac
     assert got.dtype == bias.dtype and np.array_equal(got, want)
     ref = get_primitive("QDepthwiseConv").reference(ArrayModel(64, 16), [x, taps, bias], attrs)
     assert ref[0].dtype == bias.dtype and np.array_equal(ref[0], want)
+
+
+@pytest.mark.parametrize("acc", [np.int32, np.int64])
+@pytest.mark.parametrize("layout, bias", [
+    ([(0, 5), (0, 5)], False),            # two row tiles of one output
+    ([(0, 4), (4, 3)], True),             # column tiles side by side, and the bias
+    ([(2, 3), (0, 4)], False),            # overlapping and unordered
+    ([(0, 2), (4, 2)], True),             # a gap between two column tiles
+])
+def test_add_in_tile_adds_integer_partials_in_their_own_type(layout, bias, acc):
+    """Two addends a column take the body that adds in the partials' own type: on an integer
+    plan's int32 / int64 accumulators too (extreme values: any rounding would show)."""
+    info = np.iinfo(acc)
+    rng = np.random.default_rng(8)
+    width = max(o + w for o, w in layout)
+    parts = [rng.integers(info.min // 4, info.max // 4, (2, 3, w), dtype=acc) for _, w in layout]
+    b = rng.integers(info.min // 4, info.max // 4, width, dtype=acc) if bias else None
+    want = np.zeros((2, 3, width), np.int64)
+    for (o, w), p in zip(layout, parts):
+        want[..., o:o + w] += p
+    if bias:
+        want += b
+    attrs = {"offsets": [o for o, _ in layout], "width": width}
+    got = run_primitive("AddInTile", [b] + parts, attrs,
+                        helper.np_dtype_to_tensor_dtype(np.dtype(acc)))
+    assert got.dtype == acc and np.array_equal(got, want)
+
+
+def test_col2im_adds_two_integer_taps_in_their_own_type():
+    """Two taps a pixel and no bias: Col2Im's body adds in X's own type, integers too."""
+    from paddle_npu.npu.ops import ArrayModel
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(-2 ** 29, 2 ** 29, (1, 20, 6), dtype=np.int32)
+    attrs = {"image_shape": [4, 5], "output_shape": [4, 6], "kernel_shape": [1, 2],
+             "strides": [1, 1]}
+    ref = get_primitive("Col2Im").reference(ArrayModel(4, 4), [x], attrs)[0]
+    got = run_primitive("Col2Im", [x], attrs, onnx.TensorProto.INT32)
+    assert got.dtype == np.int32 and np.array_equal(got, ref)
+    cols = x.reshape(1, 4, 5, 3, 2).astype(np.int64)
+    want = np.zeros((1, 3, 4, 6), np.int64)
+    want[..., :5] += cols[..., 0].transpose(0, 3, 1, 2)
+    want[..., 1:] += cols[..., 1].transpose(0, 3, 1, 2)
+    assert np.array_equal(ref, want)
+
+
+# Rows of a layer's kernel matrix that make 1, 2 and 3 row tiles on npu256's 256-row arrays
+ROWS_OF_TILES = {1: 200, 2: 300, 3: 600}
+
+
+def _matrix_layer(kind, rows, bias, rng):
+    """A 1x1 Conv on `rows` channels, a Gemm or a MatMul of `rows` features (rows of 4), 6
+    outputs, + a bias (Conv, Gemm); the model and a feed maker."""
+    w = (rng.standard_normal((6, rows)) / np.sqrt(rows)).astype(np.float32)
+    b = [("b", rng.standard_normal(6).astype(np.float32))] if bias else []
+    if kind == "conv":
+        inits, shape = [("w", w.reshape(6, rows, 1, 1))] + b, [rows, 3, 3]
+        node = helper.make_node("Conv", ["x", "w"] + ["b"] * bias, ["y"], kernel_shape=[1, 1])
+    elif kind == "gemm":
+        inits, shape = [("w", w)] + b, [rows]
+        node = helper.make_node("Gemm", ["x", "w"] + ["b"] * bias, ["y"], transB=1)
+    else:
+        assert not bias, "a MatMul has no bias (an Add after one on 3-D rows stays an Add)"
+        inits, shape = [("w", w.T.copy())], [4, rows]
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    m = model([node], [("x", [None] + shape)], [("y", None)], inits)
+    return m, lambda n: {"x": rng.standard_normal([n] + shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("plan", ["packed", "per-channel"])
+@pytest.mark.parametrize("tiles", [1, 2, 3])
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("kind, bias", [("conv", False), ("conv", True), ("gemm", False),
+                                        ("gemm", True), ("matmul", False)])
+def test_integer_matrix_layers_of_one_to_three_row_tiles_run_bit_true(kind, bias, bits, tiles,
+                                                                      plan):
+    """A Conv, Gemm or MatMul whose kernel matrix takes 1-3 row tiles, with and without a
+    bias, on both plans: onnxruntime runs the lowered integer model (two tiles' partials and
+    no bias once met an AddInTile body onnxruntime refused) and it equals the bit-true
+    reference, close to the float model."""
+    rng = np.random.default_rng(10 * tiles + bias)
+    m, feeds = _matrix_layer(kind, ROWS_OF_TILES[tiles], bias, rng)
+    onnx_bytes = serialized(m)
+    table = calibrate(onnx_bytes, feeds(64))
+    lowered, _, records = quantized_lower(onnx_bytes, table, bits, plan=plan)
+    assert [(r["bits"], r["acc_bits"]) for r in records] == [(bits, 32 if bits == 8 else 64)]
+    if plan == "packed":        # 6 outputs: one column of tiles
+        assert records[0]["tiles"] == tiles
+    proto = ir.serde.serialize_model(lowered)
+    x = feeds(2)
+    got = _ort(proto, x)[0]
+    assert np.array_equal(got, Reference(proto, None).run(x)[0])
+    assert _cosine(got, _ort(m, x)[0]) > 0.999
 
 
 @pytest.mark.parametrize("op, inputs, attrs", [

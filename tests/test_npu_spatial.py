@@ -3,11 +3,15 @@
 lowered from tiny ONNX models built here and run three ways (onnxruntime before, onnxruntime
 on the function bodies after, the NumPy reference), with what was emitted, its cost and a
 refusal."""
+import itertools
+
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
+from npu_helpers import assert_close, checked, model, npu_ops, op_types, serialized, three_way
+from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, get_primitive, lower
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.resample import repeats
@@ -148,6 +152,92 @@ def test_pooling_runs_on_the_vector_unit(op, xs, attrs):
     taps = int(np.prod(attrs.get("kernel_shape", xs[2:])))
     assert r.array.vector_elements == want[0].size * taps   # one operation per window tap
     assert _vector_ns(lowered, "Pool") == want[0].size * taps / 16    # placement's estimate
+
+
+def _pool_grid(op):
+    """(attributes, input height) over sizes 1-9, kernels and strides 1-3, pads 0-1, floor and
+    ceil mode, dilation 1-2 (MaxPool's), explicit pads or auto_pad: the height axis only."""
+    for size, k, s, pad, ceil, d, auto in itertools.product(
+            range(1, 10), range(1, 4), range(1, 4), (0, 1), (0, 1), (1, 2),
+            ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")):
+        if (op == "AveragePool" and d > 1) or (auto != "NOTSET" and (pad or d > 1)):
+            continue            # no NPU form / refused: test_pooling_refusals
+        attrs = dict(kernel_shape=[k, 1], strides=[s, 1], dilations=[d, 1],
+                     pads=[pad, 0, pad, 0], ceil_mode=ceil)
+        if op == "AveragePool":
+            del attrs["dilations"]
+        if auto != "NOTSET":
+            del attrs["pads"]
+            attrs["auto_pad"] = auto
+        yield attrs, size
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooled_sizes_and_values_are_onnxruntimes_over_a_grid(op):
+    """Every window onnxruntime runs, the lowered Pool runs (onnxruntime on its body, and the
+    reference), with the same values: onnxruntime divides by the stride rounding toward zero,
+    so a window longer than the padded input still gives one output (a 2x2 stride-2 pool of a
+    height-1 image), and a dilated window on padding only is float32's lowest (the
+    reference's maxima are onnxruntime's exactly, its means within the tolerance). Where
+    onnxruntime pools to nothing, Pool is not used. The model declares onnxruntime's size:
+    onnx's shape inference misses ceil_mode's rule that a last window starts inside."""
+    rng = np.random.default_rng(12)
+    session = ort.SessionOptions()
+    session.log_severity_level = 4
+    ran = 0
+    for attrs, size in _pool_grid(op):
+        node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
+        x = rng.standard_normal((1, 2, size, 3)).astype(np.float32)
+        try:
+            (want,) = ort.InferenceSession(
+                model([node], [("x", x.shape)], [("y", None)]).SerializeToString(), session,
+                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        except Exception:    # noqa: BLE001 - onnxruntime refuses these pads: no reference
+            continue
+        onnx_model = model([node], [("x", x.shape)], [("y", want.shape)])
+        lowered, report = lower(onnx_model)
+        what = f"{op} {attrs} on height {size}"
+        if want.size == 0:
+            assert "no window fits" in report.refusals["pool"], what
+            continue
+        assert npu_ops(lowered) == {"Pool"}, what
+        _, got, ref, _ = three_way(onnx_model, lowered, {"x": x}, None)
+        assert got[0].shape == ref[0].shape == want.shape, what
+        assert np.array_equal(got[0], want), what     # the body is onnxruntime's pool
+        if op == "MaxPool":
+            assert np.array_equal(ref[0], want), what
+        else:       # the reference's mean is the float64 sum rounded once
+            assert_close(ref[0], want, what)
+        ran += 1
+    assert ran > (700 if op == "MaxPool" else 250)
+
+
+def test_a_quantised_layer_after_a_pool_to_height_one():
+    """A classifier's 2x2 stride-2 pool of a height-2 image to height 1, then a 1x1 Conv on
+    int8: the lowered model's height is onnxruntime's, its integers the reference's."""
+    from paddle_npu.npu.quant.calibrate import calibrate
+    from paddle_npu.npu.quant.qlower import quantized_lower
+    from paddle_npu.npu.reference import Reference
+
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("MaxPool", ["p"], ["q"], name="pool1", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("Conv", ["q", "w"], ["y"], name="conv", kernel_shape=[1, 1])]
+    w = (rng.standard_normal((8, 16, 1, 1)) / 4).astype(np.float32)
+    onnx_model = model(nodes, [("x", [None, 16, 2, 12])], [("y", None)], [("w", w)])
+    data = serialized(onnx_model)
+    table = calibrate(data, {"x": rng.standard_normal((8, 16, 2, 12)).astype(np.float32)})
+    lowered, report, _ = quantized_lower(data, table, 8)
+    assert {"Pool", "QVMM"} <= npu_ops(lowered)
+    x = {"x": rng.standard_normal((2, 16, 2, 12)).astype(np.float32)}
+    _, want = run_onnx(data, x)
+    low = serialized(lowered)
+    _, got = run_onnx(low, x)
+    assert got[0].shape == want[0].shape == (2, 8, 1, 3)
+    assert np.array_equal(got[0], Reference(low, None).run(x)[0])
+    assert agreement(got[0], want[0])["cosine"] > 0.99
 
 
 def test_pooling_refusals():

@@ -2,7 +2,7 @@
 import numpy as np
 from onnx import numpy_helper
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive
+from .base import DOUBLE, Arg, Attr, Primitive, add_up, config_tag, primitive
 
 
 def _stacked(attrs, parts):
@@ -94,6 +94,14 @@ class AddInTile(Primitive):
 
         def wide(v):
             return v if native else b.op("Cast", v, to=DOUBLE)
+
+        def summed(values):
+            # the native sums are in the partials' own type, an integer plan's int32 / int64
+            # accumulators too, which ONNX Sum (floats only) refuses: Adds there
+            if len(values) == 1:
+                return values[0]
+            return add_up(b, values) if native and not float32 else b.op("Sum", *values)
+
         groups = {}                     # partials at the same place are summed first
         for place, value in cls._pieces(b, attrs, in_shapes, layout, width, wide):
             groups.setdefault(place, []).append(value)
@@ -106,8 +114,7 @@ class AddInTile(Primitive):
             # broadcast bias measured ~2x slower, and it fuses a MatMul + Add into one Gemm.
             b.op("Sum", *groups[(0, width)], "B", out="Y")
             return
-        sums = {place: b.op("Sum", *names) if len(names) > 1 else names[0]
-                for place, names in groups.items()}
+        sums = {place: summed(names) for place, names in groups.items()}
         edges = [0] + [o + w for o, w in spans]
         rank = len(in_shapes[1]) - (1 if _stacked(attrs, len(in_shapes) - 1)[0] else 0)
         if all(o == e for (o, _), e in zip(spans, edges)) and edges[-1] == width:
@@ -119,7 +126,7 @@ class AddInTile(Primitive):
                 pads = [0] * (2 * rank)
                 pads[rank - 1], pads[2 * rank - 1] = o, width - o - w
                 padded.append(b.op("Pad", sums[(o, w)], b.const(pads)))
-            total = b.op("Sum", *padded) if len(padded) > 1 else padded[0]
+            total = summed(padded)
         if in_shapes[0] is not None:
             total = b.op("Add", total, wide("B"))
         b.output(total, "Y", like=None if native else "P0")   # native: in P's type all along

@@ -34,6 +34,17 @@ def float_input_attrs(inputs):
     return {"_float": True} if x is not None and x.dtype is not None and \
         int(x.dtype) in FLOAT_TYPES else {}
 
+
+def add_up(b, values):
+    """The sum of same-typed tensors `values` as a chain of Adds, first to last: ONNX Sum
+    takes floats only, Add integers too (a body whose values may be int32 / int64
+    accumulators sums with this; Sum is for the bodies that only see floats)."""
+    total = values[0]
+    for v in values[1:]:
+        total = b.op("Add", total, v)
+    return total
+
+
 _primitives = {}        # op type -> class
 
 

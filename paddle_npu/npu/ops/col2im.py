@@ -1,7 +1,7 @@
 """Col2Im: the rows a transposed convolution's arrays write, accumulated into its image."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, primitive, static_numel
+from .base import DOUBLE, Arg, Attr, Primitive, add_up, config_tag, primitive, static_numel
 
 
 def _groups(k, s, d):
@@ -120,7 +120,9 @@ class Col2Im(Primitive):
                     g = b.op("Cast", g, to=DOUBLE)
                 pads = [0, i, 0, j * sw, 0, qh - 1 - i, 0, (qw - 1 - j) * sw]
                 groups.append(b.op("Pad", g, b.const(pads)) if any(pads) else g)
-        y = b.op("Sum", *groups) if len(groups) > 1 else groups[0]
+        # native: the groups in X's own type, which ONNX Sum refuses unless a float
+        y = groups[0] if len(groups) == 1 else \
+            add_up(b, groups) if native and not float32 else b.op("Sum", *groups)
         # [N, H', M, sh, W'*sw] -> [N, M, H', sh, W'*sw]: the canvas
         ch, cw = h + qh - 1, w + qw - 1
         y = b.op("Reshape", y, b.const([-1, ch, m, sh, cw * sw]))

@@ -8,12 +8,16 @@ from .reduce import Reduce
 
 
 def pooled_size(size, k, s, d, p0, p1, ceil):
-    """ONNX's output size; with ceil_mode a last window must start inside the image or its
-    begin padding."""
+    """onnxruntime's output size: (size + pads - span) / s + 1, the division rounded toward
+    zero (a C++ integer division: a window longer than the padded image still gives one
+    output, as a 2x2 stride-2 pool of a height-1 image does, where floor would give none)
+    or, with ceil_mode, up, a last window then starting inside the image or its begin
+    padding (below 1: no window, which onnxruntime refuses or leaves empty)."""
     span = d * (k - 1) + 1
+    room = size + p0 + p1 - span
     if not ceil:
-        return (size + p0 + p1 - span) // s + 1
-    out = -(-(size + p0 + p1 - span) // s) + 1
+        return (room // s if room >= 0 else -(-room // s)) + 1
+    out = -(-room // s) + 1
     return out - 1 if (out - 1) * s >= size + p0 else out
 
 
@@ -117,13 +121,17 @@ class Pool(Primitive):
         inside = np.pad(np.ones((h, w)), ((pt, pb + eb), (pl, pr + er)))       # the image
         padded = np.pad(np.ones((h + pt + pb, w + pl + pr)), ((0, eb), (0, er)))  # + pads
         y = None
-        count = np.zeros((oh, ow))
+        count, seen = np.zeros((oh, ow)), np.zeros((oh, ow))
         for _, _, rows, cols in kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow)):
             v = xp[:, :, rows, cols]
             y = v.copy() if y is None else (np.maximum(y, v) if is_max else y + v)
             count += (padded if a["count_include_pad"] else inside)[rows, cols]
+            seen += inside[rows, cols]
         if not is_max:
             y = y / count
+        else:       # a window on padding only (dilated past the image): onnxruntime's start
+            y[..., seen == 0] = np.finfo(x.dtype).min if x.dtype.kind == "f" else \
+                np.iinfo(x.dtype).min
         array.vector_elements += y.size * kh * kw
         return y.astype(x.dtype)
 

@@ -6,7 +6,8 @@ The arithmetic, one convention everywhere (symmetric, zero point 0):
     Quantize     q = saturate(round_half_even(x / s))           float -> int8 / int16
     QVMM         acc = sum over r of x_q[r] * w_q[r, m]         exact, int32 (int64 acc_bits=64)
     AddInTile    acc = sum of the row tiles' partials + bias_q  (the existing primitive, exact
-                 on integers: its float64 accumulator holds them without rounding)
+                 on integers: two addends are added in their own type, more in a float64
+                 accumulator that holds them without rounding)
     Requantize   y = saturate(round_half_away(acc * M[m] / 2^shift[m]))   per output column;
                  M and D = 2^shift are int64 constants, the product is int64
     Dequantize   x = float32(q) * s
