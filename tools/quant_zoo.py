@@ -1,7 +1,7 @@
 """The whole integer flow on zoo models, run as a user runs it: one `paddle-npu` process per
 step, one row per model.
 
-    python tools/quant_zoo.py [--models deploy|ci|all|a,b] [--samples 8] [--bits 8,16]
+    python tools/quant_zoo.py [--models deploy|ci|all|a,b] [--samples 32] [--bits 8,16]
                               [--work DIR] [--cache DIR] [--json OUT]
 
 Per model (the zoo's legacy export, from --cache):
@@ -276,7 +276,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="deploy",
                     help="deploy (every model at its deployment size), ci, all or a,b")
-    ap.add_argument("--samples", type=int, default=8, help="calibration inputs")
+    ap.add_argument("--samples", type=int, default=32, help="calibration inputs")
     ap.add_argument("--bits", default="8,16")
     ap.add_argument("--target", default="npu256")
     ap.add_argument("--min-cosine", default="0.99")
