@@ -134,14 +134,3 @@ def _downstream(graph, names):
             reached.update(o for o in node.output if o)
     return reached
 
-
-def disputed_values(proto):
-    """The values whose sizes onnx's strict inference and onnxruntime may disagree on: the
-    outputs of the main graph's ceil_mode pools and everything after them."""
-    pools = set()
-    for node in proto.graph.node:
-        if node.op_type in POOLS:
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            if attrs.get("ceil_mode", 0) and node.output:
-                pools.add(node.output[0])
-    return _downstream(proto.graph, pools) if pools else set()
