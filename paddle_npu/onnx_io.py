@@ -7,7 +7,8 @@
                                 file's or bytes' big weights read straight into arrays, never
                                 parsed into protobuf)
     to_proto(model) / to_bytes  an ir.Model (or anything load_proto takes) serialized
-    infer_shapes(model)         onnx's shape inference merged into an ir.Model in place
+    infer_shapes(model)         onnx's shape inference (pools at onnxruntime's sizes:
+                                shape_inference.py) merged into an ir.Model in place
     upgrade_opset(proto, n)     onnx's version converter, keeping node names and metadata
     save_proto(proto, path)     a ModelProto written atomically (segments, QDQ exports)
     StreamedModel(model)        an ir.Model written to a file with its weights streamed from
@@ -25,6 +26,7 @@ import onnx_ir as ir
 from onnx import ModelProto, TensorProto, helper, serialization, version_converter
 from onnx_ir.passes.common import _c_api_utils
 
+from . import shape_inference
 from .errors import ConversionError
 from .filekind import describe
 from .outputs import write_with
@@ -108,8 +110,7 @@ def load_model(model, min_opset=None, infer=True, preferred_opset=None):
         proto = upgrade_opset(proto, min_opset)     # (nothing to do once preferred is done)
     if infer:
         try:
-            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False,
-                                                      data_prop=True)
+            proto = shape_inference.infer(proto)
         except Exception:   # (a model over 2 GB, an op onnx chokes on): shapes as given
             pass
     m = ir.serde.deserialize_model(proto)
@@ -328,13 +329,12 @@ def _read_weights_once(model):
 
 
 def infer_shapes(model, check_type=False):
-    """onnx's shape inference on an ir.Model, the shapes and types it finds written into the
-    model's own values (no new model; left as it is when inference fails). True if any
-    changed. Only the inferred value infos are read back: onnx_ir's ShapeInferencePass
+    """onnx's shape inference (shape_inference.infer: pools at onnxruntime's sizes) on an
+    ir.Model, the shapes and types it finds written into the model's own values (no new
+    model; left as it is when inference fails). True if any changed. Only the inferred value infos are read back: onnx_ir's ShapeInferencePass
     deserializes the whole inferred model to merge it, about half of its time."""
     def infer(proto):
-        return onnx.shape_inference.infer_shapes(proto, check_type=check_type,
-                                                 strict_mode=False, data_prop=True)
+        return shape_inference.infer(proto, check_type=check_type)
     try:    # (call_onnx_api leaves the big initializers' bytes out of the proto)
         inferred = _c_api_utils.call_onnx_api(infer, model)
     except Exception:  # noqa: BLE001 - as the pass: inference that fails changes nothing

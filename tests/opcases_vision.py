@@ -198,6 +198,13 @@ for _name, _layer in {
                                                    exclusive=False),
     "avg_inclusive_asym_ceil": lambda p: p.nn.AvgPool2D(2, stride=2, padding=[0, 1, 1, 0],
                                                         exclusive=False, ceil_mode=True),
+    # ceil_mode's last window past the end pad: Paddle counts it up to the begin pad's width
+    "avg_inclusive_asym_ceil_past_end": lambda p: p.nn.AvgPool2D(
+        3, stride=2, padding=[1, 0, 1, 0], exclusive=False, ceil_mode=True),
+    # a last window that would start in the end pad: Paddle keeps it (at float32's lowest),
+    # onnxruntime's MaxPool drops it
+    "max_ceil_window_in_end_pad": lambda p: p.nn.MaxPool2D(2, stride=2, padding=1,
+                                                           ceil_mode=True),
 }.items():
     case(f"pool2d_{_name}", IMG, ["pool2d"])(lambda paddle, f=_layer: f(paddle))
 

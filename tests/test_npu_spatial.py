@@ -179,8 +179,10 @@ def test_pooled_sizes_and_values_are_onnxruntimes_over_a_grid(op):
     so a window longer than the padded input still gives one output (a 2x2 stride-2 pool of a
     height-1 image), and a dilated window on padding only is float32's lowest (the
     reference's maxima are onnxruntime's exactly, its means within the tolerance). Where
-    onnxruntime pools to nothing, Pool is not used. The model declares onnxruntime's size:
-    onnx's shape inference misses ceil_mode's rule that a last window starts inside."""
+    onnxruntime pools to nothing, Pool is not used. The model declares onnxruntime's size,
+    or leaves it to shape inference, which sizes pools as onnxruntime does (onnx's own
+    inference misses ceil_mode's rule that a last window starts inside: 40 MaxPool and 27
+    AveragePool cases of this grid)."""
     rng = np.random.default_rng(12)
     session = ort.SessionOptions()
     session.log_severity_level = 4
@@ -188,29 +190,84 @@ def test_pooled_sizes_and_values_are_onnxruntimes_over_a_grid(op):
     for attrs, size in _pool_grid(op):
         node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
         x = rng.standard_normal((1, 2, size, 3)).astype(np.float32)
+        undeclared = model([node], [("x", x.shape)], [("y", None)])
         try:
-            (want,) = ort.InferenceSession(
-                model([node], [("x", x.shape)], [("y", None)]).SerializeToString(), session,
-                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+            (want,) = ort.InferenceSession(undeclared.SerializeToString(), session,
+                                           providers=["CPUExecutionProvider"]).run(None, {"x": x})
         except Exception:    # noqa: BLE001 - onnxruntime refuses these pads: no reference
             continue
-        onnx_model = model([node], [("x", x.shape)], [("y", want.shape)])
-        lowered, report = lower(onnx_model)
-        what = f"{op} {attrs} on height {size}"
-        if want.size == 0:
-            assert "no window fits" in report.refusals["pool"], what
-            continue
-        assert npu_ops(lowered) == {"Pool"}, what
-        _, got, ref, _ = three_way(onnx_model, lowered, {"x": x}, None)
-        assert got[0].shape == ref[0].shape == want.shape, what
-        assert np.array_equal(got[0], want), what     # the body is onnxruntime's pool
-        if op == "MaxPool":
-            assert np.array_equal(ref[0], want), what
-        else:       # the reference's mean is the float64 sum rounded once
-            assert_close(ref[0], want, what)
-        ran += 1
-    assert ran > (700 if op == "MaxPool" else 250)
+        declared = model([node], [("x", x.shape)], [("y", want.shape)])
+        for onnx_model, how in ((declared, "declared"), (undeclared, "undeclared")):
+            lowered, report = lower(onnx_model)
+            what = f"{op} {attrs} on height {size}, its size {how}"
+            if want.size == 0:
+                assert "no window fits" in report.refusals["pool"], what
+                continue
+            assert npu_ops(lowered) == {"Pool"}, what
+            assert _output_dims(lowered) == list(want.shape), what
+            _, got, ref, _ = three_way(onnx_model, lowered, {"x": x}, None)
+            assert got[0].shape == ref[0].shape == want.shape, what
+            assert np.array_equal(got[0], want), what     # the body is onnxruntime's pool
+            if op == "MaxPool":
+                assert np.array_equal(ref[0], want), what
+            else:       # the reference's mean is the float64 sum rounded once
+                assert_close(ref[0], want, what)
+            ran += 1
+    assert ran > 2 * (700 if op == "MaxPool" else 250)
 
+
+def _output_dims(lowered):
+    """The sizes the lowered model declares for its one output."""
+    (out,) = lowered.graph.outputs
+    return [d if isinstance(d, int) else None for d in out.shape]
+
+
+
+def _ceil_chain(x_dims, declared=()):
+    """x -> MaxPool -> Relu -> AveragePool -> Conv -> y, both pools 2x2 stride 2 pad 1 in
+    ceil_mode: onnx's inference sizes a 5x5 input 4x4 then 3x3, onnxruntime 3x3 then 2x2
+    (the last window of each would start in the end padding). `declared`: (name, dims)
+    value infos the model carries."""
+    window = dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", **window),
+             helper.make_node("Relu", ["p"], ["r"], name="relu"),
+             helper.make_node("AveragePool", ["r"], ["q"], name="pool1", **window),
+             helper.make_node("Conv", ["q", "w"], ["y"], name="conv", kernel_shape=[1, 1])]
+    w = np.random.default_rng(14).standard_normal((3, 2, 1, 1)).astype(np.float32)
+    m = model(nodes, [("x", x_dims)], [("y", None)], [("w", w)])
+    m.graph.value_info.extend(helper.make_tensor_value_info(n, 1, d) for n, d in declared)
+    return m
+
+
+CEIL_CHAIN_SIZES = {"p": [1, 2, 3, 3], "r": [1, 2, 3, 3], "q": [1, 2, 2, 2], "y": [1, 3, 2, 2]}
+
+
+@pytest.mark.parametrize("how", ["undeclared", "onnx's sizes declared", "input shape set"])
+def test_sizes_after_ceil_mode_pools_are_onnxruntimes(how):
+    """Shape inference (onnx_io's, both stages') sizes ceil_mode pools as onnxruntime runs
+    them, and what follows from those sizes: also where the model carries onnx's own sizes
+    (an earlier inference wrote them) or lowering fixes the input's size; the lowered model
+    runs and gives onnxruntime's values."""
+    from paddle_npu.onnx_io import load_model
+
+    if how == "onnx's sizes declared":
+        onnx_model = _ceil_chain([1, 2, 5, 5], [("p", [1, 2, 4, 4]), ("r", [1, 2, 4, 4]),
+                                                ("q", [1, 2, 3, 3])])
+    else:
+        onnx_model = _ceil_chain([1, 2, 5, 5] if how == "undeclared" else [1, 2, "h", "w"])
+    shapes = {"x": [1, 2, 5, 5]} if how == "input shape set" else None
+    x = np.random.default_rng(15).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    if shapes is None:
+        m = load_model(onnx_model)
+        sizes = {v.name: list(v.shape) for n in m.graph for v in n.outputs}
+        assert sizes == CEIL_CHAIN_SIZES
+    lowered, report = lower(onnx_model, input_shape=shapes)
+    assert {"Pool"} <= npu_ops(lowered), report.refusals
+    assert _output_dims(lowered) == CEIL_CHAIN_SIZES["y"]
+    want, got, ref, _ = three_way(onnx_model, lowered, {"x": x}, None)
+    assert want[0].shape == got[0].shape == ref[0].shape == (1, 3, 2, 2)
+    assert_close(got[0], want[0], how)
+    assert_close(ref[0], want[0], how)
 
 def test_a_quantised_layer_after_a_pool_to_height_one():
     """A classifier's 2x2 stride-2 pool of a height-2 image to height 1, then a 1x1 Conv on

@@ -5,7 +5,7 @@ from .common import (computed_dtype, conv_padding, in_float32, ints, paddle_pads
                      reshape, unsqueeze)
 from .registry import paddle_op
 from .vision import (_adaptive_pool, _pool_problem, _var_shape, avg_pool, avg_pool_problem,
-                     pool_spatial)
+                     max_pool, pool_spatial)
 
 
 def _nchw_only(op, key="data_format"):
@@ -147,7 +147,7 @@ class Pool2d:
             if op.attr("ceil_mode", False):
                 attrs["ceil_mode"] = 1
         if kind == "max":
-            return ctx.op.MaxPool(x, **attrs)
+            return max_pool(ctx, x, attrs, spatial, computed_dtype(ctx, op))
         return avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
 
 

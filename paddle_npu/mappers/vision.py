@@ -4,6 +4,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..shape_inference import pooled_size
 from ..shapes import FLAG_HINT, inputs_static
 from .common import (cast, computed_dtype, const_i64, in_float32, ints, int64_vector,
                      paddle_pads_nd, reduce, reshape, slice_, unsqueeze)
@@ -558,13 +559,45 @@ def avg_pool_problem(op, spatial):
     return None
 
 
+def paddle_pooled_size(size, k, s, p0, p1, ceil):
+    """Paddle's pool output size (phi's PoolOutputSize): a C++ integer division, ceil_mode
+    rounding up by adding s - 1 (it keeps a last window that starts in the end padding or
+    past the input, which onnxruntime drops)."""
+    room = size - k + p0 + p1 + (s - 1 if ceil else 0)
+    return (room // s if room >= 0 else -(-room // s)) + 1
+
+
+def max_pool(ctx, x, attrs, spatial, dtype_name):
+    """MaxPool with Paddle's output size: where ceil_mode's last window would start in the
+    end padding or past the input (static sizes), onnxruntime drops it and Paddle gives its
+    initial value, the dtype's lowest; the input is padded at the end with that value far
+    enough for onnxruntime to keep it."""
+    n = len(attrs["kernel_shape"])
+    if not attrs.get("ceil_mode") or "pads" not in attrs:
+        return ctx.op.MaxPool(x, **attrs)
+    pads, extra = attrs["pads"], []
+    for size, k, s, p0, p1 in zip(spatial, attrs["kernel_shape"], attrs["strides"],
+                                  pads[:n], pads[n:]):
+        want = paddle_pooled_size(size, k, s, p0, p1, 1) if size > 0 else None
+        short = want is not None and p1 < k and want > pooled_size(size, k, s, 1, p0, p1, 1)
+        # (then the padded length fits `want` windows exactly: ceil_mode drops none)
+        extra.append((want - 1) * s + k - (size + p0 + p1) if short else 0)
+    if any(extra):
+        lowest = np.finfo(np.dtype(dtype_name or "float32")).min
+        x = _onnx_pad(ctx, x, [0] * (n + 2) + [0, 0] + extra, "constant", lowest, dtype_name)
+    return ctx.op.MaxPool(x, **attrs)
+
+
 def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
     """AveragePool with Paddle's divisor.
 
     With exclusive=False Paddle counts a window's padding only up to in + pad_begin, so an
     end pad wider than the begin pad (SAME, or explicit [0, 1]) is never counted; ONNX's
     count_include_pad counts it. Then: zero-pad explicitly by the counted amounts and pool
-    with the rest as uncounted padding.
+    with the rest as uncounted padding. An end pad narrower than the begin pad is counted
+    by both, but a last window of ceil_mode past it is counted by Paddle up to in +
+    pad_begin, by ONNX only up to in + pad_end: there (static sizes) the input is zero-padded
+    to in + pad_begin, and the windows past Paddle's count sliced off.
     """
     if exclusive:
         return ctx.op.AveragePool(x, count_include_pad=0, **attrs)
@@ -573,6 +606,20 @@ def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
         pads = _same_pads(spatial, attrs["kernel_shape"], attrs["strides"])
     else:
         pads = attrs.get("pads", [0] * (2 * n))
+    ceil = attrs.get("ceil_mode") and "auto_pad" not in attrs     # (SAME ignores it)
+    sizes = [_ceil_counts_past_end_pad(size, k, s, p0, p1) if ceil else None
+             for size, k, s, p0, p1 in zip(spatial, attrs["kernel_shape"], attrs["strides"],
+                                           pads[:n], pads[n:])]
+    if any(sizes):
+        counted = [pads[i] if sizes[i] else min(pads[i], pads[n + i]) for i in range(n)]
+        x = _onnx_pad(ctx, x, [0, 0] + pads[:n] + [0, 0] + counted, "constant", 0.0,
+                      dtype_name)
+        attrs = {k: v for k, v in attrs.items() if k != "auto_pad"}
+        attrs["pads"] = [0] * n + [max(0, pads[n + i] - counted[i]) for i in range(n)]
+        y = ctx.op.AveragePool(x, count_include_pad=0, **attrs)
+        axes = [i for i in range(n) if sizes[i]]
+        return slice_(ctx, y, [0] * len(axes), [sizes[i] for i in axes],
+                      [2 + i for i in axes])
     if all(pads[n + i] <= pads[i] for i in range(n)):
         attrs = dict(attrs)
         if attrs.pop("auto_pad", None):
@@ -583,6 +630,18 @@ def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
     attrs = {k: v for k, v in attrs.items() if k != "auto_pad"}
     attrs["pads"] = [0] * n + [pads[n + i] - counted[i] for i in range(n)]
     return ctx.op.AveragePool(x, count_include_pad=0, **attrs)
+
+
+def _ceil_counts_past_end_pad(size, k, s, p0, p1):
+    """Paddle's output size along an axis of static `size` where ceil_mode's last window
+    reaches past the end pad (narrower than the begin pad) into what Paddle counts as
+    padding and ONNX does not, else None (also where that window counts nothing: Paddle
+    divides 0 by 0 there)."""
+    if size <= 0 or p1 >= p0:
+        return None
+    out = paddle_pooled_size(size, k, s, p0, p1, 1)
+    start = (out - 1) * s - p0
+    return out if start + k > size + p1 and start < size + p0 else None
 
 
 def _pool_ksize(op):
@@ -661,7 +720,7 @@ class Pool3d:
         else:
             attrs = _pool_attrs(op, 3, spatial)
             if kind == "max":
-                y = ctx.op.MaxPool(x, **attrs)
+                y = max_pool(ctx, x, attrs, spatial, computed_dtype(ctx, op))
             else:
                 y = avg_pool(ctx, x, attrs, op.attr("exclusive", True), spatial, computed_dtype(ctx, op))
         return y

@@ -16,9 +16,9 @@ import os
 import time
 
 import numpy as np
-import onnx
 from onnx import helper
 
+from .. import shape_inference
 from ..errors import ConversionError
 from ..onnx_io import save_proto, to_proto
 from ..outputs import write_text
@@ -101,7 +101,7 @@ def split_model(lowered, segments):
     infos = _value_infos(proto)
     missing = [n for s in segments for n in s.inputs + s.outputs if n not in infos]
     if missing:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        inferred = shape_inference.infer(proto, data_prop=False)
         infos.update(_value_infos(inferred))
     inits = {t.name: t for t in proto.graph.initializer}
     seg_of = {}

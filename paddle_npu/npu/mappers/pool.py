@@ -1,7 +1,7 @@
 """MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool (2-D) -> Pool on the vector unit."""
 from ..registry import onnx_op
 from ..ops.im2col import resolve_pads
-from ..ops.pool import pooled_size
+from ...shape_inference import pooled_size
 
 MODE = {"MaxPool": "max", "GlobalMaxPool": "max", "AveragePool": "avg",
         "GlobalAveragePool": "avg"}

@@ -5,20 +5,7 @@ from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
 from .im2col import LAYOUT_ATTRS, as_layout, as_nchw, check_layout, image_dims, is_nhwc, \
     kernel_taps
 from .reduce import Reduce
-
-
-def pooled_size(size, k, s, d, p0, p1, ceil):
-    """onnxruntime's output size: (size + pads - span) / s + 1, the division rounded toward
-    zero (a C++ integer division: a window longer than the padded image still gives one
-    output, as a 2x2 stride-2 pool of a height-1 image does, where floor would give none)
-    or, with ceil_mode, up, a last window then starting inside the image or its begin
-    padding (below 1: no window, which onnxruntime refuses or leaves empty)."""
-    span = d * (k - 1) + 1
-    room = size + p0 + p1 - span
-    if not ceil:
-        return (room // s if room >= 0 else -(-room // s)) + 1
-    out = -(-room // s) + 1
-    return out - 1 if (out - 1) * s >= size + p0 else out
+from ...shape_inference import pooled_size
 
 
 def _plain(v):
