@@ -35,6 +35,7 @@ class LowerContext:
         self.layers = []            # cost records of lowered layers, in graph order
         self.refusals = {}          # source node name -> why it was not lowered
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
+        self.unit_records = []      # integer lookup tables / written arrays (plan.unit_record)
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
         # a tile's memory (an integer tile's: its float weights' and scales) -> (its

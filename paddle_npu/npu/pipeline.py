@@ -155,7 +155,8 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     if quantization is not None:
-        g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans)})
+        g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans),
+                               "units": ctx.unit_records})
 
     devices, plain = {}, {}
     for node in m.graph:
@@ -236,3 +237,10 @@ def quantization_records(model):
     or None."""
     found = g.quantization(model)
     return None if found is None else found["layers"]
+
+
+def unit_records(model):
+    """The records of the integer lookup tables and written arrays (QLut, QRuntimeVMM) an
+    ir.Model lowered with `quantization` carries ([] for none)."""
+    found = g.quantization(model)
+    return [] if found is None else found.get("units", [])

@@ -207,6 +207,13 @@ def unit_bits(node, quantization):
     return bits
 
 
+def unit_record(node, op, bits, x, y, s_x, s_y):
+    """The record of an integer lookup table or written array: what the accuracy report
+    measures and --auto-hp may promote, as a matrix layer's record."""
+    return {"layer": node.name, "op": op, "bits": bits, "input": x, "output": y,
+            "s_x": float(s_x), "s_y": None if s_y is None else float(s_y)}
+
+
 def tensor_scale(quantization, name, bits):
     """The per-tensor scale of a calibrated tensor on the `bits`-bit grid (float32), or None
     when the calibration table lacks it."""

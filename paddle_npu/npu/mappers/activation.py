@@ -4,7 +4,7 @@ when the calibration table has both tensors (else the float Lut)."""
 import onnx_ir as ir
 
 from ..ops.lut import lut_table
-from ..plan import tensor_scale, unit_bits
+from ..plan import tensor_scale, unit_bits, unit_record
 from ..registry import onnx_op
 
 # ONNX op -> the Lut function computing it
@@ -47,6 +47,8 @@ class Activation:
                 q = ctx.npu.Quantize(x, ctx.initializer(s_x, "s_x"), bits=bits,
                                      _name="quantize", _dtype=int_type)
                 yq = ctx.npu.QLut(q, ctx.initializer(table, "table"), bits=bits, _name="qlut")
+                ctx.unit_records.append(unit_record(node, "Lut", bits, x.name, y.name, s_x,
+                                                    s_y))
                 return [ctx.npu.Dequantize(yq, ctx.initializer(s_y, "s_y"), _name="dequantize",
                                            _dtype=ir.DataType.FLOAT)]
         return [ctx.npu.Lut(x, function=function, **extra, _name="lut")]

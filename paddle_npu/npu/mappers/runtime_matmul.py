@@ -7,7 +7,7 @@ calibration table lacks keeps the float RuntimeVMM."""
 import numpy as np
 import onnx_ir as ir
 
-from ..plan import tensor_scale, unit_bits
+from ..plan import tensor_scale, unit_bits, unit_record
 from ..report import LayerReport
 from ..tiling import PlanCost
 
@@ -61,5 +61,7 @@ def _integer(ctx, node, x, w):
     acc = ctx.npu.QRuntimeVMM(xq, wq, acc_bits=32 if bits == 8 else 64, _name="qruntime_vmm",
                               _dtype=ir.DataType.INT32 if bits == 8 else ir.DataType.INT64)
     scale = np.float32(np.float64(s_x) * np.float64(s_w))
+    ctx.unit_records.append(unit_record(node, "RuntimeVMM", bits, x.name, node.outputs[0].name,
+                                        s_x, None))
     return ctx.npu.Dequantize(acc, ctx.initializer(scale, "s_acc"), _name="dequantize",
                               _dtype=ir.DataType.FLOAT)

@@ -31,7 +31,7 @@ from ..ops.quant import qrange
 from ..rnn import unrolled_proto
 from .calibrate import load_table, session_with_all
 from .samples import Samples, open_samples, run_batches
-from .qlower import records_of
+from .qlower import records_of, unit_records_of
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
@@ -77,6 +77,10 @@ def layer_report(float_model, quant_model, feeds, records=None):
     records = records if records is not None else records_of(qproto)
     if records is None:
         raise ValueError("the model carries no quantisation records (not quantised?)")
+    # the lookup tables and written arrays are layers of the report too, in graph order
+    order = {name: i for i, node in enumerate(fproto.graph.node) for name in node.output}
+    records = sorted(list(records) + unit_records_of(qproto),
+                     key=lambda r: order.get(r["output"], len(order)))
     outputs = [o.name for o in qproto.graph.output]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     feeds = open_samples(fproto, feeds)
@@ -128,7 +132,7 @@ def input_floor(float_model, table, feeds, bits=8):
             step = max(limit, 1e-12) / hi
             rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
         return rounded
-    rounded = Samples(feeds.names, feeds.count, round_batch, feeds.where)
+    rounded = Samples(feeds.names, feeds.count, round_batch, feeds.where, feeds.whole)
     outputs = [o.name for o in proto.graph.output]
     data = proto.SerializeToString()
     exact, near = run_tensors(data, feeds, outputs), run_tensors(data, rounded, outputs)

@@ -47,7 +47,7 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
     proto = load_proto(model)
     feeds = open_samples(proto, data)
     if samples and samples < feeds.count:
-        feeds = Samples(feeds.names, samples, feeds.read, feeds.where)
+        feeds = Samples(feeds.names, samples, feeds.read, feeds.where, feeds.whole)
     outputs = [o.name for o in proto.graph.output]
     fouts = run_tensors(proto.SerializeToString(), feeds, outputs)
     base = dict(load_precision(precision)) if precision else {}

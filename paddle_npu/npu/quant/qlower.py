@@ -24,6 +24,15 @@ def records_of(model):
     return None
 
 
+def unit_records_of(model):
+    """The records of the integer lookup tables and written arrays in a quantised model."""
+    proto = load_proto(model)
+    for p in proto.metadata_props:
+        if p.key == g.QUANTIZATION:
+            return json.loads(p.value).get("units", [])
+    return []
+
+
 def quantized_lower(model, table=None, bits=8, target=None, plan="packed", precision=None,
                     preprocess=None, **lower_options):
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).

@@ -27,8 +27,9 @@ class Samples:
     """`count` samples of the inputs `names`; `read(start, stop)` gives {name: array} of
     samples [start, stop) (a leading sample axis)."""
 
-    def __init__(self, names, count, read, where):
+    def __init__(self, names, count, read, where, whole=False):
         self.names, self.count, self.read, self.where = list(names), count, read, where
+        self.whole = whole          # one batch as it is: run once, never split
 
     def batches(self, size):
         for start in range(0, self.count, size):
@@ -54,6 +55,13 @@ def from_arrays(feeds, where="the data"):
     return Samples(feeds, count, lambda a, b: {k: v[a:b] for k, v in feeds.items()}, where)
 
 
+def one_batch(feeds, where="the data"):
+    """Arrays that are one batch as they are, not samples along a common leading axis (an
+    RNN's time-major input beside its [directions, batch, hidden] initial states)."""
+    feeds = {k: np.asarray(v) for k, v in feeds.items()}
+    return Samples(feeds, 1, lambda a, b: feeds, where, whole=True)
+
+
 def as_samples(data, where="the data"):
     return data if isinstance(data, Samples) else from_arrays(data, where)
 
@@ -69,7 +77,8 @@ def open_samples(proto, data, limit=None, preprocess=None):
         return data
     images = not isinstance(data, dict) and os.path.isdir(data)
     if isinstance(data, dict):
-        samples = from_arrays(data)
+        samples = from_arrays(data) if len({len(np.asarray(v)) for v in data.values()}) <= 1 \
+            else one_batch(data)
     elif images:
         samples = _image_samples(proto, names, data, preprocess)
     else:
@@ -198,7 +207,7 @@ def run_batches(session, samples, where=None, progress=None):
     a progress line on a terminal (stderr)."""
     samples = as_samples(samples)
     where = where or samples.where or "the data"
-    size = accepted_batch(session, where)
+    size = 1 if samples.whole else accepted_batch(session, where)
     if size is None:
         size = BATCH
     elif samples.count % size:
