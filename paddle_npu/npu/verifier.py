@@ -124,7 +124,15 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     within `tolerance` (each output's `ort_vs_reference` and `within`: "bit-exact" or
     "tolerance"; `float_inputs`: the float tensors integer layers read where the two differ).
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
-    input and the run before lowering."""
+    input and the run before lowering.
+
+    Outputs computed from the picks of a TopK, ArgMax or ArgMin (selection.py) are judged,
+    by the same rules, given the model's picks (held: fed to the lowered model in place of
+    its own), and the scores each selection ranks with them (`selections`: per selection its
+    `scores` entry and how the lowered model's own picks compare; per output its
+    `selection`, None for an output no pick reaches); it is not ok either when a pick the
+    lowered model makes on its own differs beyond a near-tie. Recorded outputs are not used
+    then (what Paddle picked is not recorded)."""
     used = _primitives(load_header(lowered))
     if not used:
         name = lowered if isinstance(lowered, str) else "the second model"
