@@ -144,11 +144,38 @@ def test_a_selection_lowered_wrong_disagrees():
     # given the float picks every output and the scores agree: only the picks tell
     assert result["worst_cosine"] > 0.999 and not result["ok"]
     topk = result["selections"][1]
-    assert topk["picks_same"] == 0 and topk["scores"]["onnxruntime"]["cosine"] > 0.999 and not topk["explained"]
+    assert topk["picks_same"] == 0 and not topk["explained"]
+    assert topk["scores"]["onnxruntime"]["cosine"] > 0.999
     assert topk["near_tie"] > 2 * topk["score_error"]
     assert "the others are NOT near-ties" in render(result)
     assert "DISAGREES (integer plan): the picks of TopK topk differ beyond near-ties" in \
         render(result)
+
+
+def test_an_arg_max_output_is_judged_by_the_scores_it_ranks():
+    """A classifier whose output is its ArgMax: one label in 64 flips at int8 (two logits
+    0.12 apart, the logits up to 0.15 off), the logits agree."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"], name="fc"),
+         helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0, name="label")],
+        "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 16])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [64])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x}), 8, "npu256")
+    result = verify(model, lowered, "npu256", feeds={"x": x})
+    assert result["ok"], render(result)
+    (label,) = result["outputs"]
+    assert label["selection"]["free_running"]["cosine"] == 0 and label["bit_exact"]
+    (argmax,) = result["selections"]
+    assert (argmax["picks"], argmax["picks_same"]) == (64, 63) and argmax["explained"]
+    assert 0.999 < result["worst_cosine"] < 1
+    assert "at logits (ranked by ArgMax label)" in render(result)
 
 
 def test_a_float_plan_makes_the_same_picks():

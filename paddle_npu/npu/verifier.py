@@ -270,18 +270,14 @@ def _selection_report(selections, ranked, picks, free, outputs, want):
                              got_scores, got_picks)
         report.append({"op": s.op, "node": s.node, "picks_name": s.picks, "scores": entry,
                        "outputs": s.outputs, **same})
-    by_name = {o["name"]: (o, i) for i, o in enumerate(outputs)}
-    for entry in outputs:
-        entry["selection"] = None
-    for name, (entry, i) in by_name.items():
-        hinges = [r for r in report if name in r["outputs"]]
-        if hinges:
-            entry["selection"] = {
-                "judged": "given the float model's picks",
-                "picks_names": [r["picks_name"] for r in hinges],
-                "picks": sum(r["picks"] for r in hinges),
-                "picks_same": sum(r["picks_same"] for r in hinges),
-                "free_running": _agreement(free_outputs[i], want[i])}
+    for i, entry in enumerate(outputs):
+        hinges = [r for r in report if entry["name"] in r["outputs"]]
+        entry["selection"] = {
+            "judged": "given the float model's picks",
+            "picks_names": [r["picks_name"] for r in hinges],
+            "picks": sum(r["picks"] for r in hinges),
+            "picks_same": sum(r["picks_same"] for r in hinges),
+            "free_running": _agreement(free_outputs[i], want[i])} if hinges else None
     return report
 
 
@@ -434,7 +430,7 @@ def render(result):
     picks = (f"the picks of {', '.join(wrong_picks)} differ beyond near-ties; "
              if wrong_picks else "")
     if result.get("integer"):
-        sqnr = min(o["sqnr_db"] for o in result["outputs"])
+        sqnr = min(o["sqnr_db"] for _, o in _judged(result))
         lines.append(f"{verdict} (integer plan): {picks}worst cosine to float "
                      f"{result['worst_cosine']:.6f}{_at_worst(result)} (at least "
                      f"{result['min_cosine']:g}), SQNR "
