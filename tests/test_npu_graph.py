@@ -217,10 +217,11 @@ def test_lowered_model_keeps_outputs_and_value_info():
     # each array reads all of its Im2Col's columns: a bare MatMul (float32 or exact sums)
     assert {o.removesuffix("_f32") for f, o in functions if f == "VMM"} == {"whole"}
     # the image's height and width are fixed: conv1's Im2Col gathers with a constant index
-    # table; conv2's is 1x1 (both images have 3 channels: moved channels-last by an Einsum)
+    # table; conv2's is 1x1 (3 and 6 channels, fewer than 8: moved channels-last by an
+    # Einsum; the channel count named, as a one-hot float32 body bakes it in)
     im2col = sorted(o for f, o in functions if f == "Im2Col")
     assert len(im2col) == 2 and im2col[0].startswith("fixed_8x8_") and \
-        im2col[1] == "pointwise_s1x1_einsum_pixels"
+        im2col[1] == "pointwise_c6_s1x1_einsum_pixels"
 
 
 @pytest.mark.parametrize("kernel, strides, pads, dilations", [

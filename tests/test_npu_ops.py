@@ -825,6 +825,48 @@ def test_one_function_serves_every_node_of_its_overload():
         np.testing.assert_array_equal(g_, w)
 
 
+@pytest.mark.parametrize("float32", [False, True])
+@pytest.mark.parametrize("layout, channels", [("nhwc", (512, 2)), ("nhwc", (8, 2)),
+                                              ("nchw", (3, 1))])
+@pytest.mark.parametrize("window", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},             # PP-LiteSeg-T's conv2d_134
+    {"kernel_shape": [3, 3], "strides": [2, 1], "dilations": [1, 2], "pads": [0, 2, 1, 0]},
+    {"kernel_shape": [1, 1]},
+    {"kernel_shape": [1, 1], "strides": [2, 2]},
+])
+def test_im2cols_of_one_window_on_other_channel_counts_get_their_own_bodies(window, layout,
+                                                                          channels, float32):
+    """Two Im2Cols of one window on images of one size but other channel counts: an nhwc body
+    reshapes its pixels to its channels, a picture's float32 body is a one-hot Conv of them,
+    so each needs its own function. Under one overload the second ran the first's body:
+    PP-LiteSeg-T's conv2d_134 (3x3 on 2 channels at 4x4, after a 3x3 on 1024) failed
+    onnxruntime's shape inference on the per-channel plan (Reshape to 512 values a pixel)."""
+    rng = np.random.default_rng(11)
+    nodes, inputs, outputs, feeds, want = [], [], [], {}, []
+    for i, c in enumerate(channels):
+        x = rng.standard_normal((1, c, 4, 4)).astype(np.float32)
+        attrs = dict(window)
+        if layout == "nhwc":
+            attrs.update(layout="nhwc", image_size=[4, 4])
+            x = as_rows(x)
+        y = get_primitive("Im2Col").reference(ArrayModel(8, 8), [x], attrs)[0]
+        nodes.append(helper.make_node("Im2Col", [f"x{i}"], [f"y{i}"], domain=DOMAIN, **attrs))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, x.shape))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, y.shape))
+        feeds[f"x{i}"] = x
+        want.append(y)
+    graph = helper.make_graph(nodes, "im2cols", inputs, outputs)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET)])
+    proto.ir_version = 10
+    model = ir.serde.deserialize_model(proto)
+    attach_functions(model, float32=float32)
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto)
+    got = run_onnx(proto.SerializeToString(), feeds)[1]
+    for g_, w in zip(got, want):
+        np.testing.assert_array_equal(g_, w)
+
+
 def test_symbolic_batch_survives_shape_inference_of_primitives():
     im2col = get_primitive("Im2Col").infer(
         [["N", 3, 8, 8]], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})[0]

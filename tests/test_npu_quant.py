@@ -10,11 +10,12 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from npu_helpers import model, on_arrays, serialized
+from npu_helpers import assert_close, model, on_arrays, serialized
 from onnx import helper
 
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
+from paddle_npu.npu import lower
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
 from paddle_npu.npu.passes import with_input_shapes
@@ -237,6 +238,90 @@ def test_integer_matrix_layers_of_one_to_three_row_tiles_run_bit_true(kind, bias
     got = _ort(proto, x)[0]
     assert np.array_equal(got, Reference(proto, None).run(x)[0])
     assert _cosine(got, _ort(m, x)[0]) > 0.999
+
+
+def _two_windows(window, groups=1, wide=8, thin=2, outs=2, size=4):
+    """Two Convs of one window (`window`: Conv attributes) and `groups` on images of one size,
+    `wide` and `thin` channels, both the rows of a 1x1 Conv before them (nhwc Im2Cols):
+    x -> 1x1 -> a (wide) -> 1x1 -> b (thin); ya = window(a), yb = window(b), `outs` channels
+    each. The model and a feed maker."""
+    rng = np.random.default_rng(groups * 100 + wide + thin)
+
+    def weight(m, c, k=(1, 1)):
+        return (rng.standard_normal((m, c, *k)) / np.sqrt(c * np.prod(k))).astype(np.float32)
+
+    k = window["kernel_shape"]
+    nodes = [helper.make_node("Conv", ["x", "w_stem"], ["s"], name="stem"),
+             helper.make_node("Relu", ["s"], ["a"], name="relu_stem"),
+             helper.make_node("Conv", ["a", "w_narrow"], ["n"], name="narrow"),
+             helper.make_node("Relu", ["n"], ["b"], name="relu_narrow"),
+             helper.make_node("Conv", ["a", "w_wide"], ["ya"], name="wide", group=groups,
+                              **window),
+             helper.make_node("Conv", ["b", "w_thin"], ["yb"], name="thin", group=groups,
+                              **window)]
+    inits = [("w_stem", weight(wide, 3)), ("w_narrow", weight(thin, wide)),
+             ("w_wide", weight(outs, wide // groups, k)),
+             ("w_thin", weight(outs, thin // groups, k))]
+    m = model(nodes, [("x", [1, 3, size, size])], [("ya", None), ("yb", None)], inits)
+    return m, lambda n: {"x": rng.standard_normal((n, 3, size, size)).astype(np.float32)}
+
+
+def _lowered_windows_equal_the_reference(m, feeds, plan, bits):
+    """Lower the model of `_two_windows` (float, or integer of `bits`) on `plan`; onnxruntime
+    runs it and equals the NumPy reference (bit for bit at integers); the two windows' Im2Cols
+    read nhwc images (what the test is about; an integer 1x1 window of stride 1 has none:
+    its array reads the rows as they are)."""
+    onnx_bytes = serialized(m)
+    if bits:
+        lowered = quantized_lower(onnx_bytes, calibrate(onnx_bytes, feeds(16)), bits,
+                                  plan=plan)[0]
+    else:
+        lowered = lower(m, "npu256", plan=plan)[0]
+    assert all(n.attributes["layout"].value == "nhwc" for n in lowered.graph
+               if n.op_type == "Im2Col" and g.source(n) in ("wide", "thin"))
+    proto = ir.serde.serialize_model(lowered)
+    x = feeds(1)
+    got = _ort(proto, x)
+    ref = Reference(proto, None).run(x)
+    for a, b in zip(got, ref):
+        if bits:
+            assert np.array_equal(a, b)
+        else:
+            assert_close(a, b, "onnxruntime against the NumPy reference")
+
+
+@pytest.mark.parametrize("plan", ["packed", "per-channel"])
+@pytest.mark.parametrize("bits", [None, 8, 16])
+def test_pp_liteseg_t_conv2d_134_after_a_wider_window_runs_on_both_plans(plan, bits):
+    """PP-LiteSeg-T's conv2d_134 at 128x128: a 3x3 window (pad 1) on nhwc rows of 2 channels
+    at 4x4, to 1 channel, in a model where another Im2Col of the same window reads 4x4 rows
+    of more channels. Per-channel int8 / int16 both called one function, made for the wider
+    image, and onnxruntime refused the model (Reshape of 2-channel pixels to 512 values)."""
+    m, feeds = _two_windows({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, wide=16,
+                            thin=2, outs=1, size=4)
+    _lowered_windows_equal_the_reference(m, feeds, plan, bits)
+
+
+@pytest.mark.parametrize("bits", [None, 8, 16])
+@pytest.mark.parametrize("window, groups", [
+    ({"kernel_shape": [1, 1]}, 1),
+    ({"kernel_shape": [1, 1], "strides": [2, 2]}, 1),
+    ({"kernel_shape": [3, 3]}, 1),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 1),
+    ({"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}, 1),
+    ({"kernel_shape": [1, 3], "strides": [1, 2], "pads": [0, 1, 0, 0]}, 1),
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 2),
+    ({"kernel_shape": [2, 2], "strides": [2, 2], "dilations": [1, 2], "pads": [0, 1, 1, 0]}, 2),
+])
+@pytest.mark.parametrize("plan", ["packed", "per-channel"])
+def test_windows_on_two_channel_counts_run_bit_true(window, groups, bits, plan):
+    """Two layers of one window on nhwc images of one size and 8 and 4 channels, over kernels,
+    strides, dilations, pads and groups: onnxruntime runs the lowered model and equals the
+    reference. Every Im2Col of the per-channel plan at integers gathers channel by channel
+    (channel_block 0), as do the packed plan's strided 1x1 and grouped layers, at float too:
+    all shared one body across channel counts before their overloads named them."""
+    m, feeds = _two_windows(window, groups, wide=8, thin=4, outs=2, size=6)
+    _lowered_windows_equal_the_reference(m, feeds, plan, bits)
 
 
 @pytest.mark.parametrize("op, inputs, attrs", [

@@ -35,7 +35,15 @@ def add_commands(sub):
     p = sub.add_parser("verify", help="compare a model and its lowered form",
                        description="onnxruntime on MODEL vs onnxruntime on LOWERED vs the NumPy "
                                    "reference of LOWERED, on the same seeded (or given) input: "
-                                   "max abs diff, relative diff and cosine per output.")
+                                   "max abs diff, relative diff and cosine per output. Outputs "
+                                   "computed from the picks of a TopK, ArgMax or ArgMin (rows "
+                                   "taken with Gather / GatherElements, and what follows) are "
+                                   "judged given MODEL's picks, fed to LOWERED in place of its "
+                                   "own, since rounding may swap nearly tied candidates; the "
+                                   "scores each selection ranks are judged like an output, and "
+                                   "every pick LOWERED makes on its own that differs must be a "
+                                   "near-tie: within twice the largest difference of the two "
+                                   "models' scores.")
     p.add_argument("model", help="the model before lowering")
     p.add_argument("lowered", help="the lowered model")
     p.add_argument("--target", default=DEFAULT, help="the target it was lowered for "
@@ -43,7 +51,8 @@ def add_commands(sub):
     p.add_argument("--inputs", metavar="NPZ",
                    help="inputs to use (in_<name> or <name> keys); outputs recorded in it "
                         "(out_<i> or <name>), e.g. Paddle's in float64, judge a float plan "
-                        "beyond the model's float-noise floor")
+                        "beyond the model's float-noise floor (not when some output is "
+                        "computed from picks: their picks are not recorded)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
     p.add_argument("--tolerance", type=float, default=1e-5,
                    help="largest relative diff accepted for a float plan (default 1e-5)")

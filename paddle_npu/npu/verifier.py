@@ -13,6 +13,7 @@ from ..onnx_io import graph_inputs, load_header, load_proto
 from .ops import DOMAIN
 from .passes import with_input_shapes
 from .reference import Reference
+from .selection import HELD, RANKED, compare_picks, find_selections, hold, link_lowered
 
 TOLERANCE = 1e-5
 # About one float32 ulp, relative: the input nudge that measures a model's float-noise floor.
@@ -123,7 +124,15 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     within `tolerance` (each output's `ort_vs_reference` and `within`: "bit-exact" or
     "tolerance"; `float_inputs`: the float tensors integer layers read where the two differ).
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
-    input and the run before lowering."""
+    input and the run before lowering.
+
+    Outputs computed from the picks of a TopK, ArgMax or ArgMin (selection.py) are judged,
+    by the same rules, given the model's picks (held: fed to the lowered model in place of
+    its own), and the scores each selection ranks with them (`selections`: per selection its
+    `scores` entry and how the lowered model's own picks compare; per output its
+    `selection`, None for an output no pick reaches); it is not ok either when a pick the
+    lowered model makes on its own differs beyond a near-tie. Recorded outputs are not used
+    then (what Paddle picked is not recorded)."""
     used = _primitives(load_header(lowered))
     if not used:
         name = lowered if isinstance(lowered, str) else "the second model"
@@ -134,8 +143,22 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         original = with_input_shapes(original, input_shape)
     if feeds is None:
         feeds = seeded_inputs(original, seed)
-    # one model at a time in memory: each run's session is gone before the next is made
-    names, want = run_onnx(_runnable(original), feeds)
+    selections = find_selections(load_header(original).graph)
+    if selections:
+        link_lowered(selections, load_header(lowered).graph, lowered)
+        # the lowered model's own picks, and its outputs from them (shown, not judged)
+        free_outputs, free_values = _run_with_tensors(
+            lowered, feeds, [n for s in selections for n in (s.picks, s.lowered_scores)])
+        free = (free_outputs, {**feeds, **free_values})
+        original, lowered, feeds, names, want, picks = _hold_selections(original, lowered,
+                                                                        selections, feeds)
+        if recorded:        # (the recorded outputs' picks are not known: not comparable)
+            hinging = {o for s in selections for o in s.outputs}
+            recorded = [None if n in hinging else r for n, r in zip(names, recorded)] + \
+                [None] * len(selections)
+    else:
+        # one model at a time in memory: each run's session is gone before the next is made
+        names, want = run_onnx(_runnable(original), feeds)
     if integer:
         got_ref, got_ort, check, array = _integer_runs(lowered, target, feeds, tolerance)
     else:
@@ -149,14 +172,8 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     for name, w, o, r in zip(names, want, got_ort, got_ref):
         entry = {"name": name, "shape": list(np.shape(w))}
         for key, got in (("onnxruntime", o), ("reference", r)):
-            if np.issubdtype(np.asarray(w).dtype, np.floating):
-                a = agreement(got, w)
-            else:                      # indices, masks: exact
-                same = np.array_equal(np.asarray(got), np.asarray(w))
-                a = {"max_abs_diff": 0.0 if same else float("inf"),
-                     "rel_diff": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0}
-            entry[key] = a
-            worst = max(worst, a["rel_diff"])
+            entry[key] = _agreement(got, w)
+            worst = max(worst, entry[key]["rel_diff"])
         if integer:
             entry["sqnr_db"] = _sqnr_db(o, w)
             # an integer output is held to the bits; a float one, computed by float ops from
@@ -167,8 +184,13 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
             entry["within"] = "bit-exact" if entry["bit_exact"] else \
                 "tolerance" if entry["ort_vs_reference"] <= tolerance else None
         outputs.append(entry)
-    result = {"outputs": outputs, "worst_rel_diff": worst, "tolerance": tolerance,
-              "integer": integer, "array": array}
+    # the scores each selection ranks, judged like the outputs (after them in every list)
+    ranked = outputs[len(outputs) - len(selections):] if selections else []
+    result = {"outputs": outputs[:len(outputs) - len(ranked)], "worst_rel_diff": worst,
+              "tolerance": tolerance, "integer": integer, "array": array}
+    if selections:
+        result["selections"] = _selection_report(selections, ranked, picks, free,
+                                                 result["outputs"], want)
     if integer:
         result["min_cosine"] = min_cosine
         result["worst_cosine"] = min((e["onnxruntime"]["cosine"] for e in outputs), default=1.0)
@@ -192,7 +214,71 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
             result["ok"] = _as_close_to_recorded(outputs, recorded, want, got_ort, got_ref,
                                                  tolerance)
             result["within"] = "recorded" if result["ok"] else None
+    if selections and not all(s["explained"] for s in result["selections"]):
+        result["ok"] = False
+        if not integer:
+            result["within"] = None
     return result
+
+
+def _agreement(got, want):
+    """compare.agreement of a float tensor; an integer one (indices, masks) exact."""
+    if np.issubdtype(np.asarray(want).dtype, np.floating):
+        return agreement(got, want)
+    same = np.array_equal(np.asarray(got), np.asarray(want))
+    return {"max_abs_diff": 0.0 if same else float("inf"),
+            "rel_diff": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0}
+
+
+def _hold_selections(original, lowered, selections, feeds):
+    """Both models with the model's picks held (selection.hold): (the model held, the lowered
+    model held, the feeds with the picks, the output names (the model's, then each
+    selection's ranked scores), the model's outputs and scores, its picks by name)."""
+    made = [n for s in selections for n in (s.picks, s.scores)]
+    want, values = _run_with_tensors(original, feeds, made)
+    values = {**feeds, **values}            # (scores may be a graph input)
+    picks = {s.picks: values[s.picks] for s in selections}
+    held_feeds = {**feeds, **{name + HELD: v for name, v in picks.items()}}
+    names = [o.name for o in load_header(original).graph.output] + \
+        [s.picks + RANKED for s in selections]
+    want = list(want) + [values[s.scores] for s in selections]
+    return (hold(_own_proto(original), selections, lowered=False),
+            hold(_own_proto(lowered), selections, lowered=True), held_feeds, names, want, picks)
+
+
+def _own_proto(model):
+    """A ModelProto of the model that the caller does not hold (to edit)."""
+    proto = load_proto(model)
+    if proto is model:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    return proto
+
+
+def _selection_report(selections, ranked, picks, free, outputs, want):
+    """Per selection: what it ranks and picks, how its scores compare (`scores`: an entry as
+    for an output) and how the lowered model's own picks compare (compare_picks); per output
+    computed from picks, its `selection`: how it was judged, the picks it hinges on and how
+    many of them the lowered model makes on its own, and its free-running agreement."""
+    free_outputs, free_values = free
+    report = []
+    for s, entry in zip(selections, ranked):
+        entry["name"] = s.scores
+        got_scores = free_values.get(s.lowered_scores)
+        got_picks = free_values.get(s.picks)
+        same = compare_picks(s, want[len(outputs) + len(report)], picks[s.picks],
+                             got_scores, got_picks)
+        report.append({"op": s.op, "node": s.node, "picks_name": s.picks, "scores": entry,
+                       "outputs": s.outputs, **same})
+    for i, entry in enumerate(outputs):
+        hinges = [r for r in report if entry["name"] in r["outputs"]]
+        entry["selection"] = {
+            "judged": "given the float model's picks",
+            "picks_names": [r["picks_name"] for r in hinges],
+            "picks": sum(r["picks"] for r in hinges),
+            "picks_same": sum(r["picks_same"] for r in hinges),
+            "free_running": _agreement(free_outputs[i], want[i])} if hinges else None
+    return report
 
 
 def _integer_runs(lowered, target, feeds, tolerance):
@@ -323,19 +409,31 @@ def _as_close_to_recorded(outputs, recorded, want, got_ort, got_ref, tolerance):
 
 def render(result):
     lines = [f"{'output':<32} {'vs':<12} {'max abs diff':>13} {'rel diff':>10} {'cosine':>10}"]
-    for o in result["outputs"]:
+    selections = result.get("selections", [])
+    rows = [(o["name"][-30:] + " *" if o.get("selection") else o["name"][-32:], o)
+            for o in result["outputs"]]
+    rows += [(f"{s['scores']['name'][-(30 - len(s['op'])):]} ({s['op']})", s["scores"])
+             for s in selections]
+    for label, o in rows:
         for key in ("onnxruntime", "reference"):
             a = o[key]
-            lines.append(f"{o['name'][-32:]:<32} {key:<12} {a['max_abs_diff']:>13.3e} "
+            lines.append(f"{label:<32} {key:<12} {a['max_abs_diff']:>13.3e} "
                          f"{a['rel_diff']:>10.2e} {a['cosine']:>10.6f}")
+    if selections:
+        lines += _render_selections(result)
     arr = result["array"]
     lines.append(f"reference: {arr['arrays']} arrays programmed, {arr['vmm_invocations']} VMM "
                  f"invocations, {arr['macs']} array MACs")
     verdict = "agrees" if result["ok"] else "DISAGREES"
+    wrong_picks = [f"{s['op']} {s['node']}" for s in result.get("selections", [])
+                   if not s["explained"]]
+    picks = (f"the picks of {', '.join(wrong_picks)} differ beyond near-ties; "
+             if wrong_picks else "")
     if result.get("integer"):
-        sqnr = min(o["sqnr_db"] for o in result["outputs"])
-        lines.append(f"{verdict} (integer plan): worst cosine to float "
-                     f"{result['worst_cosine']:.6f} (at least {result['min_cosine']:g}), SQNR "
+        sqnr = min(o["sqnr_db"] for _, o in _judged(result))
+        lines.append(f"{verdict} (integer plan): {picks}worst cosine to float "
+                     f"{result['worst_cosine']:.6f}{_at_worst(result)} (at least "
+                     f"{result['min_cosine']:g}), SQNR "
                      f"{sqnr:.2f} dB; onnxruntime vs NumPy reference: "
                      + _render_integer_check(result))
     elif result.get("within") == "floor":
@@ -357,9 +455,55 @@ def render(result):
     else:
         floor = (f", beyond the model's own float-noise floor {max(result['floor']):.1e}"
                  if result.get("floor") else "")
-        lines.append(f"DISAGREES: worst relative diff {result['worst_rel_diff']:.2e} "
-                     f"(tolerance {result['tolerance']:g}{floor})")
+        lines.append(f"DISAGREES: {picks}worst relative diff {result['worst_rel_diff']:.2e}"
+                     f"{_at_worst(result)} (tolerance {result['tolerance']:g}{floor})")
     return "\n".join(lines)
+
+
+def _judged(result):
+    """(label, entry) of every tensor judged: the outputs, then the scores selections rank."""
+    return [(o["name"], o) for o in result["outputs"]] + \
+        [(f"{s['scores']['name']} (ranked by {s['op']} {s['node']})", s["scores"])
+         for s in result.get("selections", [])]
+
+
+def _at_worst(result):
+    """' at NAME': where the worst cosine (integer plan) or relative diff is, when the model
+    has more than one output or its outputs hinge on selections."""
+    judged = _judged(result)
+    if len(judged) < 2:
+        return ""
+    if result.get("integer"):
+        name, _ = min(judged, key=lambda j: j[1]["onnxruntime"]["cosine"])
+    else:
+        name, _ = max(judged, key=lambda j: max(j[1][k]["rel_diff"]
+                                                 for k in ("onnxruntime", "reference")))
+    return f" at {name}"
+
+
+def _render_selections(result):
+    lines = []
+    hinging = [o for o in result["outputs"] if o.get("selection")]
+    free = ", ".join(f"{o['name']} cosine {o['selection']['free_running']['cosine']:.6f}"
+                     for o in hinging)
+    lines.append("* judged given the float model's picks (held in the lowered model); "
+                 f"free-running: {free}")
+    for s in result["selections"]:
+        head = f"{s['op']} {s['node']} of {s['scores']['name']}: "
+        if s["picks_same"] == s["in_place"] == s["picks"]:
+            lines.append(head + f"all {s['picks']} picks the same")
+            continue
+        same = (f"{s['picks_same']} of {s['picks']} picks the same ({s['in_place']} in "
+                "place)")
+        if s["explained"]:
+            lines.append(head + f"{same}; the others are near-ties: within "
+                         f"{s['near_tie']:.1e} of the float model's score there (the scores "
+                         f"differ by up to {s['score_error']:.1e})")
+        else:
+            lines.append(head + f"{same}; the others are NOT near-ties: {s['near_tie']:.1e} "
+                         f"apart, beyond twice the scores' difference ({s['score_error']:.1e}): "
+                         f"the {s['op']} picks differently from the same scores")
+    return lines
 
 
 def _render_integer_check(result):

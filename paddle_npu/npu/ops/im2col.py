@@ -175,19 +175,23 @@ class Im2Col(Primitive):
             return f"columns_{nhwc}{h}x{w}_c{channels}_" + config_tag(
                 a["kernel_shape"], a["strides"], a["pads"], a["dilations"]) + \
                 f"_b{a['channel_block']}_{start}_{count}"
+        # Every node of an overload calls one function, so the name holds all its body bakes
+        # in. The channel count is baked into an nhwc body (its pixels are Reshapes to C
+        # values) and into a few-channel picture's one-hot Conv (float32_body); an nchw
+        # gather of whole pixels leaves it open.
         pixels = "_einsum_pixels" if _pixels_by_einsum({**attrs, **a}, channels) else ""
+        channel_tag = f"c{channels}_" if nhwc or pixels else ""
         if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]) and not a["blocks_first"]:
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
-            return f"pointwise_{nhwc}s{sh}x{sw}{size}{pixels}"
+            return f"pointwise_{nhwc}{channel_tag}s{sh}x{sw}{size}{pixels}"
         # a block's body holds the blocks per pixel: the channels are part of it
         order = f"_b{a['channel_block']}of{channels}" if a["channel_block"] else \
             "_einsum" if attrs.get("_float") else ""
         order += "_first" if a["blocks_first"] else ""
         if isinstance(h, int) and isinstance(w, int):       # (an nhwc image always is)
-            return f"fixed_{nhwc}{h}x{w}_" + config_tag(a["kernel_shape"], a["strides"],
-                                                         a["pads"], a["dilations"]) + order + \
-                pixels
+            return f"fixed_{nhwc}{h}x{w}_{channel_tag}" + config_tag(
+                a["kernel_shape"], a["strides"], a["pads"], a["dilations"]) + order + pixels
         return pixels[1:]
 
     @classmethod

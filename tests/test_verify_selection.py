@@ -1,0 +1,208 @@
+"""`verify` on outputs that hinge on a discrete choice (a TopK's or ArgMax's picks, rows taken
+with GatherElements): judged given the float model's picks, plus the scores ranked and how
+many of the picks the lowered model makes on its own."""
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.verifier import render, verify
+from paddle_npu.onnx_io import load_proto
+
+N, D, C, K = 12, 8, 3, 4
+STEP = 0.05         # the int8 step of the input (its calibrated threshold is 127 steps)
+
+
+def _detector(values=True):
+    """x [1, N, D] -> scores (MatMul), boxes (MatMul), class ids (ArgMax of a MatMul); the
+    top K scores pick boxes and class ids (GatherElements, as Paddle's take_along_axis).
+    Candidates 5 and 6 compete for the K-th place: the same on the int8 grid in the features
+    the scores read, 6 a fifth of a step higher in float (so the float model picks 6, the
+    int8 one, seeing a tie, 5), opposite in the features only boxes and classes read.
+    values: the top K scores are an output too."""
+    rng = np.random.default_rng(0)
+    ws = np.zeros((D, 1), np.float32)
+    ws[:4, 0] = [1.0, 0.5, -0.5, 0.25]
+    wb = rng.standard_normal((D, 4)).astype(np.float32)
+    wb[4:] *= 4
+    wc = rng.standard_normal((D, C)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "ws"], ["scores"], name="score"),
+        helper.make_node("MatMul", ["x", "wb"], ["boxes"], name="box"),
+        helper.make_node("MatMul", ["x", "wc"], ["logits"], name="cls"),
+        helper.make_node("ArgMax", ["logits"], ["ids"], axis=2, keepdims=1, name="argmax"),
+        helper.make_node("TopK", ["scores", "k"], ["top", "picks"], axis=1, name="topk"),
+        helper.make_node("Expand", ["picks", "shape4"], ["picks4"], name="expand"),
+        helper.make_node("GatherElements", ["boxes", "picks4"], ["picked_boxes"], axis=1,
+                         name="take_boxes"),
+        helper.make_node("GatherElements", ["ids", "picks"], ["picked_ids"], axis=1,
+                         name="take_ids")]
+    outputs = [helper.make_tensor_value_info("top", TensorProto.FLOAT, [1, K, 1])] * values + \
+        [helper.make_tensor_value_info("picked_boxes", TensorProto.FLOAT, [1, K, 4]),
+         helper.make_tensor_value_info("picked_ids", TensorProto.INT64, [1, K, 1])]
+    graph = helper.make_graph(
+        nodes, "detector", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N, D])],
+        outputs,
+        [numpy_helper.from_array(ws, "ws"), numpy_helper.from_array(wb, "wb"),
+         numpy_helper.from_array(wc, "wc"), numpy_helper.from_array(np.array([K]), "k"),
+         numpy_helper.from_array(np.array([1, K, 4]), "shape4")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = np.round(rng.standard_normal((1, N, D)) / STEP) * STEP      # on the int8 grid
+    x[0, 0, 0] = 127 * STEP
+    x[0, 5, :4] = [0.9, 0, 0, 0.2]                                  # score 0.95
+    x[0, 6, :4] = x[0, 5, :4]
+    x[0, 6, 4:] = -x[0, 5, 4:]
+    x = x.astype(np.float32)
+    x[0, 6, 0] += np.float32(STEP / 5)                              # score 0.96
+    return model.SerializeToString(), {"x": x}
+
+
+def _int8(model, feeds):
+    table = calibrate(model, feeds)
+    table["tensors"]["x"]["threshold"] = 127 * STEP
+    lowered, _, _ = quantized_lower(model, table, 8, "npu256")
+    return model, load_proto(lowered), feeds
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return _int8(*_detector())
+
+
+def _with_weight(lowered, name, change):
+    proto = type(lowered)()
+    proto.CopyFrom(lowered)
+    weight = next(t for t in proto.graph.initializer if t.name == name)
+    w = numpy_helper.to_array(weight).copy()
+    change(w)
+    weight.CopyFrom(numpy_helper.from_array(w, name))
+    return proto
+
+
+def test_int8_swapping_a_near_tie_agrees_given_the_float_picks(detector):
+    model, lowered, feeds = detector
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    top, boxes, ids = result["outputs"]
+    # free running, the int8 model picks candidate 5 for the last place: another box, another
+    # class, which cosine would call a failure
+    assert boxes["selection"]["free_running"]["cosine"] < 0.9
+    assert ids["selection"]["free_running"]["cosine"] == 0
+    assert boxes["selection"]["picks"] == K and boxes["selection"]["picks_same"] == K - 1
+    assert boxes["onnxruntime"]["cosine"] > 0.999 and ids["bit_exact"]
+    assert top["selection"] is None
+    argmax, topk = result["selections"]
+    assert (argmax["op"], argmax["picks"], argmax["picks_same"]) == ("ArgMax", N, N)
+    assert (topk["op"], topk["picks_same"], topk["in_place"]) == ("TopK", K - 1, K - 1)
+    assert topk["explained"] and 0.009 < topk["near_tie"] < 0.011     # 0.96 vs 0.95
+    assert topk["near_tie"] <= 2 * topk["score_error"]
+    assert topk["scores"]["name"] == "scores" and topk["scores"]["onnxruntime"]["cosine"] > 0.999
+    text = render(result)
+    assert "TopK topk of scores: 3 of 4 picks the same (3 in place); the others are " \
+           "near-ties: within 1.0e-02" in text
+    assert "ArgMax argmax of logits: all 12 picks the same" in text
+    assert "picked_boxes cosine 0.7" in text and text.splitlines()[-1].startswith("agrees")
+
+
+def test_candidates_off_disagree_naming_the_output_taken_from_them(detector):
+    model, lowered, feeds = detector
+
+    def drop_features(w):       # the boxes lose the features only they read
+        w[4:] = 0
+
+    result = verify(model, _with_weight(lowered, "box/wq_r0_c0", drop_features), "npu256",
+                    feeds=feeds)
+    assert not result["ok"]
+    assert result["outputs"][1]["onnxruntime"]["cosine"] < 0.99
+    assert "DISAGREES (integer plan): worst cosine to float" in render(result)
+    assert "at picked_boxes (at least 0.99)" in render(result)
+
+
+def test_scores_off_disagree_naming_them(detector):
+    model, lowered, feeds = detector
+
+    def flip(w):
+        w[1] = -w[1]
+
+    result = verify(model, _with_weight(lowered, "score/wq_r0_c0", flip), "npu256", feeds=feeds)
+    assert not result["ok"]
+    assert result["selections"][1]["scores"]["onnxruntime"]["cosine"] < 0.99
+    assert "at scores (ranked by TopK topk) (at least 0.99)" in render(result)
+
+
+def test_a_selection_lowered_wrong_disagrees():
+    model, lowered, feeds = _int8(*_detector(values=False))
+    wrong = type(lowered)()
+    wrong.CopyFrom(lowered)
+    topk = next(n for n in wrong.graph.node if n.op_type == "TopK")
+    topk.attribute.append(helper.make_attribute("largest", 0))
+    result = verify(model, wrong, "npu256", feeds=feeds)
+    # given the float picks every output and the scores agree: only the picks tell
+    assert result["worst_cosine"] > 0.999 and not result["ok"]
+    topk = result["selections"][1]
+    assert topk["picks_same"] == 0 and not topk["explained"]
+    assert topk["scores"]["onnxruntime"]["cosine"] > 0.999
+    assert topk["near_tie"] > 2 * topk["score_error"]
+    assert "the others are NOT near-ties" in render(result)
+    assert "DISAGREES (integer plan): the picks of TopK topk differ beyond near-ties" in \
+        render(result)
+
+
+def test_an_arg_max_output_is_judged_by_the_scores_it_ranks():
+    """A classifier whose output is its ArgMax: one label in 64 flips at int8 (two logits
+    0.12 apart, the logits up to 0.15 off), the logits agree."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"], name="fc"),
+         helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0, name="label")],
+        "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 16])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [64])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x}), 8, "npu256")
+    result = verify(model, lowered, "npu256", feeds={"x": x})
+    assert result["ok"], render(result)
+    (label,) = result["outputs"]
+    assert label["selection"]["free_running"]["cosine"] == 0 and label["bit_exact"]
+    (argmax,) = result["selections"]
+    assert (argmax["picks"], argmax["picks_same"]) == (64, 63) and argmax["explained"]
+    assert 0.999 < result["worst_cosine"] < 1
+    assert "at logits (ranked by ArgMax label)" in render(result)
+
+
+def test_a_float_plan_makes_the_same_picks():
+    from paddle_npu.npu import lower
+
+    model, feeds = _detector()
+    lowered, _ = lower(model, "npu256")
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"] and result["within"] == "tolerance", render(result)
+    assert all(s["picks_same"] == s["in_place"] == s["picks"] for s in result["selections"])
+    assert "TopK topk of scores: all 4 picks the same" in render(result)
+
+
+def test_verify_command_json_reports_the_selection(detector, tmp_path, capsys):
+    from paddle_npu.cli import main
+
+    model, lowered, feeds = detector
+    m, low, data = tmp_path / "m.onnx", tmp_path / "l.onnx", tmp_path / "io.npz"
+    m.write_bytes(model)
+    low.write_bytes(lowered.SerializeToString())
+    np.savez(data, in_x=feeds["x"])
+    capsys.readouterr()
+    assert main(["verify", str(m), str(low), "--inputs", str(data), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] and [o["name"] for o in result["outputs"]] == \
+        ["top", "picked_boxes", "picked_ids"]
+    ids = result["outputs"][2]["selection"]
+    assert ids["judged"] == "given the float model's picks"
+    assert ids["picks_names"] == ["ids", "picks"]
+    assert (ids["picks"], ids["picks_same"]) == (N + K, N + K - 1)
