@@ -1,6 +1,6 @@
 """The CI-sized part of the integer-flow sweep (tools/quant_zoo.py): every model family of the
 zoo at a small size, each step run as `paddle-npu` runs for a user (convert at batch 1,
-calibrate on 8 samples, lower at int8 / int8 per-channel / int16 and verify, quant-report,
+calibrate on 32 samples, lower at int8 / int8 per-channel / int16 and verify, quant-report,
 --qdq, and --hp-until-cosine where int8 misses 0.99)."""
 import pytest
 
@@ -41,7 +41,7 @@ def test_a_failed_step_and_a_disagreement_are_failures():
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_integer_flow_runs_clean(zoo_dir, tmp_path, name):
-    row = quant_zoo.sweep_model(name, zoo_dir, str(tmp_path), 8, {8, 16}, MIN_COSINE,
+    row = quant_zoo.sweep_model(name, zoo_dir, str(tmp_path), 32, {8, 16}, MIN_COSINE,
                                 "npu256")
     assert quant_zoo.failures(row) == [], quant_zoo.render([row])
     assert row["int16_cosine"] >= MIN_COSINE

@@ -15,7 +15,9 @@ Per model (the zoo's legacy export, from --cache):
                  the same kind the calibration never saw (verify --json: worst cosine, ok)
     report       quant-report on the evaluation set
     qdq          lower --quantize int8 --qdq, and the QDQ model run by onnxruntime
-    hp           where int8 misses --min-cosine: lower --hp-until-cosine, then verify
+    hp           where int8 misses --min-cosine: lower --hp-until-cosine (layers ranked by the
+                 noise they add: one run, where a measured ranking takes one per layer),
+                 then verify
 
 A row gives each step's result (ok, or the exit status and the first line of the error),
 the int8 / int16 / hp cosines, and the slowest step's time and peak RSS. Exit status 1 when
@@ -209,7 +211,8 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target):
             out = os.path.join(work, "hp.onnx")
             rc, text = step("hp", ["lower", onnx_path, "-o", out, "--quantize", "int8",
                                    "--calibration", table, "--target", target, "--data",
-                                   evaluation, "--hp-until-cosine", min_cosine])
+                                   evaluation, "--hp-until-cosine", min_cosine,
+                                   "--hp-rank", "added"])
             if rc == 0:
                 row["hp_cosine"] = verified("hp", out)
                 row["hp_layers"] = promoted_count(text)

@@ -24,6 +24,10 @@ HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for
                  "output's cosine to float to reach C, e.g. 0.99 (needs --data; --auto-hp N "
                  "caps how many)")
 
+HP_RANK_HELP = ("how layers are ranked for promotion: measured (default; each layer alone at "
+                "16 bits, one quantised run of the data per layer) or added (the noise each "
+                "layer adds, from one run: for big models)")
+
 
 def _wants_hp(args):
     return bool(args.auto_hp) or args.hp_until_cosine is not None
@@ -49,6 +53,8 @@ def add_quant_options(p):
                    help="promote the N most sensitive layers to 16 bits (needs --data)")
     g.add_argument("--hp-until-cosine", type=float, default=None, metavar="C",
                    help=HP_UNTIL_HELP)
+    g.add_argument("--hp-rank", choices=("measured", "added"), default="measured",
+                   help=HP_RANK_HELP)
     g.add_argument("--data", metavar="NPZ",
                    help="inputs for --auto-hp's sensitivity run (keyed by input name)")
 
@@ -90,6 +96,8 @@ def add_commands(sub):
                         "(sensitivity: the output's SQNR with each layer alone at 16 bits)")
     p.add_argument("--hp-until-cosine", type=float, default=None, metavar="C",
                    help=HP_UNTIL_HELP)
+    p.add_argument("--hp-rank", choices=("measured", "added"), default="measured",
+                   help=HP_RANK_HELP)
     p.add_argument("--write-precision", metavar="FILE",
                    help="write the promoted layers as a precision table")
     p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
@@ -130,7 +138,7 @@ def lower_for(args):
         if _wants_hp(args):
             result = auto_hp(source, args.calibration, args.data, args.auto_hp,
                              _bits(args), target, plan, precision,
-                             until_cosine=args.hp_until_cosine, **kw)
+                             until_cosine=args.hp_until_cosine, rank=args.hp_rank, **kw)
             model, report, records = result["model"], result["report"], result["records"]
             print(f"{_hp_label(args)}: 16-bit layers "
                   f"{', '.join(result['promoted']) or '(none)'}")
@@ -223,7 +231,8 @@ def cmd_quant_report(args):
               f"{out['accuracy'][args.quantize]:.4f}")
     if _wants_hp(args):
         res = auto_hp(args.model, args.calibration, feeds, args.auto_hp, _bits(args),
-                      precision=args.precision, until_cosine=args.hp_until_cosine, **kw)
+                      precision=args.precision, until_cosine=args.hp_until_cosine,
+                      rank=args.hp_rank, **kw)
         after = res["after"]
         print(f"\n{_hp_label(args)}: promoted to int16: "
               f"{', '.join(res['promoted']) or '(none)'}")
