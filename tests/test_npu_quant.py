@@ -240,6 +240,28 @@ def test_integer_matrix_layers_of_one_to_three_row_tiles_run_bit_true(kind, bias
     assert _cosine(got, _ort(m, x)[0]) > 0.999
 
 
+def test_int16_keeps_values_past_the_calibrated_range():
+    """int16 scales reach twice the calibrated absmax (threshold16): an input 1.5x past what
+    calibration saw is kept, where an int8 layer clips it at its threshold."""
+    rng = np.random.default_rng(3)
+    m, feeds = _matrix_layer("gemm", 32, True, rng)
+    onnx_bytes = serialized(m)
+    calib = feeds(64)
+    table = calibrate(onnx_bytes, calib)
+    x = {"x": calib["x"][:4] / np.abs(calib["x"][:4]).max() *
+         table["tensors"]["x"]["absmax"] * 1.5}
+    assert table["tensors"]["x"]["threshold16"] == 2 * table["tensors"]["x"]["absmax"]
+    want = _ort(m, x)[0]
+    cos = {}
+    for bits in (8, 16):
+        lowered, _, records = quantized_lower(onnx_bytes, table, bits)
+        assert records[0]["s_x"] == pytest.approx(
+            table["tensors"]["x"]["threshold16" if bits == 16 else "threshold"] /
+            (32767 if bits == 16 else 127), rel=1e-6)
+        cos[bits] = _cosine(_ort(ir.serde.serialize_model(lowered), x)[0], want)
+    assert cos[16] > 0.99999 and cos[8] < 0.999
+
+
 def _two_windows(window, groups=1, wide=8, thin=2, outs=2, size=4):
     """Two Convs of one window (`window`: Conv attributes) and `groups` on images of one size,
     `wide` and `thin` channels, both the rows of a 1x1 Conv before them (nhwc Im2Cols):

@@ -7,9 +7,9 @@ step, one row per model.
 Per model (the zoo's legacy export, from --cache):
 
     convert      paddle-npu convert MODEL --input-shape x:1,...  (batch 1, the model's size)
-    calibrate    on --samples inputs like the model's own: a folder of photo-like PNG images
-                 with ImageNet's mean / std for [N, 3, H, W] inputs, else an .npz from the
-                 zoo's input generator
+    calibrate    on --samples of the zoo's own inputs (another seed): a folder of PNG images
+                 with ImageNet's mean / std for a model the zoo feeds photo-like images, else
+                 an .npz
     int8 / int8pc / int16
                  lower --quantize (packed plan; per-channel plan), then verify on an input of
                  the same kind the calibration never saw (verify --json: worst cosine, ok)
@@ -107,9 +107,13 @@ def normalised(pixels):
 
 
 def make_data(model, work, samples):
-    """(calibration arguments, evaluation .npz, verify .npz with one sample): images of the
-    kind the model is fed, or the zoo's own input generator on other seeds."""
-    name = image_input(model)
+    """(calibration arguments, evaluation .npz, verify .npz with one sample) from the zoo's
+    own inputs on other seeds: the distribution its BatchNorm statistics were set on. A
+    model the zoo feeds photo-like images is calibrated on a folder of such images, as a
+    user calibrates on a folder of pictures (the others on an .npz: normal noise written as
+    8-bit pictures would be clipped, and a model normalised on noise is another network on
+    pictures)."""
+    name = image_input(model) if model.gen is not None else None
     evaluation, one = os.path.join(work, "eval.npz"), os.path.join(work, "verify.npz")
     if name is not None:
         _, _, h, w = model.inputs[0].shape

@@ -191,8 +191,13 @@ def plan_vector_layer(node, matrix, bias, quantization=None):
     return plan
 
 
-def _threshold(entry, bits):
-    return float(entry["absmax"] if bits > 8 else entry["threshold"])
+def threshold_of(entry, bits):
+    """A calibration table entry's clipping threshold on the `bits`-bit grid (calibrate.py:
+    `threshold` for int8, `threshold16` for int16, `absmax` where a table has no
+    `threshold16`: a quantised model's own scales)."""
+    if bits <= 8:
+        return float(entry["threshold"])
+    return float(entry.get("threshold16", entry["absmax"]))
 
 
 def unit_bits(node, quantization):
@@ -220,7 +225,7 @@ def tensor_scale(quantization, name, bits):
     entry = quantization.table["tensors"].get(name)
     if entry is None:
         return None
-    return np.float32(max(_threshold(entry, bits), 1e-12) / qrange(bits)[1])
+    return np.float32(max(threshold_of(entry, bits), 1e-12) / qrange(bits)[1])
 
 
 def _folded_relu(value):
@@ -249,7 +254,7 @@ def _scales(node, plan, quantization):
                               "calibration table")
     a_lo, a_hi = qrange(bits)
     w_hi = a_hi
-    s_y = None if float_out else np.float32(max(_threshold(tensors[out_name], bits), 1e-12)
+    s_y = None if float_out else np.float32(max(threshold_of(tensors[out_name], bits), 1e-12)
                                             / a_hi)
     offsets, width = plan.offsets, plan.width
     matrices = [w.astype(np.float64) for w in plan.weights]
@@ -269,7 +274,7 @@ def _scales(node, plan, quantization):
     if s_w is None:
         s_w = np.where(colmax > 0, colmax, 1.0) / w_hi
     s_w = s_w.astype(np.float32).astype(np.float64)
-    s_x = np.float32(max(_threshold(tensors[in_name], bits), 1e-12) / a_hi)
+    s_x = np.float32(max(threshold_of(tensors[in_name], bits), 1e-12) / a_hi)
     if plan.bias is not None:
         # An input calibrated all zero (threshold 0) is legitimate, its values all 0 on any
         # grid; the bias then is the output, and s_x s_w is its unit: keep s_x large enough

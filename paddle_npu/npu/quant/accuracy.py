@@ -28,6 +28,7 @@ from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
 from ..channels_last import tensors_as_nchw
 from ..ops.quant import qrange
+from ..plan import threshold_of
 from ..rnn import unrolled_proto
 from .calibrate import load_table, session_with_all
 from .samples import Samples, open_samples, run_batches
@@ -128,7 +129,7 @@ def input_floor(float_model, table, feeds, bits=8):
             if entry is None or x.dtype.kind != "f":
                 rounded[name] = x
                 continue
-            limit = float(entry["absmax"] if bits > 8 else entry["threshold"])
+            limit = threshold_of(entry, bits)
             step = max(limit, 1e-12) / hi
             rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
         return rounded

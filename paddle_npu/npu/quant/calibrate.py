@@ -5,13 +5,17 @@ The table is JSON, one entry per float tensor the model computes (and its inputs
     {"format": "paddle_npu.calibration/1", "model": "m.onnx", "samples": 512,
      "method": "mse",                      # which statistic filled "threshold"
      "tensors": {"conv1.out": {"min": -3.1, "max": 7.9, "absmax": 7.9,
-                               "percentile": 6.2, "mse": 5.8, "threshold": 5.8}, ...},
+                               "percentile": 6.2, "mse": 5.8, "threshold": 5.8,
+                               "threshold16": 15.8}, ...},
      "precision": {"fc_hp": "int16"}}      # optional per-layer bits (node or output name)
 
 `threshold` is what int8 quantisation uses (scale = threshold / 127); edit it by hand to
-clip differently. int16 layers use `absmax` (scale = absmax / 32767): 16 bits leave no
-reason to clip. `percentile` is the 99.99th percentile of |x|; `mse` the clipping threshold
-that minimises the int8 round-trip error on the sampled values.
+clip differently. int16 layers use `threshold16` (scale = threshold16 / 32767), twice
+`absmax`: 16 bits leave room to keep values the calibration set never reached, at the cost
+of one bit (an SE block's gates swing past a 32-sample absmax on new inputs), instead of
+clipping them; a table without it uses `absmax`. `percentile` is the 99.99th percentile of
+|x|; `mse` the clipping threshold that minimises the int8 round-trip error on the sampled
+values.
 """
 import json
 import math
@@ -29,6 +33,7 @@ from .samples import open_samples, run_batches
 FORMAT = "paddle_npu.calibration/1"
 METHODS = ("absmax", "percentile", "mse")
 PERCENTILE = 99.99
+INT16_HEADROOM = 2.0        # threshold16 = this x absmax (see the module docstring)
 SAMPLE_CAP = 1 << 18        # values kept per tensor for percentile / MSE
 
 
@@ -166,6 +171,7 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None, pr
                  "percentile": float(np.percentile(np.abs(sample), PERCENTILE)),
                  "mse": mse_threshold(sample, absmax)}
         entry["threshold"] = entry[method]
+        entry["threshold16"] = INT16_HEADROOM * absmax
         tensors[name] = entry
     if not tensors:
         raise ConversionError(f"{where}: no tensor of the model took a finite float value "
@@ -200,7 +206,7 @@ def load_table(path):
     for name, e in table["tensors"].items():
         if not isinstance(e, dict) or not _is_number(e.get("threshold")):
             raise ConversionError(f"{path}: tensor {name!r} needs a non-negative threshold")
-        for key in ("threshold", "min", "max", "absmax", "percentile", "mse"):
+        for key in ("threshold", "threshold16", "min", "max", "absmax", "percentile", "mse"):
             if key in e and not (_is_number(e[key]) and math.isfinite(e[key])):
                 raise ConversionError(
                     f"{path}: tensor {name!r} has {key} {e[key]!r}, not a finite number; "
