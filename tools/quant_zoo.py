@@ -15,9 +15,10 @@ Per model (the zoo's legacy export, from --cache):
                  the same kind the calibration never saw (verify --json: worst cosine, ok)
     report       quant-report on the evaluation set
     qdq          lower --quantize int8 --qdq, and the QDQ model run by onnxruntime
-    hp           where int8 misses --min-cosine: lower --hp-until-cosine (layers ranked by the
-                 noise they add: one run, where a measured ranking takes one per layer),
-                 then verify
+    hp           where int8 misses --min-cosine: lower --hp-until-cosine measured on the
+                 calibration samples (every sample's cosine; layers ranked by the noise they
+                 add: one run, where a measured ranking takes one per layer), then verify on
+                 the held-out input
 
 A row gives each step's result (ok, or the exit status and the first line of the error),
 the int8 / int16 / hp cosines, and the slowest step's time and peak RSS. Exit status 1 when
@@ -107,7 +108,8 @@ def normalised(pixels):
 
 
 def make_data(model, work, samples):
-    """(calibration arguments, evaluation .npz, verify .npz with one sample) from the zoo's
+    """(calibration arguments, the calibration set as an .npz, evaluation .npz, verify .npz
+    with one sample the others never saw) from the zoo's
     own inputs on other seeds: the distribution its BatchNorm statistics were set on. A
     model the zoo feeds photo-like images is calibrated on a folder of such images, as a
     user calibrates on a folder of pictures (the others on an .npz: normal noise written as
@@ -115,24 +117,26 @@ def make_data(model, work, samples):
     pictures)."""
     name = image_input(model) if model.gen is not None else None
     evaluation, one = os.path.join(work, "eval.npz"), os.path.join(work, "verify.npz")
+    tune = os.path.join(work, "calib.npz")
     if name is not None:
         _, _, h, w = model.inputs[0].shape
         from PIL import Image
         folder = os.path.join(work, "images")
         os.makedirs(folder, exist_ok=True)
-        for i, px in enumerate(photo_pixels(h, w, model.seed + 1, samples)):
+        pixels = photo_pixels(h, w, model.seed + 1, samples)
+        for i, px in enumerate(pixels):
             Image.fromarray(px).save(os.path.join(folder, f"{i:03d}.png"))
         calib = ["--data", folder, "--mean", IMAGENET_MEAN, "--std", IMAGENET_STD]
+        np.savez(tune, **{name: normalised(pixels)})
         x = normalised(photo_pixels(h, w, model.seed + 2, 4))
         np.savez(evaluation, **{name: x})
         np.savez(one, **{f"in_{name}": x[:1]})
-        return calib, evaluation, one
-    path = os.path.join(work, "calib.npz")
-    np.savez(path, **zoo._make_inputs(model, model.seed + 1, samples))
+        return calib, tune, evaluation, one
+    np.savez(tune, **zoo._make_inputs(model, model.seed + 1, samples))
     feeds = zoo._make_inputs(model, model.seed + 2, 4)
     np.savez(evaluation, **feeds)
     np.savez(one, **{f"in_{k}": v[:1] for k, v in feeds.items()})
-    return ["--data", path], evaluation, one
+    return ["--data", tune], tune, evaluation, one
 
 
 def shape_args(model):
@@ -187,7 +191,7 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target):
     if step("convert", ["convert", os.path.join(info["dir"], info["model_file"]), "-o",
                         onnx_path, "-q"] + shape_args(model))[0]:
         return row
-    calib, evaluation, one = make_data(model, work, samples)
+    calib, tune, evaluation, one = make_data(model, work, samples)
     table = os.path.join(work, "table.json")
     if step("calibrate", ["calibrate", onnx_path, "-o", table] + calib)[0]:
         return row
@@ -215,7 +219,7 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target):
             out = os.path.join(work, "hp.onnx")
             rc, text = step("hp", ["lower", onnx_path, "-o", out, "--quantize", "int8",
                                    "--calibration", table, "--target", target, "--data",
-                                   evaluation, "--hp-until-cosine", min_cosine,
+                                   tune, "--hp-until-cosine", min_cosine,
                                    "--hp-rank", "added"])
             if rc == 0:
                 row["hp_cosine"] = verified("hp", out)

@@ -60,13 +60,21 @@ def layer_sensitivity(model, table, data, layers, bits=8, target=None, plan="pac
     return out
 
 
-def min_cosine(fouts, qouts):
-    """The smallest cosine to float of the outputs both runs have."""
-    cosines = {name: metrics(f, qouts[name])["cosine"] for name, f in fouts.items()
-               if name in qouts}
-    for name, cos in cosines.items():
-        _measurable(cos, f"output {name!r}")
-    return min(cosines.values())
+def min_cosine(fouts, qouts, samples=1):
+    """The smallest cosine to float of the outputs both runs have, sample by sample when
+    their leading axis holds the `samples` samples (as `verify` judges one input: a pooled
+    cosine is carried by the samples of most energy and promises less on a new input)."""
+    worst = float("inf")
+    for name, f in fouts.items():
+        if name not in qouts:
+            continue
+        q = qouts[name]
+        parts = zip(f, q) if samples > 1 and len(f) == samples == len(q) else [(f, q)]
+        for a, b in parts:
+            cos = metrics(a, b)["cosine"]
+            _measurable(cos, f"output {name!r}")
+            worst = min(worst, cos)
+    return worst
 
 
 def _measurable(value, what):
@@ -86,13 +94,14 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     by the noise each layer's output adds over its input's in one run (`worst_layers`:
     cheap, but blind to how much the layers downstream amplify a layer's noise).
     until_cosine: promote the fewest of the ranked layers (at most N when N > 0) for every
-    output's cosine to float to reach it, found by bisection on the count (a quantised run
+    output's cosine to float to reach it on every sample, found by bisection on the count (a quantised run
     per probe; more promoted layers measure better, the search assumes it). Returns a dict
     with both reports, the final model and `reached` (None without until_cosine)."""
     if rank not in ("measured", "added"):
         raise ValueError(f"unknown ranking {rank!r} (measured / added)")
     proto = load_proto(model)
     feeds = open_samples(proto, data)
+    count = 1 if feeds.whole else feeds.count
     m, report, records = quantized_lower(proto, table, bits, target, plan, precision, **kw)
     # the float model at the sizes it was lowered at (`verify`'s reference): an LSTM / GRU
     # unrolls for the report only at a fixed sequence length
@@ -134,14 +143,14 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
             if mid not in tried:
                 tried[mid] = quantise(mid)
             rep = tried[mid][-1]
-            if min_cosine(rep["_float"], rep["_quant"]) >= until_cosine:
+            if min_cosine(rep["_float"], rep["_quant"], count) >= until_cosine:
                 hi = mid
             else:
                 lo = mid
         k = hi
     prec, m2, report2, records2, after = tried[k] if k in tried else quantise(k)
     reached = None if until_cosine is None else \
-        min_cosine(after["_float"], after["_quant"]) >= until_cosine
+        min_cosine(after["_float"], after["_quant"], count) >= until_cosine
     return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
             "precision": prec, "before": before, "after": after, "model_before": m,
             "sensitivity": sens, "reached": reached}
