@@ -993,7 +993,7 @@ def test_hp_until_cosine_promotes_the_fewest_that_reach_it():
     feeds = {"x": rng.standard_normal((32, 3, 8, 8)).astype(np.float32)}
     full = auto_hp(model, table, feeds, 0, until_cosine=2.0)           # unreachable
     assert full["reached"] is False and len(full["promoted"]) == 13
-    cos = lambda rep: _min_cosine(rep["_float"], rep["_quant"])     # noqa: E731
+    cos = lambda rep: _min_cosine(rep["_float"], rep["_quant"], 32)  # noqa: E731  (per sample)
     lo, hi = cos(full["before"]), cos(full["after"])
     target = lo + 0.6 * (hi - lo)
     res = auto_hp(model, table, feeds, 0, until_cosine=target)

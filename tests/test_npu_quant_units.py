@@ -93,3 +93,63 @@ def test_quantised_activations_and_attention_stay_on_the_npu_bit_exact(bits):
     cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
     # measured: 0.99939 (int8), 1.0 as printed (int16)
     assert cos >= (0.999 if bits == 8 else 0.999999)
+
+
+def test_agreement_summed_by_batches_is_the_metrics_of_the_whole():
+    from paddle_npu.npu.quant.accuracy import Agreement, metrics
+
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal((6, 40))
+    q = f + 0.05 * rng.standard_normal((6, 40))
+    summed = Agreement()
+    for start in range(0, 6, 4):            # batches of 4 and 2
+        summed.add(f[start:start + 4], q[start:start + 4])
+    whole = metrics(f, q)
+    assert summed.result() == pytest.approx(whole, rel=1e-12)
+    assert whole["max_abs_diff"] == np.max(np.abs(f - q))
+
+
+def test_hp_target_is_met_by_every_sample_not_the_pooled_cosine():
+    """A loud sample that agrees and a quiet one that does not: pooled, the cosine looks
+    fine; sample by sample (what --hp-until-cosine asks) it is the quiet one's."""
+    from paddle_npu.npu.quant.accuracy import metrics
+    from paddle_npu.npu.quant.promote import min_cosine
+
+    rng = np.random.default_rng(6)
+    f = np.stack([100 * rng.standard_normal(50), rng.standard_normal(50)])
+    q = f + np.stack([np.zeros(50), rng.standard_normal(50)])
+    pooled = min_cosine({"y": f}, {"y": q})
+    per_sample = min_cosine({"y": f}, {"y": q}, samples=2)
+    assert pooled > 0.999 and per_sample == pytest.approx(metrics(f[1], q[1])["cosine"])
+    assert per_sample < 0.8
+
+
+def test_lookup_tables_are_layers_of_the_report_and_promotion_candidates():
+    """A QLut is a layer as a matrix layer is: recorded with its bits and tensors, measured
+    by the layer report, and raised to 16 bits by a precision entry naming its node (what
+    --auto-hp / --hp-until-cosine promote)."""
+    from paddle_npu.npu.quant.accuracy import layer_report
+    from paddle_npu.npu.quant.promote import auto_hp
+    from paddle_npu.npu.quant.qlower import unit_records_of
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+               helper.make_node("HardSigmoid", ["h"], ["y"], name="gate")],
+              [("x", [None, 16])], [("y", None)], [("w", w)])
+    data = m.SerializeToString()
+    feeds = {"x": rng.standard_normal((32, 16)).astype(np.float32)}
+    table = calibrate(data, feeds)
+    lowered, _, records = quantized_lower(data, table, 8)
+    units = unit_records_of(ir.serde.serialize_model(lowered))
+    assert [(r["layer"], r["op"], r["bits"], r["input"], r["output"]) for r in units] == \
+        [("gate", "Lut", 8, "h", "y")]
+    rep = layer_report(data, lowered, feeds, records)
+    assert [(lay["layer"], lay["op"]) for lay in rep["layers"]] == [("fc", "MatMul"),
+                                                                     ("gate", "Lut")]
+    promoted, _, _ = quantized_lower(data, table, 8, precision={"gate": "int16"})
+    bits = {n.op_type: n.attributes["bits"].as_int() for n in promoted.graph
+            if n.op_type == "QLut"}
+    assert bits == {"QLut": 16}
+    ranked = auto_hp(data, table, feeds, 2)
+    assert sorted(ranked["promoted"]) == ["fc", "gate"]

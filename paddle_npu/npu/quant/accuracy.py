@@ -37,37 +37,52 @@ from .qlower import records_of, unit_records_of
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
 
+class Agreement:
+    """`metrics` of a float tensor and its quantised form, summed batch by batch (so a report
+    over many samples never holds more than one batch of every tensor)."""
+
+    def __init__(self):
+        self.signal = self.quant = self.dot = self.noise = self.worst = 0.0
+        self.size = 0
+
+    def add(self, f, q):
+        f = np.asarray(f, np.float64).reshape(-1)
+        q = np.asarray(q, np.float64).reshape(-1)
+        d = f - q
+        self.signal += float(f @ f)
+        self.quant += float(q @ q)
+        self.dot += float(f @ q)
+        self.noise += float(d @ d)
+        if d.size:
+            self.worst = max(self.worst, float(np.max(np.abs(d))))
+        self.size += f.size
+
+    def result(self):
+        if math.isnan(self.noise) or math.isnan(self.signal):
+            return {"cosine": math.nan, "sqnr_db": math.nan, "max_abs_diff": math.nan}
+        nf, nq = math.sqrt(self.signal), math.sqrt(self.quant)
+        cos = self.dot / (nf * nq) if nf > 0 and nq > 0 else float(nf == nq)
+        sqnr = SQNR_CAP if self.noise == 0 else (
+            10 * math.log10(self.signal / self.noise) if self.signal > 0 else -SQNR_CAP)
+        return {"cosine": cos, "sqnr_db": min(sqnr, SQNR_CAP),
+                "max_abs_diff": self.worst if self.size else 0.0}
+
+
 def metrics(f, q):
-    f = np.asarray(f, np.float64).reshape(-1)
-    q = np.asarray(q, np.float64).reshape(-1)
-    noise = float(np.sum((f - q) ** 2))
-    signal = float(np.sum(f ** 2))
-    if math.isnan(noise) or math.isnan(signal):     # NaN in either: no measure, not a bad one
-        return {"cosine": math.nan, "sqnr_db": math.nan, "max_abs_diff": math.nan}
-    nf, nq = math.sqrt(signal), math.sqrt(float(np.sum(q ** 2)))
-    cos = float(np.dot(f, q) / (nf * nq)) if nf > 0 and nq > 0 else float(nf == nq)
-    sqnr = SQNR_CAP if noise == 0 else (10 * math.log10(signal / noise) if signal > 0
-                                        else -SQNR_CAP)
-    return {"cosine": cos, "sqnr_db": min(sqnr, SQNR_CAP),
-            "max_abs_diff": float(np.max(np.abs(f - q))) if f.size else 0.0}
+    agreement = Agreement()
+    agreement.add(f, q)
+    return agreement.result()
 
 
 def run_tensors(model_bytes, feeds, names):
     """{name: array over all samples} of the tensors `names` (computed ones or inputs) of a
     model run on `feeds` (a dict or samples.Samples) in the batches it accepts."""
-    proto = onnx.load_from_string(model_bytes)
-    inputs = {i.name for i in proto.graph.input}
-    present = {v for n in proto.graph.node for v in n.output} | inputs
-    names = [n for n in dict.fromkeys(names) if n in present]
-    sess = session_with_all(proto, [n for n in names if n not in inputs])
+    sess, names = _session_for(onnx.load_from_string(model_bytes), names)
     out = {}
     for given, part in run_batches(sess, feeds):
-        for k in names:
-            v = given[k] if k in given else part.get(k)
-            if v is not None:
-                out.setdefault(k, []).append(np.asarray(v))
-    # (a scalar tensor, one per batch, is stacked: the metrics read every value alike)
-    return {k: np.concatenate(v) if v[0].ndim else np.stack(v) for k, v in out.items()}
+        for k, v in _named(part, given, names).items():
+            out.setdefault(k, []).append(np.asarray(v))
+    return {k: _joined(v) for k, v in out.items()}
 
 
 def layer_report(float_model, quant_model, feeds, records=None):
@@ -85,29 +100,59 @@ def layer_report(float_model, quant_model, feeds, records=None):
     outputs = [o.name for o in qproto.graph.output]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     feeds = open_samples(fproto, feeds)
-    fvals = run_tensors(fproto.SerializeToString(), feeds, names)
-    qvals = tensors_as_nchw(qproto, run_tensors(qproto.SerializeToString(), feeds, names))
+    # both models batch by batch, in step: every tensor's agreement summed as it comes, the
+    # outputs kept (the callers judge them sample by sample)
+    sessions = [_session_for(proto, names) for proto in (fproto, qproto)]
+    agreements, kept = {}, ({}, {})
+    for given, fpart in run_batches(sessions[0][0], feeds):
+        fvals = _named(fpart, given, sessions[0][1])
+        qpart = dict(zip([o.name for o in sessions[1][0].get_outputs()],
+                         sessions[1][0].run(None, given)))
+        qvals = tensors_as_nchw(qproto, _named(qpart, given, sessions[1][1]))
+        for name, f in fvals.items():
+            if name in qvals:
+                agreements.setdefault(name, Agreement()).add(f, qvals[name])
+        for vals, keep in zip((fvals, qvals), kept):
+            for name in outputs:
+                if name in vals:
+                    keep.setdefault(name, []).append(np.asarray(vals[name]))
+    measured = {name: a.result() for name, a in agreements.items()}
 
     def sq(name):
-        if name in fvals and name in qvals:
-            return metrics(fvals[name], qvals[name])["sqnr_db"]
-        return SQNR_CAP
+        return measured[name]["sqnr_db"] if name in measured else SQNR_CAP
 
     layers = []
     for r in records:
-        if r["output"] not in fvals or r["output"] not in qvals:
+        if r["output"] not in measured:
             continue
-        m = metrics(fvals[r["output"]], qvals[r["output"]])
+        m = dict(measured[r["output"]])
         m.update(layer=r["layer"], op=r["op"], bits=r["bits"], tensor=r["output"],
                  input_sqnr_db=sq(r["input"]))
         m["drop_db"] = m["input_sqnr_db"] - m["sqnr_db"]
         m["added_nsr"] = 10 ** (-m["sqnr_db"] / 10) - 10 ** (-m["input_sqnr_db"] / 10)
         layers.append(m)
-    outs = [dict(metrics(fvals[n], qvals[n]), name=n) for n in outputs
-            if n in fvals and n in qvals]
-    return {"layers": layers, "outputs": outs, "_float": {n: fvals[n] for n in outputs
-                                                          if n in fvals},
-            "_quant": {n: qvals[n] for n in outputs if n in qvals}}
+    outs = [dict(measured[n], name=n) for n in outputs if n in measured]
+    joined = [{n: _joined(v) for n, v in keep.items()} for keep in kept]
+    return {"layers": layers, "outputs": outs, "_float": joined[0], "_quant": joined[1]}
+
+
+def _session_for(proto, names):
+    """(an onnxruntime session computing those of `names` the model has, those names)."""
+    inputs = {i.name for i in proto.graph.input}
+    present = {v for n in proto.graph.node for v in n.output} | inputs
+    names = [n for n in dict.fromkeys(names) if n in present]
+    return session_with_all(proto, [n for n in names if n not in inputs]), names
+
+
+def _named(part, given, names):
+    """{name: value} of `names` from a batch's outputs, or its inputs."""
+    return {k: given[k] if k in given else part[k] for k in names
+            if k in given or part.get(k) is not None}
+
+
+def _joined(parts):
+    # (a scalar tensor, one per batch, is stacked: the metrics read every value alike)
+    return np.concatenate(parts) if parts[0].ndim else np.stack(parts)
 
 
 def input_floor(float_model, table, feeds, bits=8):
