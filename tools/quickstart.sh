@@ -6,7 +6,9 @@
 #   2. lower to the NPU's primitives on the default 256x256-array target, with the cost report
 #      (out/quickstart/npu_report.json), and verify the lowered model against the ONNX one in
 #      onnxruntime and in the NumPy NPU reference;
-#   3. the same with image preprocessing fused in (--fuse-preprocess): raw uint8 images in.
+#   3. the same with image preprocessing fused in (--fuse-preprocess): raw uint8 images in;
+#   4. an integer plan: calibrated, lowered at int8, verified, and its per-layer report with
+#      top-1 accuracy against the float model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -33,3 +35,13 @@ echo
 echo "== the same, taking raw uint8 images (digits 0..16 scaled by 1/16 inside the model)"
 .venv/bin/paddle-npu lower "$OUT/digits_pir.onnx" --target npu256 -o "$OUT/digits_npu_raw.onnx" \
     --fuse-preprocess --scale 0.0625 --verify | tail -n 12
+echo
+echo "== integer plan: calibrated on 64 of the digits, lowered at int8, checked on all 359"
+.venv/bin/paddle-npu calibrate "$OUT/digits_pir.onnx" --data "$REF" --limit 64 \
+    -o "$OUT/digits_calibration.json"
+.venv/bin/paddle-npu lower "$OUT/digits_pir.onnx" --target npu256 -o "$OUT/digits_npu_int8.onnx" \
+    --quantize int8 --calibration "$OUT/digits_calibration.json" | tail -n 2
+.venv/bin/paddle-npu verify "$OUT/digits_pir.onnx" "$OUT/digits_npu_int8.onnx" --inputs "$REF" \
+    | tail -n 1
+.venv/bin/paddle-npu quant-report "$OUT/digits_pir.onnx" --calibration "$OUT/digits_calibration.json" \
+    --data "$REF" --top 3

@@ -532,7 +532,8 @@ def _render_integer_check(result):
     if apart:
         worst = max(f["rel_diff"] for f in apart)
         beyond = [f["name"] for f in apart if f["rel_diff"] > tol]
-        parts.append(f"{len(apart)} float tensors the integer layers read round differently, "
+        parts.append(f"{len(apart)} float tensor{'s' * (len(apart) > 1)} the integer layers "
+                     f"read round{'s' * (len(apart) == 1)} differently, "
                      f"up to {worst:.1e} " + (f"(beyond {tol:g}: {', '.join(beyond[:3])})"
                                               if beyond else f"(within {tol:g}; the integer "
                                               "layers compared on onnxruntime's)"))
