@@ -1221,3 +1221,25 @@ def test_auto_hp_refuses_to_rank_layers_on_nan_measures():
     from paddle_npu.npu.quant.promote import auto_hp
     with pytest.raises(ConversionError, match="output 'y': its cosine / SQNR to float is NaN"):
         auto_hp(m, table, {"x": x}, 1)
+
+
+def test_a_matmul_holding_its_constant_first_quantises_on_its_activation():
+    """A @ x with A constant (a TPS head's fixed matrix): lowered as (x^T A^T)^T, its integer
+    plan reads x's calibrated range (A has none), runs bit-true, and exports as QDQ."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((5, 8)).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["a", "x"], ["y"], name="tps")],
+              [("x", [None, 8, 6])], [("y", None)], [("a", a)])
+    data = serialized(m)
+    feeds = lambda n: {"x": rng.standard_normal((n, 8, 6)).astype(np.float32)}  # noqa: E731
+    table = calibrate(data, feeds(64))
+    assert "a" not in table["tensors"]
+    lowered, _, records = quantized_lower(data, table, 8)
+    assert [(r["layer"], r["input"]) for r in records] == [("tps", "x")]
+    proto = ir.serde.serialize_model(lowered)
+    x = feeds(3)
+    got = _ort(proto, x)[0]
+    assert np.array_equal(got, Reference(proto, None).run(x)[0])
+    assert _cosine(got, _ort(m, x)[0]) > 0.999
+    qdq = export_qdq(data, records)
+    assert _cosine(_ort(qdq, x)[0], _ort(m, x)[0]) > 0.999

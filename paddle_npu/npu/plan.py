@@ -245,7 +245,8 @@ def _scales(node, plan, quantization):
     bits = quantization.bits_of(node, [out_name, out.name])
     if bits not in (8, 16):
         raise ConversionError(f"layer {source}: {bits}-bit integers are not supported")
-    in_name = node.inputs[0].name
+    # the operand that is not the weight (a MatMul may hold its constant first)
+    in_name = next(v.name for v in node.inputs if v is not None and g.constant(v) is None)
     if in_name not in tensors:
         raise ConversionError(f"layer {source}: its input {in_name!r} is not in the "
                               "calibration table")
