@@ -159,7 +159,7 @@ def qdq_cosine(float_onnx, qdq_onnx, npz):
     return min(metrics(a, b)["cosine"] for a, b in zip(f, q))
 
 
-def sweep_model(name, cache, work, samples, bits, min_cosine, target):
+def sweep_model(name, cache, work, samples, bits, min_cosine, target, skip=()):
     """One model's row: {step: {"rc", "s", "mib", "error", ...}} and the cosines."""
     model = zoo.MODELS[name]
     work = os.path.join(work, name)
@@ -215,7 +215,8 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target):
             except Exception as exc:  # noqa: BLE001 - a QDQ file onnxruntime refuses is a result
                 row["steps"]["qdq"].update(rc="run", error=f"onnxruntime: {exc}"[:160])
         cos = row.get("int8_cosine")
-        if cos is not None and cos < min_cosine:
+        row["hp_skipped"] = "hp" in skip and cos is not None and cos < min_cosine
+        if cos is not None and cos < min_cosine and "hp" not in skip:
             out = os.path.join(work, "hp.onnx")
             rc, text = step("hp", ["lower", onnx_path, "-o", out, "--quantize", "int8",
                                    "--calibration", table, "--target", target, "--data",
@@ -265,7 +266,7 @@ def render(rows):
         for s in STEPS:
             here = [v for k, v in r["steps"].items() if k == s or k.startswith(s + ".")]
             if not here:
-                cells.append("-")
+                cells.append("skipped" if s == "hp" and r.get("hp_skipped") else "-")
             elif all(v["rc"] == 0 for v in here) and all(v.get("ok", True) for v in here):
                 cells.append("ok")
             elif all(v["rc"] in (0, 1) for v in here) and any("ok" in v for v in here):
@@ -294,6 +295,8 @@ def main(argv=None):
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_quant"))
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
+    ap.add_argument("--skip", default="", help="steps not to run (hp: the promotion search, "
+                    "a quantised run of the calibration set per probe)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     bits = {int(b) for b in args.bits.split(",")}
@@ -302,7 +305,8 @@ def main(argv=None):
         start = time.perf_counter()
         try:
             rows.append(sweep_model(name, args.cache, args.work, args.samples, bits,
-                                    float(args.min_cosine), args.target))
+                                    float(args.min_cosine), args.target,
+                                    set(args.skip.split(","))))
         except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
             rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
