@@ -72,7 +72,8 @@ def test_an_integer_plan_with_a_float_tail_is_judged_by_its_integer_tensors(matm
     # the Softmax after the integer layer rounds differently in onnxruntime and NumPy
     assert not out["bit_exact"] and 0 < out["ort_vs_reference"] <= 1e-6
     assert out["within"] == "tolerance"
-    assert result["integer_tensors"] == 3 and not result["integer_mismatches"]
+    # the input's Quantize and the layer's Requantize (its tile products are read through it)
+    assert result["integer_tensors"] == 2 and not result["integer_mismatches"]
     assert "3 integer tensors bit-exact; float outputs after them" in render(result)
 
 

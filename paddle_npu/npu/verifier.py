@@ -24,6 +24,7 @@ NUDGE = 1e-7
 # (float ops after the integer layers, Softmax, LayerNorm, ..., may round differently in the
 # two from the same integers).
 MIN_COSINE = 0.99
+LAYER_INSIDES = {"Im2Col", "QVMM"}     # (see _integer_tensors)
 INTEGER_PRIMITIVES = {"Quantize", "QVMM", "Requantize", "Dequantize", "QLut", "QRuntimeVMM",
                       "QDepthwiseConv"}
 
@@ -337,12 +338,17 @@ def _integer_tensors(nodes, values):
     """The integer tensors an integer plan computes, in graph order: the integer-typed
     outputs of the integer primitives and of every node reading integer tensors only (moves,
     matrix layers, tables). An index or a cast that a plain op makes from floats (TopK,
-    ArgMax) is not among them: it follows the float values it is made from."""
+    ArgMax) is not among them: it follows the float values it is made from. Nor are a
+    layer's rows and tile products (Im2Col, QVMM): its summed accumulator (AddInTile) reads
+    them all and is compared, and holding them (a 3x3 layer's rows are nine times its image,
+    a per-channel plan has a product per channel) took a 512x512 model past 22 GB."""
     def integral(name):
         return np.issubdtype(getattr(values.get(name), "dtype", np.float32), np.integer)
 
     names = []
     for domain, op, inputs, outputs in nodes:
+        if domain == DOMAIN and op in LAYER_INSIDES:
+            continue
         if (domain == DOMAIN and op in INTEGER_PRIMITIVES) or \
                 all(integral(i) for i in inputs if i):
             names += [o for o in outputs if o and integral(o)]
