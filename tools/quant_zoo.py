@@ -2,7 +2,7 @@
 step, one row per model.
 
     python tools/quant_zoo.py [--models deploy|ci|all|a,b] [--samples 32] [--bits 8,16]
-                              [--work DIR] [--cache DIR] [--json OUT]
+                              [--skip hp] [--work DIR] [--cache DIR] [--json OUT]
 
 Per model (the zoo's legacy export, from --cache):
 
