@@ -237,10 +237,3 @@ def quantization_records(model):
     or None."""
     found = g.quantization(model)
     return None if found is None else found["layers"]
-
-
-def unit_records(model):
-    """The records of the integer lookup tables and written arrays (QLut, QRuntimeVMM) an
-    ir.Model lowered with `quantization` carries ([] for none)."""
-    found = g.quantization(model)
-    return [] if found is None else found.get("units", [])

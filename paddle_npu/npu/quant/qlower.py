@@ -6,6 +6,8 @@ precision table, the model's own scales) and reads the records back.
 """
 import json
 
+import onnx_ir as ir
+
 from ...errors import ConversionError
 from ...onnx_io import load_proto
 from .. import graph as g
@@ -15,22 +17,27 @@ from .calibrate import load_precision, load_table
 from .qdq import unquantised
 
 
+def _quantization_of(model):
+    """The quantisation a lowered model records ({"bits", "layers", "units"}), or None; an
+    ir.Model's read in place (serializing it would copy every weight)."""
+    if isinstance(model, ir.Model):
+        return g.quantization(model)
+    for p in load_proto(model).metadata_props:
+        if p.key == g.QUANTIZATION:
+            return json.loads(p.value)
+    return None
+
+
 def records_of(model):
     """The per-layer quantisation records stored in a quantised model (path / proto / ir)."""
-    proto = load_proto(model)
-    for p in proto.metadata_props:
-        if p.key == g.QUANTIZATION:
-            return json.loads(p.value)["layers"]
-    return None
+    found = _quantization_of(model)
+    return None if found is None else found["layers"]
 
 
 def unit_records_of(model):
     """The records of the integer lookup tables and written arrays in a quantised model."""
-    proto = load_proto(model)
-    for p in proto.metadata_props:
-        if p.key == g.QUANTIZATION:
-            return json.loads(p.value).get("units", [])
-    return []
+    found = _quantization_of(model)
+    return [] if found is None else found.get("units", [])
 
 
 def quantized_lower(model, table=None, bits=8, target=None, plan="packed", precision=None,
