@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from ...errors import ConversionError
 from ...onnx_io import load_proto
+from ..channels_last import tensors_as_nchw
 from ..passes import with_input_shapes
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_precision
@@ -77,6 +78,12 @@ def min_cosine(fouts, qouts, samples=1):
     return worst
 
 
+def _outputs(model, feeds, like):
+    """The quantised model's outputs named in `like`, over all the samples, in NCHW."""
+    proto = ir.serde.serialize_model(model)
+    return tensors_as_nchw(proto, run_tensors(proto.SerializeToString(), feeds, list(like)))
+
+
 def _measurable(value, what):
     """A NaN measure ranks nothing (every comparison with it is false): refuse it."""
     if math.isnan(value):
@@ -130,25 +137,28 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
 
     def quantise(k):
         prec = {**base, **{name: "int16" for name in worst[:k]}}
-        m2, report2, records2 = quantized_lower(proto, table, bits, target, plan, prec, **kw)
-        return prec, m2, report2, records2, layer_report(reference, m2, feeds, records2)
+        return (prec,) + quantized_lower(proto, table, bits, target, plan, prec, **kw)
 
-    tried = {}
+    fouts = before["_float"]
+    tried = {0: (base, m, report, records)}
     k = len(worst)
     if until_cosine is not None:
-        tried[0] = (base, m, report, records, before)
+        # a probe runs the quantised model's outputs only, against the float outputs of the
+        # first report: the layer report (every layer's tensors, both models) is made once
+        # more, for the count chosen
         lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
         while lo + 1 < hi:
             mid = (lo + hi) // 2
             if mid not in tried:
                 tried[mid] = quantise(mid)
-            rep = tried[mid][-1]
-            if min_cosine(rep["_float"], rep["_quant"], count) >= until_cosine:
+            qouts = before["_quant"] if mid == 0 else _outputs(tried[mid][1], feeds, fouts)
+            if min_cosine(fouts, qouts, count) >= until_cosine:
                 hi = mid
             else:
                 lo = mid
         k = hi
-    prec, m2, report2, records2, after = tried[k] if k in tried else quantise(k)
+    prec, m2, report2, records2 = tried[k] if k in tried else quantise(k)
+    after = before if k == 0 else layer_report(reference, m2, feeds, records2)
     reached = None if until_cosine is None else \
         min_cosine(after["_float"], after["_quant"], count) >= until_cosine
     return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
