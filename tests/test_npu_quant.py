@@ -1243,3 +1243,71 @@ def test_a_matmul_holding_its_constant_first_quantises_on_its_activation():
     assert _cosine(got, _ort(m, x)[0]) > 0.999
     qdq = export_qdq(data, records)
     assert _cosine(_ort(qdq, x)[0], _ort(m, x)[0]) > 0.999
+
+
+def _moved_outputs_model():
+    """x -> Conv (its output read only by a Reshape) -> MatMul with its constant first (the
+    lowering transposes its output back, merged with the Reshape after it) -> Conv ->
+    ConvTranspose (which reads its input as rows: that Conv's output exists in no form both
+    models have)."""
+    rng = np.random.default_rng(3)
+    w = lambda name, *s: onnx.numpy_helper.from_array(  # noqa: E731
+        (rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), name)
+    inits = [w("w0", 6, 3, 3, 3), w("front_w", 5, 16), w("w1", 4, 1, 3, 3),
+             w("up_w", 4, 2, 3, 3)]
+    inits += [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+              for v, n in (([1, 6, 16], "rows"), ([1, 1, 5, 6], "shape"))]
+    nodes = [helper.make_node("Conv", ["x", inits[0].name], ["c0"], name="conv0",
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c0", "rows"], ["f0"]),                 # [1, 6, 16]
+             helper.make_node("Transpose", ["f0"], ["t0"], perm=[0, 2, 1]),       # [1, 16, 6]
+             helper.make_node("MatMul", [inits[1].name, "t0"], ["m0"], name="front"),  # [1,5,6]
+             helper.make_node("Reshape", ["m0", "shape"], ["r0"]),                # [1, 1, 5, 6]
+             helper.make_node("Conv", ["r0", inits[2].name], ["c1"], name="conv1",
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["c1", inits[3].name], ["y"], name="up",
+                              strides=[2, 2])]
+    gr = helper.make_graph(nodes, "moved", [helper.make_tensor_value_info("x", 1, [1, 3, 4, 4])],
+                           [helper.make_tensor_value_info("y", 1, [1, 2, 11, 13])], inits)
+    return helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_layer_report_measures_outputs_the_lowering_moved():
+    """A layer whose output the lowering moved into another layout (merged with the reshape
+    after it) is measured at the moved tensor both models have: the same numbers, as the
+    metrics do not depend on the elements' order. Before, such layers were missing from the
+    report, so neither it nor --auto-hp could see them."""
+    from paddle_npu.npu.quant.accuracy import metrics, run_tensors
+
+    model = _moved_outputs_model()
+    rng = np.random.default_rng(0)
+    table = calibrate(model, {"x": rng.standard_normal((16, 3, 4, 4)).astype(np.float32)})
+    feeds = {"x": rng.standard_normal((8, 3, 4, 4)).astype(np.float32)}
+    q, _, records = quantized_lower(model, table, 8)
+    qproto = ir.serde.serialize_model(q)
+    assert not {"c0", "m0"} & {v for n in qproto.graph.node for v in n.output}
+    rep = {lay["layer"]: lay for lay in layer_report(model, q, feeds, records)["layers"]}
+    assert {"conv0", "front"} <= set(rep)
+    f = run_tensors(model.SerializeToString(), feeds, ["f0", "r0"])
+    qv = run_tensors(qproto.SerializeToString(), feeds, ["f0", "r0"])
+    for layer, at in (("conv0", "f0"), ("front", "r0")):
+        expect = metrics(f[at], qv[at])
+        assert rep[layer]["tensor"] == at and expect["cosine"] < 1 - 1e-6
+        assert rep[layer]["cosine"] == pytest.approx(expect["cosine"], abs=1e-12)
+        assert rep[layer]["sqnr_db"] == pytest.approx(expect["sqnr_db"], abs=1e-9)
+
+
+def test_auto_hp_ranks_a_layer_the_report_cannot_see_first():
+    """conv1's output is read by the ConvTranspose as rows: no tensor both models have holds
+    it, so the report cannot measure it. The promotion search ranks it first rather than
+    never (it had stayed at 8 bits whatever the target)."""
+    from paddle_npu.npu.quant.promote import auto_hp
+
+    model = _moved_outputs_model()
+    rng = np.random.default_rng(0)
+    table = calibrate(model, {"x": rng.standard_normal((16, 3, 4, 4)).astype(np.float32)})
+    feeds = {"x": rng.standard_normal((8, 3, 4, 4)).astype(np.float32)}
+    res = auto_hp(model, table, feeds, 1, rank="added")
+    assert "conv1" not in {lay["layer"] for lay in res["before"]["layers"]}
+    assert res["promoted"] == ["conv1"]
+    assert {r["layer"]: r["bits"] for r in res["records"]}["conv1"] == 16

@@ -98,6 +98,11 @@ def layer_report(float_model, quant_model, feeds, records=None):
     records = sorted(list(records) + unit_records_of(qproto),
                      key=lambda r: order.get(r["output"], len(order)))
     outputs = [o.name for o in qproto.graph.output]
+    # a layer's output the lowering moved straight into another layout (a transpose merged
+    # with the reshape after it) is measured where the float model has the moved tensor too
+    held = _held_at(fproto, qproto, [r[k] for r in records for k in ("output", "input")])
+    records = [dict(r, output=held.get(r["output"], r["output"]),
+                    input=held.get(r["input"], r["input"])) for r in records]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     feeds = open_samples(fproto, feeds)
     # both models batch by batch, in step: every tensor's agreement summed as it comes, the
@@ -134,6 +139,31 @@ def layer_report(float_model, quant_model, feeds, records=None):
     outs = [dict(measured[n], name=n) for n in outputs if n in measured]
     joined = [{n: _joined(v) for n, v in keep.items()} for keep in kept]
     return {"layers": layers, "outputs": outs, "_float": joined[0], "_quant": joined[1]}
+
+
+# ops that only move a tensor's elements: any of the metrics is the same on their output
+MOVES = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _held_at(fproto, qproto, names):
+    """{name: the tensor to measure it at} for those of `names` the quantised model does not
+    have: the first tensor both models have on the float model's chain of single-reader
+    moves from it (its elements in another order). Names without one are left out."""
+    present = {v for n in qproto.graph.node for v in n.output} | \
+        {i.name for i in qproto.graph.input}
+    readers = {}
+    for node in fproto.graph.node:
+        for v in node.input:
+            readers.setdefault(v, []).append(node)
+    held = {}
+    for name in names:
+        at = name
+        while at not in present and len(readers.get(at, ())) == 1 and \
+                readers[at][0].op_type in MOVES and readers[at][0].input[0] == at:
+            at = readers[at][0].output[0]
+        if at != name and at in present:
+            held[name] = at
+    return held
 
 
 def _session_for(proto, names):

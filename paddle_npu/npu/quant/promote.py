@@ -17,7 +17,7 @@ from ..passes import with_input_shapes
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_precision
 from .samples import Samples, open_samples
-from .qlower import quantized_lower
+from .qlower import quantized_lower, unit_records_of
 
 SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
 
@@ -121,7 +121,12 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     for out in before["outputs"]:
         for key in ("cosine", "sqnr_db"):
             _measurable(out[key], f"output {out['name']!r}")
-    worst = [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
+    # the 8-bit layers the report could not see (their output exists in no form both models
+    # have) lead the ranking by added noise: nothing shows them harmless
+    seen = {lay["layer"] for lay in before["layers"]}
+    unseen = [r["layer"] for r in records + unit_records_of(m)
+              if r["bits"] == 8 and r["layer"] not in seen]
+    worst = unseen + [lay["layer"] for lay in worst_layers(before) if lay["bits"] == 8]
     if until_cosine is not None and n <= 0:
         n = len(worst)
     sens = None
