@@ -153,3 +153,76 @@ def test_lookup_tables_are_layers_of_the_report_and_promotion_candidates():
     assert bits == {"QLut": 16}
     ranked = auto_hp(data, table, feeds, 2)
     assert sorted(ranked["promoted"]) == ["fc", "gate"]
+
+
+@pytest.mark.parametrize("function, lo, hi, bits, coarse", [
+    ("log", 1e-5, 1e5, 16, True),          # an inverse sigmoid's ratio: decades in one cell
+    ("log", 1e-3, 1e3, 8, True),
+    ("reciprocal", 1e-3, 10.0, 16, True),
+    ("log", 0.5, 4.0, 8, False),           # away from 0: a fine table
+    ("reciprocal", 1.0, 10.0, 8, False),
+    ("sqrt", 0.0, 100.0, 8, False),        # unbounded slope at 0, yet a bounded change
+    ("sqrt", 0.0, 100.0, 16, False),
+    ("sigmoid", -8.0, 8.0, 8, False),
+    ("exp", -10.0, 2.0, 8, False),
+    ("gelu", -10.0, 10.0, 8, False),
+])
+def test_coarse_step_finds_where_a_table_cannot_stand_for_the_function(function, lo, hi,
+                                                                        bits, coarse):
+    """The input step is the calibrated range's on the grid; where f moves by more than
+    COARSE_SHARE of the output grid's range within one step, the table is refused. Checked
+    against the function evaluated densely: the largest change within one input step."""
+    from paddle_npu.npu.ops.lut import COARSE_SHARE, coarse_step
+    from paddle_npu.npu.ops.quant import qrange
+
+    qhi = qrange(bits)[1]
+    f = FUNCTIONS[function][1]
+    s_x = max(abs(lo), abs(hi)) / qhi
+    with np.errstate(divide="ignore"):
+        dense = f(np.linspace(lo, hi, 2_000_001), 0.2, 0.5)
+    s_y = np.max(np.abs(dense[np.isfinite(dense)])) / qhi
+    at = coarse_step(function, lo, hi, s_x, s_y, bits)
+    assert (at is not None) == coarse
+    if coarse:
+        assert lo <= at <= hi
+        b = min(at + s_x, hi)
+        with np.errstate(divide="ignore"):
+            assert abs(f(np.float64(b), 0.2, 0.5) - f(np.float64(at), 0.2, 0.5)) > \
+                COARSE_SHARE * s_y * qhi
+
+
+def _inverse_sigmoid():
+    """log(x / (1 - x)) with both clipped away from 0, as DETR-style decoders refine boxes."""
+    eps = np.array(1e-5, np.float32)
+    one = np.array(1.0, np.float32)
+    nodes = [helper.make_node("Clip", ["x", "eps", "one"], ["xc"]),
+             helper.make_node("Sub", ["one", "x"], ["r"]),
+             helper.make_node("Clip", ["r", "eps", "one"], ["rc"]),
+             helper.make_node("Div", ["xc", "rc"], ["ratio"]),
+             helper.make_node("Log", ["ratio"], ["y"], name="inverse")]
+    return model(nodes, [("x", ["n", 64])], [("y", ["n", 64])], [("eps", eps), ("one", one)])
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_a_table_too_coarse_for_its_data_stays_float(bits):
+    """Box coordinates near 0 and 1: the ratio spans ten decades, so every ratio below one
+    input step shares the first entry. The Log stays a float table, said in the model's
+    quantisation record, and the output keeps its float accuracy."""
+    from paddle_npu.npu.quant.qlower import float_units_of
+
+    m = _inverse_sigmoid()
+    rng = np.random.default_rng(6)
+
+    def boxes(n):
+        return (1 / (1 + np.exp(-rng.normal(0, 4, (n, 64))))).astype(np.float32)
+    table = calibrate(m, {"x": boxes(128)})
+    lowered, _, _ = quantized_lower(m, table, bits)
+    proto = ir.serde.serialize_model(lowered)
+    x = boxes(4)
+    (want,) = run_onnx(m.SerializeToString(), {"x": x})[1]
+    (got,) = run_onnx(proto.SerializeToString(), {"x": x})[1]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    # (a float table: onnxruntime's float32 log against the reference's float64 one)
+    assert np.allclose(got, Reference(proto, None).run({"x": x})[0], rtol=1e-6, atol=0)
+    assert [u["layer"] for u in float_units_of(lowered)] == ["inverse"]
+    assert not {n.op_type for n in proto.graph.node} & {"QLut"}

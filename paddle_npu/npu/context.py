@@ -36,6 +36,7 @@ class LowerContext:
         self.refusals = {}          # source node name -> why it was not lowered
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
         self.unit_records = []      # integer lookup tables / written arrays (plan.unit_record)
+        self.float_units = []       # lookup tables an integer plan keeps in float, and why
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
         # a tile's memory (an integer tile's: its float weights' and scales) -> (its

@@ -156,7 +156,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     if quantization is not None:
         g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans),
-                               "units": ctx.unit_records})
+                               "units": ctx.unit_records, "float_units": ctx.float_units})
 
     devices, plain = {}, {}
     for node in m.graph:

@@ -1,9 +1,11 @@
 """Unary activations -> Lut, the lookup-table unit (ops/lut.py); in an integer lowering
 Quantize -> QLut (a 2^bits-entry table from the input's grid to the output's) -> Dequantize,
-when the calibration table has both tensors (else the float Lut)."""
+when the calibration table has both tensors and the table can stand for the function on the
+calibrated inputs (else the float Lut; ops/lut.coarse_step)."""
 import onnx_ir as ir
 
-from ..ops.lut import lut_table
+from ..ops.lut import COARSE_SHARE, coarse_step, lut_table
+from ..ops.quant import qrange
 from ..plan import tensor_scale, unit_bits, unit_record
 from ..registry import onnx_op
 
@@ -42,6 +44,17 @@ class Activation:
             s_x = tensor_scale(ctx.quantization, x.name, bits)
             s_y = tensor_scale(ctx.quantization, y.name, bits)
             if s_x is not None and s_y is not None:
+                entry = ctx.quantization.table["tensors"][x.name]
+                limit = float(s_x) * qrange(bits)[1]      # (a table without min / max)
+                lo, hi = entry.get("min", -limit), entry.get("max", limit)
+                at = coarse_step(function, lo, hi, float(s_x), float(s_y), bits, **extra)
+                if at is not None:      # the table would be wrong where the data is
+                    ctx.float_units.append(
+                        {"layer": node.name, "op": "Lut", "function": function, "bits": bits,
+                         "why": f"one {bits}-bit input step from {at:.3g} moves {function} "
+                                f"by more than {COARSE_SHARE:.1%} of its output range "
+                                f"(inputs calibrated to [{lo:.3g}, {hi:.3g}])"})
+                    return [ctx.npu.Lut(x, function=function, **extra, _name="lut")]
                 int_type = ir.DataType.INT8 if bits == 8 else ir.DataType.INT16
                 table = lut_table(function, s_x, s_y, bits, **extra)
                 q = ctx.npu.Quantize(x, ctx.initializer(s_x, "s_x"), bits=bits,

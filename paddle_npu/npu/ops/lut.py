@@ -114,6 +114,30 @@ def lut_table(function, s_x, s_y, bits, alpha=0.2, beta=0.5):
     return np.clip(np.rint(y), lo, hi).astype(np.int8 if bits == 8 else np.int16)
 
 
+COARSE_SHARE = 0.125    # one input step may move f by at most this share of its output range
+
+
+def coarse_step(function, lo, hi, s_x, s_y, bits, alpha=0.2, beta=0.5):
+    """Where a `bits`-bit table cannot stand for f on the calibrated inputs [lo, hi]: the
+    input (a cell's low end) at which f changes within one input step s_x by more than
+    COARSE_SHARE of the range the output grid s_y covers, else None. Log or Reciprocal of a
+    ratio spanning decades (an inverse sigmoid's x / (1 - x)) is such a case: all its small
+    values fall into the first cells, one entry each for outputs far apart."""
+    qlo, qhi = qrange(bits)
+    q = np.arange(max(qlo, int(np.floor(lo / s_x))), min(qhi, int(np.ceil(hi / s_x))) + 1,
+                  dtype=np.float64)
+    if not q.size:
+        return None
+    a = np.clip((q - 0.5) * s_x, lo, hi)
+    b = np.clip((q + 0.5) * s_x, lo, hi)
+    _, f = FUNCTIONS[function]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        change = np.abs(f(b, alpha, beta) - f(a, alpha, beta))
+    change = np.where(b <= a, 0.0, np.nan_to_num(change, nan=np.inf))  # (log(0): no bound)
+    worst = int(np.argmax(change))
+    return float(a[worst]) if change[worst] > COARSE_SHARE * s_y * qhi else None
+
+
 @primitive
 class QLut(Primitive):
     """Y = Table[X - qmin]: an integer activation on the lookup-table unit, a table of

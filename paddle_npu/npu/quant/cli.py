@@ -146,13 +146,15 @@ def lower_for(args):
         else:
             model, report, records = quantized_lower(source, args.calibration, _bits(args),
                                                      target, plan, precision, preprocess, **kw)
-        from .qlower import unit_records_of
+        from .qlower import float_units_of, unit_records_of
         units = unit_records_of(model)
         n16, u16 = (sum(r["bits"] == 16 for r in rs) for rs in (records, units))
         print(f"quantised {len(records)} matrix layers: {len(records) - n16} at int8, "
               f"{n16} at int16" + (f"; {len(units)} lookup tables / written arrays: "
                                    f"{len(units) - u16} at int8, {u16} at int16"
                                    if units else ""))
+        for unit in float_units_of(model):
+            print(f"kept in float: {unit['layer']}: {unit['why']}")
         if args.qdq:
             # written on the graph this lowering lowered: the options that shape it
             shaping = {k: kw[k] for k in ("marks", "enable", "disable", "input_shape")

@@ -40,6 +40,12 @@ def unit_records_of(model):
     return [] if found is None else found.get("units", [])
 
 
+def float_units_of(model):
+    """The lookup tables an integer lowering kept in float, each with why."""
+    found = _quantization_of(model)
+    return [] if found is None else found.get("float_units", [])
+
+
 def quantized_lower(model, table=None, bits=8, target=None, plan="packed", precision=None,
                     preprocess=None, **lower_options):
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).
