@@ -145,7 +145,8 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         return (prec,) + quantized_lower(proto, table, bits, target, plan, prec, **kw)
 
     fouts = before["_float"]
-    tried = {0: (base, m, report, records)}
+    first = (base, m, report, records)
+    kept = {0: first}       # the lowering of the count chosen so far (one model held)
     k = len(worst)
     if until_cosine is not None:
         # a probe runs the quantised model's outputs only, against the float outputs of the
@@ -154,15 +155,14 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
         while lo + 1 < hi:
             mid = (lo + hi) // 2
-            if mid not in tried:
-                tried[mid] = quantise(mid)
-            qouts = before["_quant"] if mid == 0 else _outputs(tried[mid][1], feeds, fouts)
+            probe = first if mid == 0 else quantise(mid)
+            qouts = before["_quant"] if mid == 0 else _outputs(probe[1], feeds, fouts)
             if min_cosine(fouts, qouts, count) >= until_cosine:
-                hi = mid
+                hi, kept = mid, {mid: probe}
             else:
                 lo = mid
         k = hi
-    prec, m2, report2, records2 = tried[k] if k in tried else quantise(k)
+    prec, m2, report2, records2 = kept[k] if k in kept else quantise(k)
     after = before if k == 0 else layer_report(reference, m2, feeds, records2)
     reached = None if until_cosine is None else \
         min_cosine(after["_float"], after["_quant"], count) >= until_cosine
