@@ -349,6 +349,10 @@ RESIZES = [
      [1, 1, 1.5, 3], None, 13, "Resize", {"AxisResample"}),
     ([1, 2, 5, 4], dict(mode="cubic", cubic_coeff_a=-0.5), [1, 1, 2, 1], None, 13, "Resize",
      {"AxisResample"}),
+    # scales whose target lengths are fractional (7.5, 2.8): align_corners divides by the
+    # output's lengths less one (6, 1), as onnxruntime does
+    ([1, 2, 5, 4], dict(mode="linear", coordinate_transformation_mode="align_corners"),
+     [1, 1, 1.5, 0.7], None, 13, "Resize", {"AxisResample"}),
     # loaded at opset 15, the Upsample is a Resize
     ([1, 3, 4, 5], dict(mode="nearest"), [1, 1, 2, 3], None, 9, "Upsample", {"AxisResample"}),
 ]

@@ -36,6 +36,7 @@ beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
                               [--cache DIR] [--json OUT] [--reference-plans packed,per-channel]
                               [--ort-plans packed] [--iters 20] [--process-runs 3]
                               [--input-shape x:1,3,224,224] [--quantize int8]
+                              [--whole] [--lower-times]
 
 The reference's throughput is measured twice, runs in turn: as it runs (each matrix layer's
 tiles fused, `Reference`) and node by node (`Reference(fuse_layers=False)`, every VMM tile
@@ -54,6 +55,11 @@ hand-overs), the lowering time and how the lowered model agrees with the ONNX on
 (onnxruntime and the NumPy reference, worst relative diff), beside the ONNX model's own
 float-noise floor (agrees: yes within 1e-5, floor within that floor, f64 no farther from
 the float64 result than the ONNX model itself, NO otherwise).
+
+With --lower-times, per zoo model (`--models deploy|ci|all|a,b`) converted at its deployment
+size (`paddle-npu convert --input-shape`, batch 1, as quant_zoo.py converts it), a plain
+`paddle-npu lower` (no --verify) in a process of its own: wall and CPU seconds and peak RSS
+(median of --process-runs), against the target of at most 5 s on every model.
 """
 import argparse
 import json
@@ -335,6 +341,58 @@ def lower_process(onnx_bytes, target, runs):
             for key, got in found.items()}
 
 
+# plain `paddle-npu lower` of every zoo model at its deployment size: the target
+DEPLOYED_LOWER_S = 5.0
+
+
+def deployed_lower(name, target, cache, runs):
+    """{"model", "input_shape", "seconds", "cpu_seconds", "peak_mib"}: `paddle-npu lower`
+    (no --verify) of zoo model `name` converted at its deployment size, in processes of
+    their own (median of `runs`)."""
+    from quant_zoo import shape_args
+
+    model = zoo.MODELS[name]
+    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
+    env = installed_env(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    npu = [sys.executable, "-m", "paddle_npu"]
+    shapes = shape_args(model)
+    with tempfile.TemporaryDirectory(prefix="bench_npu_") as work:
+        onnx_path, out = os.path.join(work, "model.onnx"), os.path.join(work, "lowered.onnx")
+        run = run_measured(npu + ["convert", os.path.join(info["dir"], info["model_file"]),
+                                  "-o", onnx_path, "-q"] + shapes, env)
+        if run.rc != 0:
+            raise RuntimeError(f"paddle-npu convert failed ({run.rc}): "
+                               f"{run.stderr.strip()[-300:]}")
+        got = []
+        for _ in range(runs):
+            run = run_measured(npu + ["lower", onnx_path, "-o", out, "--target", target], env)
+            if run.rc != 0:
+                raise RuntimeError(f"paddle-npu lower failed ({run.rc}): "
+                                   f"{run.stderr.strip()[-300:]}")
+            got.append(run)
+    return {"model": name, "input_shape": " ".join(shapes[1::2]),
+            "seconds": round(statistics.median(r.seconds for r in got), 2),
+            "cpu_seconds": round(statistics.median(r.cpu for r in got), 2),
+            "peak_mib": round(statistics.median(r.rss for r in got) / 2**20, 1)}
+
+
+def render_deployed(rows):
+    head = (f"{'paddle-npu lower':<22} {'at deployment size':<38} {'wall s':>7} {'cpu s':>6} "
+            f"{'peak MiB':>9}  <= {DEPLOYED_LOWER_S:g} s")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['model']:<22} FAILED: {r['error'].splitlines()[0][:200]}")
+            continue
+        met = "met" if r["seconds"] <= DEPLOYED_LOWER_S else "NOT met"
+        lines.append(f"{r['model']:<22} {r['input_shape']:<38} {r['seconds']:>7.2f} "
+                     f"{r['cpu_seconds']:>6.2f} {r['peak_mib']:>9.0f}  {met}")
+    slow = [r["model"] for r in rows if "error" in r or r["seconds"] > DEPLOYED_LOWER_S]
+    lines.append(f"every model lowered in <= {DEPLOYED_LOWER_S:g} s: "
+                 + ("met" if not slow else f"NOT met ({', '.join(slow)})"))
+    return "\n".join(lines)
+
+
 def _lower_met(entry):
     return entry["seconds"] <= LOWER_TARGET_S and entry["peak_mib"] <= LOWER_TARGET_MIB
 
@@ -555,7 +613,8 @@ def render(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="resnet50,mobilenet_v3_large",
-                    help="zoo models: comma-separated names, 'ci' or 'all'")
+                    help="zoo models: comma-separated names, 'ci' or 'all' ('deploy' with "
+                         "--lower-times: every model at its deployment size)")
     ap.add_argument("--target", default="npu256")
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
@@ -575,9 +634,29 @@ def main(argv=None):
                     help="lower with integer matrix layers (the reference runs them)")
     ap.add_argument("--whole", action="store_true",
                     help="per model: NPU share of MACs and segments, sizes open vs fixed")
+    ap.add_argument("--lower-times", action="store_true",
+                    help="per model: plain `paddle-npu lower` time at its deployment size "
+                         f"(target <= {DEPLOYED_LOWER_S:g} s)")
     args = ap.parse_args(argv)
     start_launcher()
     target = load_target(args.target)
+    if args.lower_times:
+        from quant_zoo import select
+
+        rows = []
+        for name in select(args.models):
+            try:                      # one model's failure is a row of the table
+                rows.append(deployed_lower(name, target.name, args.cache,
+                                           max(1, args.process_runs)))
+            except Exception as e:    # noqa: BLE001 - reported, and the exit code says so
+                rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+            print(f"{name}: done", file=sys.stderr, flush=True)
+        print(f"target {target.name}; {load_note()}")
+        print(render_deployed(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 1 if any("error" in r or r["seconds"] > DEPLOYED_LOWER_S for r in rows) else 0
     names = zoo.select(args.models)
     ort_plans = [p for p in args.ort_plans.split(",") if p]
     rates = machine_rates() if ort_plans and not (args.whole or args.quantize) else None

@@ -2,16 +2,11 @@
 nearest a pick (a move), linear and cubic a weighted sum of 2 or 4 neighbours.
 
 The resize is separable: along one axis it is a matrix A [in, out] with Y = X A, each column
-with a few non-zeros. A is found at compile time by resizing the identity with the node's own
-attributes and scales (the ONNX reference implementation, so every coordinate transformation
-and nearest mode means what the ONNX specification says); its non-zeros are AxisResample's
-indices and weights. (As matrix products on the arrays the interpolation would cost one array
-read per row of the image, far more than the vector unit's few multiply-adds per element.)"""
-import functools
-
+with a few non-zeros (resize_matrix, the ONNX specification's coordinate transformations and
+interpolations written out in closed form); its non-zeros are AxisResample's indices and
+weights. (As matrix products on the arrays the interpolation would cost one array read per row
+of the image, far more than the vector unit's few multiply-adds per element.)"""
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from ..registry import onnx_op
 
@@ -58,35 +53,87 @@ def _check(ctx, node):
 
 
 def axis_matrix(ctx, node, axis):
-    """A [in, out] of the resize along `axis` (2 or 3), as the ONNX reference computes it."""
+    """A [in, out] of the node's resize along `axis` (2 or 3)."""
     n_in, n_out = ctx.dims(node.inputs[0])[axis], ctx.dims(node.outputs[0])[axis]
-    kind, values, where = _scales_or_sizes(ctx, node)
-    probe = [1.0, 1.0, 1.0, float(values[axis])] if kind == "scales" else \
-        [n_in, 1, 1, int(values[axis])]
-    attrs = tuple(sorted((k, v.value if isinstance(v.value, (int, float, str)) else
-                          tuple(v.value)) for k, v in node.attributes.items()))
-    opset = ctx.model.opset_imports.get("", 11)
-    return _probe(node.op_type, attrs, kind, tuple(probe), where, n_in, n_out, opset).copy()
+    kind, values, _ = _scales_or_sizes(ctx, node)
+    a = node.attributes
+    # the attributes' defaults are the same in every Resize from opset 11 (models are loaded
+    # at 15 or above)
+    return resize_matrix(
+        n_in, n_out, float(values[axis]) if kind == "scales" else None,
+        mode=a.get_string("mode", "nearest"),
+        coordinate_mode=a.get_string("coordinate_transformation_mode", "half_pixel"),
+        nearest_mode=a.get_string("nearest_mode", "round_prefer_floor"),
+        cubic_a=a.get_float("cubic_coeff_a", -0.75),
+        exclude_outside=bool(a.get_int("exclude_outside", 0)))
 
 
-@functools.lru_cache(maxsize=64)
-def _probe(op_type, attrs, kind, probe, where, n_in, n_out, opset):
-    from onnx.reference import ReferenceEvaluator   # ~40 ms: only when a model has a Resize
+def resize_matrix(n_in, n_out, scale=None, mode="nearest", coordinate_mode="half_pixel",
+                  nearest_mode="round_prefer_floor", cubic_a=-0.75, exclude_outside=False):
+    """A [n_in, n_out] (Y = X A) of ONNX's Resize along one axis of n_in entries to n_out:
+    `scale` the node's scale for this axis, None when it gives sizes (the scale is then
+    n_out / n_in). Each output entry reads the input at the coordinate the transformation
+    mode gives, in float64; a neighbour past either end reads the end entry."""
+    x = _source_coordinates(n_in, n_out, scale, coordinate_mode)
+    base = np.floor(x)
+    frac = x - base                       # past the entry below; 0 at a whole coordinate
+    if mode == "nearest":
+        up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5,
+              "floor": np.zeros_like(frac, bool), "ceil": frac > 0}.get(nearest_mode)
+        if up is None:
+            raise ValueError(f"Resize: unknown nearest_mode {nearest_mode!r}")
+        rows, weights = (base + up)[:, None], np.ones((n_out, 1))
+    elif mode == "linear":
+        rows = base[:, None] + np.array([0.0, 1.0])
+        weights = np.stack([1 - frac, frac], axis=1)
+    elif mode == "cubic":
+        offsets = np.array([-1.0, 0.0, 1.0, 2.0])
+        rows = base[:, None] + offsets
+        weights = _keys_kernel(frac[:, None] - offsets, cubic_a)
+    else:
+        raise ValueError(f"Resize: unknown mode {mode!r}")
+    rows = rows.astype(np.int64)
+    if exclude_outside:                   # neighbours past the ends weigh 0, the rest sum to 1
+        weights = np.where((rows < 0) | (rows >= n_in), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    a = np.zeros((n_in, n_out))
+    cols = np.broadcast_to(np.arange(n_out)[:, None], rows.shape)
+    # clamped neighbours of one output entry land on the same end entry: their weights add
+    np.add.at(a, (np.clip(rows, 0, n_in - 1), cols), weights)
+    return a
 
-    attrs = dict(attrs)
-    inputs = ["x"] + [""] * (where - 1) + [kind]
-    inits = [numpy_helper.from_array(
-        np.asarray(probe, np.float32 if kind == "scales" else np.int64), kind)]
-    graph = helper.make_graph(
-        [helper.make_node(op_type, inputs, ["y"], **attrs)], "probe",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, None)],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, None)], inits)
-    probe_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    eye = np.eye(n_in).reshape(n_in, 1, 1, n_in)
-    (y,) = ReferenceEvaluator(probe_model).run(None, {"x": eye})
-    if y.shape != (n_in, 1, 1, n_out):
-        raise ValueError(f"{op_type}: resizing the identity gave {y.shape}")
-    return y.reshape(n_in, n_out)
+
+def _source_coordinates(n_in, n_out, scale, mode):
+    """The input coordinate of each output entry 0 .. n_out - 1 (float64)."""
+    y = np.arange(n_out, dtype=np.float64)
+    # the target length: n_out itself from sizes, fractional from a scale (half_pixel_symmetric
+    # centres the n_out entries taken in it). align_corners and pytorch_half_pixel take the
+    # output's length n_out, as the specification and onnxruntime do (onnx's reference
+    # Resize takes the fractional one)
+    width = float(n_out) if scale is None else scale * n_in
+    if scale is None:
+        scale = n_out / n_in
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        return offset + (y + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (y + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        return y * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return y / scale
+    raise ValueError(f"Resize: coordinate_transformation_mode {mode!r} has no closed form here")
+
+
+def _keys_kernel(d, a):
+    """Keys' cubic convolution kernel with coefficient a at distances d."""
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1            # |d| <= 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a       # 1 < |d| < 2
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
 
 
 def _taps(a):
