@@ -62,7 +62,7 @@ def float_tensors(proto):
 
 
 def session_with_all(proto, names):
-    """An onnxruntime session whose outputs are `names` (intermediate float tensors)."""
+    """An onnxruntime session whose outputs are `names` (intermediate tensors)."""
     import onnxruntime as ort   # heavy, and only for running the calibration set
 
     m = onnx.ModelProto()
@@ -70,8 +70,9 @@ def session_with_all(proto, names):
     have = {o.name for o in m.graph.output}
     for name in names:
         if name not in have:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(
-                name, onnx.TensorProto.FLOAT, None))
+            # (no type given: onnxruntime infers it, as for any tensor inside the graph;
+            # an integer one, a selection's picks, would be refused as float)
+            m.graph.output.append(onnx.ValueInfoProto(name=name))
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])

@@ -14,6 +14,7 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ..channels_last import tensors_as_nchw
 from ..passes import with_input_shapes
+from ..selection import HELD, find_selections, hold, link_lowered
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_precision
 from .samples import Samples, open_samples
@@ -78,9 +79,30 @@ def min_cosine(fouts, qouts, samples=1):
     return worst
 
 
-def _outputs(model, feeds, like):
-    """The quantised model's outputs named in `like`, over all the samples, in NCHW."""
+def _held(proto, feeds):
+    """(the selections some output hinges on (selection.py), the feeds with the float
+    model's picks of each added): the promotion search judges outputs as `verify` does,
+    given the float model's picks, since near-tied scores swap picks at any precision and
+    an output computed from other picks differs wholesale."""
+    selections = find_selections(proto.graph)
+    if not selections:
+        return selections, feeds
+    picks = run_tensors(proto.SerializeToString(), feeds, [s.picks for s in selections])
+
+    def read(start, stop):
+        return {**feeds.read(start, stop),
+                **{name + HELD: v[start:stop] for name, v in picks.items()}}
+    return selections, Samples(feeds.names + [n + HELD for n in picks], feeds.count, read,
+                               feeds.where, feeds.whole)
+
+
+def _outputs(model, feeds, like, selections=()):
+    """The quantised model's outputs named in `like`, over all the samples, in NCHW (given
+    the float model's picks, which `feeds` then holds, where `selections`)."""
     proto = ir.serde.serialize_model(model)
+    if selections:
+        link_lowered(selections, proto.graph, "the quantised model")
+        proto = hold(proto, selections, lowered=True)
     return tensors_as_nchw(proto, run_tensors(proto.SerializeToString(), feeds, list(like)))
 
 
@@ -146,26 +168,31 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
 
     fouts = before["_float"]
     first = (base, m, report, records)
-    kept = {0: first}       # the lowering of the count chosen so far (one model held)
-    k = len(worst)
+    kept = {}               # the lowering of the count found to meet it (one model held)
+    k, reached = len(worst), None
     if until_cosine is not None:
         # a probe runs the quantised model's outputs only, against the float outputs of the
         # first report: the layer report (every layer's tensors, both models) is made once
         # more, for the count chosen
+        selections, held = _held(reference, feeds)
+
+        def meets(model):
+            qouts = _outputs(model, held, fouts, selections) if selections or \
+                model is not m else before["_quant"]
+            return min_cosine(fouts, qouts, count) >= until_cosine
         lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
         while lo + 1 < hi:
             mid = (lo + hi) // 2
             probe = first if mid == 0 else quantise(mid)
-            qouts = before["_quant"] if mid == 0 else _outputs(probe[1], feeds, fouts)
-            if min_cosine(fouts, qouts, count) >= until_cosine:
+            if meets(probe[1]):
                 hi, kept = mid, {mid: probe}
             else:
                 lo = mid
         k = hi
-    prec, m2, report2, records2 = kept[k] if k in kept else quantise(k)
+    prec, m2, report2, records2 = kept[k] if k in kept else first if k == 0 else quantise(k)
     after = before if k == 0 else layer_report(reference, m2, feeds, records2)
-    reached = None if until_cosine is None else \
-        min_cosine(after["_float"], after["_quant"], count) >= until_cosine
+    if until_cosine is not None:
+        reached = k in kept or meets(m2)
     return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
             "precision": prec, "before": before, "after": after, "model_before": m,
             "sensitivity": sens, "reached": reached}
