@@ -28,8 +28,8 @@ _P2O_NEUTRAL = {"dist_prim_all": (False,), "enable_experimental_op": (True, Fals
                 "calibration_file": ("",), "export_fp16_model": (False,),
                 "optimize_tool": ("polygraphy", "onnxoptimizer", "None", None)}
 _P2O_WHY_NOT = {
-    "custom_op_info": "an op without a mapper gets one through @paddle_op (README, 'Adding "
-                      "an op'); there is no renaming table",
+    "custom_op_info": "an op without a mapper gets one through @paddle_op "
+                      "(docs/architecture.md, 'Adding an op'); there is no renaming table",
     "calibration_file": "a quantised Paddle model keeps its scales in the ONNX model itself "
                         "(there is no TensorRT calibration cache to write); for a float model "
                         "`paddle-npu calibrate` writes a calibration table",

@@ -40,8 +40,8 @@ class UnsupportedOpsError(ConversionError):
         lines = [f"{model + ': ' if model else ''}{total} op(s) of {kinds} type(s) cannot be converted:"]
         for (op_type, reason), count in sorted(self.problems.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {count:>5} x {op_type}: {reason}")
-        lines.append("add a mapper with @paddle_op (see README, 'Adding an op'), or export the model "
-                     "without these ops")
+        lines.append("add a mapper with @paddle_op (see docs/architecture.md, 'Adding an op'), or "
+                     "export the model without these ops")
         super().__init__("\n".join(lines))
 
 

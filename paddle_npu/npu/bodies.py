@@ -12,14 +12,11 @@ within the bound `verify` holds the exact ones to (the tolerance, or the model's
 float-noise floor where exact sums miss the tolerance too), or when neither body meets its
 bound. Where float32 sums miss that, "auto" tries them once more with the tiles' partials
 added exactly (AddInTile's exact body: "exact-tile" sums), which takes away the roundings
-of adding a layer's many partials in float32 (ResNet-50 at 64x64: float32 sums 4.2e-5 from
-the model, past its float-noise floor of 3.8e-5; exact-tile ones 3.5e-5, within it) at a
-fraction of the exact bodies' time; where that misses too, "exact-first": exact bodies
-on the fewest of the graph's first nodes that sum that meet the bound, float32 after them
-and on those of them the bound does not need (`_exact_first`; a first layer's rounding is
-what every later one carries: PP-YOLOE+ s and SLANet meet their bounds with their first
-VMM exact);
-otherwise the whole model gets the exact bodies. The report says which and why. The NumPy
+of adding a layer's many partials in float32 at a fraction of the exact bodies' time;
+where that misses too, "exact-first": exact bodies on the fewest of the graph's first nodes
+that sum that meet the bound, float32 after them and on those of them the bound does not
+need (`_exact_first`; a first layer's rounding is what every later one carries, so a few
+exact nodes at the start often suffice); otherwise the whole model gets the exact bodies. The report says which and why. The NumPy
 reference always sums exactly.
 """
 import math
@@ -40,10 +37,10 @@ BODIES = ("auto", "float32", "exact")
 PRUNE_MAX = 32
 # The primitives that add a layer's tiles' partial products: exact in "exact-tile" bodies.
 TILE_SUMS = ("AddInTile",)
-# One seeded input is a sample: on the zoo's own inputs, float32 sums measured up to 1.6x
-# farther from the model than on it (MobileNetV2 7.2e-6 -> 1.2e-5), so "auto" takes float32
-# by the tolerance alone only within half of it, and beyond that only as close to the model
-# as twice the exact sums' distance (the sample then puts the exact sums near the bound too).
+# One seeded input is a sample: on other inputs float32 sums may land farther from the model
+# than on it, so "auto" takes float32 by the tolerance alone only within half of it, and
+# beyond that only as close to the model as twice the exact sums' distance (the sample then
+# puts the exact sums near the bound too).
 MARGIN = 2.0
 
 
@@ -198,16 +195,15 @@ def _exact_first(lowered, out, diffs, tolerance, made=None):
     """The fewest of the graph's first nodes that sum whose exact bodies, the others' float32,
     keep the lowered model within the bound float32 sums missed (`kept_within`): {"first_exact":
     how many, "first_rel_diff", "first_within"}, or {} when only all of them do. Rounding in
-    the first layers is carried and grown by every layer after them (PP-YOLOE+ s at 640x640:
-    1.2e-5 from the model with float32 sums, 7.9e-6 with its first layer's two nodes exact,
-    5.8e-6 with all 520), so the search goes forward: 1, 2, 4, ... nodes until one passes, then
-    halves the step back to the fewest that pass (a count tried and passed: rounding is not
-    monotone in the count, the result is always one measured). All but the last is the
-    most it tries: all of them are the exact bodies. Up to PRUNE_MAX of them, each is then
-    tried once more in float32 and left so where the others pass without it ("exact_nodes":
-    the positions kept exact): an Im2Col moves the same values either way (PP-LiteSeg-T at
-    128x128 keeps 1 of its first 17 exact). Each try is a session of the lowered model; the
-    functions built for one (`made`) and the contiguous copies of its strided weights
+    the first layers is carried and grown by every layer after them (exact bodies on the
+    first layer alone may bring the model most of the way to the all-exact result), so the
+    search goes forward: 1, 2, 4, ... nodes until one passes, then halves the step back to
+    the fewest that pass (a count tried and passed: rounding is not monotone in the count,
+    the result is always one measured). All but the last is the most it tries: all of them
+    are the exact bodies. Up to PRUNE_MAX of them, each is then tried once more in float32
+    and left so where the others pass without it ("exact_nodes": the positions kept exact):
+    an Im2Col moves the same values either way. Each try is a session of the lowered model;
+    the functions built for one (`made`) and the contiguous copies of its strided weights
     (run_onnx's copies) serve the next."""
     nodes = summing_nodes(lowered.graph)
 

@@ -372,8 +372,8 @@ def _read_as_images(graph, rows):
     depthwise or pooling layer or another such 1x1 layer, through elementwise ops (all of
     whose operands are such images, but constants and per-image gates [N, 1, 1, C]) and
     AddInTile, before or after. Between layers that gather their rows (Im2Col) a Conv body
-    would only add moves into onnxruntime's blocked layout and out of it (ResNet-50: 3 %
-    slower): the MatMul stays there."""
+    would only add moves into onnxruntime's blocked layout and out of it: the MatMul stays
+    there."""
     images, marked = set(), set()
     for node in graph:
         x = node.inputs[0] if node.inputs else None

@@ -171,8 +171,9 @@ def make_node(domain, op_type, inputs, attrs, name, dtype=None, shape=None, num_
 
 
 class Builder:
-    """New nodes for a graph: `b.op("Mul", [x, y], name="scale", shape=dims)` returns the
-    output value; unique names from the graph's, dtype defaulting to the first input's."""
+    """New nodes for a graph: `b.node("Mul", [x, y], name="scale", shape=dims)` returns the
+    node (not yet inserted); unique names from the graph's, dtype defaulting to the first
+    input's."""
 
     def __init__(self, graph):
         self.graph = graph

@@ -17,7 +17,7 @@ from .target import load_target
 
 
 def _op_class(prim, array, given):
-    from onnx.reference.op_run import OpRun     # (onnx.reference: 0.08 s to import, only
+    from onnx.reference.op_run import OpRun     # (onnx.reference is slow to import: only
                                                 # when a reference runs, not for `lower`)
 
     def _run(self, *inputs, **attrs):
@@ -233,9 +233,7 @@ _BLAS_CONTROL = []     # threadpoolctl's controller, made once: making one scans
 def _one_blas_thread():
     """BLAS on one thread while the reference runs (with threadpoolctl, when installed): each
     product is one layer of a small model or one array tile, too small for BLAS's threads to
-    gain what their hand-offs cost, and on a busy machine those cost far more (ResNet-50 at
-    64x64 on 2 shared cores, runs in turn: 0.85 s with two threads, 0.20 s with one; a
-    [4, 256] x [256, 2048] product under load: 5-10x slower on two)."""
+    gain what their hand-offs cost, and on a busy machine those cost far more."""
     try:     # optional, not a dependency: without it BLAS keeps its threads
         from threadpoolctl import ThreadpoolController
     except ImportError:

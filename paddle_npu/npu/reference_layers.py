@@ -168,7 +168,7 @@ def _uses(graph):
 
 def layer_op_class(plans, array):
     """The OpRun class running MatrixLayer nodes for `array` (counts and timing)."""
-    from onnx.reference.op_run import OpRun     # (onnx.reference: 0.08 s to import, only
+    from onnx.reference.op_run import OpRun     # (onnx.reference is slow to import: only
                                                 # when a reference runs, not for `lower`)
 
     def _run(self, x, bias, *weights):
@@ -312,11 +312,10 @@ class _Stack:
 
     The matrices are held in the weights' own type (float32: half the bytes of float64), each
     stored column by column, and copied into one float64 matrix (in cache) just before its
-    product: on few rows V a product is bound by reading its weights (ResNet-50 at 64x64:
-    V = 4 and 16), and OpenBLAS copies (packs) a matrix stored column by column the fastest
-    (its [4, 1024] x [1024, 2048] layer, cold caches: 1.8 ms from float64 held, 1.4 ms so,
-    4.3 ms through a row-major copy). Neither changes the product's bits: the same float64
-    values go through the same kernel."""
+    product: on few rows V (a small image's late layers) a product is bound by reading its
+    weights, and OpenBLAS copies (packs) a matrix stored column by column the fastest.
+    Neither changes the product's bits: the same float64 values go through the same
+    kernel."""
     row_offsets: list            # each group's first row
     rows: int                    # R
     held: np.ndarray             # [T, M, R]: each group's matrix, transposed
@@ -463,10 +462,8 @@ WIDE_PIECE_ROWS = 256     # rows widened to float64 at a time: [width, 256], 2 K
 def _wide_product(x, held):
     """x [V, R] times the integer weights held transposed [M, R], in float64: each piece of
     rows widened into a scratch matrix [M, r] that multiplies x's piece from the left (as
-    stored; ResNet-50's int16 products at 64x64, V = 4 to 1024, replayed: 18.8 ms against
-    22.3 ms for x times its transpose, though the whole reference run gains only 1-2 %: it
-    is bound by reading the weights), the products summed; all exact, as every partial sum
-    is below 2^53."""
+    stored, a little faster than x times its transpose), the products summed; all exact, as
+    every partial sum is below 2^53."""
     y = None
     scratch = np.empty((held.shape[0], min(WIDE_PIECE_ROWS, held.shape[1])))
     for a, r in chunks(held.shape[1], WIDE_PIECE_ROWS):

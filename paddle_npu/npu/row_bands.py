@@ -3,16 +3,15 @@
 A layer whose kernel matrix has more rows than an array has is written as bands of tiles,
 each band's VMMs reading R of its Im2Col's columns from their row_offset. Run so, the whole
 layer's rows are gathered and then every band's columns cut out of them: in onnxruntime a
-Split, a copy of all the rows at memory speed (PP-OCRv4's DB head at 640x640: 9 ms of a
-3x3 layer's 22). This pass gives each band an Im2Col of its own columns (Im2Col's
-`columns`), which its VMMs read whole: the same values, gathered once and moved no more.
+Split, a copy of all the rows at memory speed, a large part of a big layer's time. This
+pass gives each band an Im2Col of its own columns (Im2Col's `columns`), which its VMMs
+read whole: the same values, gathered once and moved no more.
 
 A float layer only (an integer layer's Im2Col moves int8 before its QVMMs read it), whose
 Im2Col is read by nothing but VMMs of tiles [R, M] whose column ranges cut its rows into
 bands, each VMM reading one band, and whose rows take MIN_BYTES or more: on smaller ones
 the copy saved is less than what the band's own nodes cost (onnxruntime's dispatch of each
-at every run, and its session's work on them once; ResNet-50 at 64x64, every layer below
-it, measured 3 % slower in latency and 14 % in session creation banded).
+at every run, and its session's work on them once).
 """
 import math
 

@@ -11,8 +11,8 @@ model reads the model's own picks in place of computing them (hold), and is judg
   - the scores each selection ranks (its input), compared whole like any output: these are
     continuous, and a lowering that moves them changes what would be picked;
   - every output given the same picks: the candidates taken and all the layers after them
-    (RT-DETR runs a six-layer decoder on the 300 queries it picks; judging only the tensors
-    the picks are taken from would leave that unchecked);
+    (a detection transformer runs its decoder on the queries it picks; judging only the
+    tensors the picks are taken from would leave that unchecked);
   - the picks it makes on its own (compare_picks): where they differ from the model's, the
     scores of the two candidates must be within twice the largest difference between the
     two models' scores. A sorted top-k (or an arg-max) can only swap candidates that close;

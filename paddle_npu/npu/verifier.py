@@ -341,7 +341,7 @@ def _integer_tensors(nodes, values):
     ArgMax) is not among them: it follows the float values it is made from. Nor are a
     layer's rows and tile products (Im2Col, QVMM): its summed accumulator (AddInTile) reads
     them all and is compared, and holding them (a 3x3 layer's rows are nine times its image,
-    a per-channel plan has a product per channel) took a 512x512 model past 22 GB."""
+    a per-channel plan has a product per channel) would take tens of GB on a large image."""
     def integral(name):
         return np.issubdtype(getattr(values.get(name), "dtype", np.float32), np.integer)
 

@@ -111,7 +111,7 @@ class AddInTile(Primitive):
             # one place, every column (a layer's bands): partials and bias in one Sum, in
             # the order the Sum and Add below would add them (float32 bodies only: Sum has
             # no integer kernel). One partial takes the Add below: onnxruntime's Sum of a
-            # broadcast bias measured ~2x slower, and it fuses a MatMul + Add into one Gemm.
+            # broadcast bias is slower, and it fuses a MatMul + Add into one Gemm.
             b.op("Sum", *groups[(0, width)], "B", out="Y")
             return
         sums = {place: summed(names) for place, names in groups.items()}
@@ -152,7 +152,7 @@ class AddInTile(Primitive):
                 yield _cut(b, wide(rows), o, len(places) * w, width, n + 2)
             elif all(po == o for po, _ in places):
                 # the sum over the tiles as ones [T] @ [..., T, K*w]: onnxruntime's ReduceSum
-                # over that axis measured 20-70x slower on a batch of one
+                # over that axis is far slower on a batch of one
                 stack = wide(p)
                 ones = b.op("CastLike", b.op("Constant", value=numpy_helper.from_array(
                     np.ones(len(places), np.float32))), stack)

@@ -88,8 +88,8 @@ class Col2Im(Primitive):
         each group q as an image of the input's size, which lands shifted by q whole
         pixels; the groups are summed so, and the sum moved to the output's layout (a
         second swap, of big blocks: onnxruntime's Transpose of high rank with tiny trailing
-        axes measured up to 10x slower). Taps that never overlap (stride >= kernel) make
-        one group: no sum."""
+        axes is much slower). Taps that never overlap (stride >= kernel) make one group: no
+        sum."""
         (h, w), (oh, ow) = attrs["image_shape"], attrs["output_shape"]
         (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs["strides"]
         (dh, dw), (pt, pl) = attrs["dilations"], attrs["pads"]

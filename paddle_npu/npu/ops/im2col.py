@@ -124,8 +124,8 @@ class Im2Col(Primitive):
     of n channels at column b*KH*KW*B + (kh*KW + kw)*n + j (the kernel matrix's rows taken in
     the same order: column_source). B = C is tap by tap, each tap's pixel with its channels
     side by side: what a gather of whole pixels gives as it is, where channel by channel
-    needs every value moved once more (onnxruntime: about 10x the gather's time). A block
-    order needs the image's height and width fixed.
+    needs every value moved once more. A block order needs the image's height and width
+    fixed.
 
     With `blocks_first` as well, Y is [N, ceil(C / B), OH*OW, KH*KW*B]: block b's rows on
     their own, every block B channels (the last filled up with zero channels), each tap by
@@ -197,10 +197,9 @@ class Im2Col(Primitive):
     @classmethod
     def input_attrs(cls, inputs):
         """{"_float": True} when X is float32 or float64: the fixed-size bodies then swap
-        taps and channels with an Einsum, not a Transpose: on the image sizes of MobileNet
-        and ResNet onnxruntime's Einsum measured up to several times faster, never clearly
-        slower (it has no int8 kernel: an int8 image keeps the Transpose). A picture's few
-        channels move channels-last by one too (_pixels_by_einsum)."""
+        taps and channels with an Einsum, not a Transpose: onnxruntime's Einsum is the
+        faster of the two there (it has no int8 kernel: an int8 image keeps the Transpose).
+        A picture's few channels move channels-last by one too (_pixels_by_einsum)."""
         return float_input_attrs(inputs)
 
     @staticmethod
@@ -295,9 +294,8 @@ class Im2Col(Primitive):
         products (KH*KW*C at most ONE_HOT_COLUMNS); else the body. On finite input the rows
         are the gather's, bit for bit (each value times one, plus zeros); an Inf in the
         picture turns its windows' other columns NaN (Inf x 0), where the exact body moves
-        it. MobileNetV1's stem at 224x224 (3x3 windows on RGB): 0.70 ms for the Pad, Einsum
-        and Gather, 40 % of the whole lowered model once its other layers ran as
-        onnxruntime's Convs; 0.21 ms for the Conv and the move of its output."""
+        it. A network's first layer gathers the largest image: the Conv is faster there than
+        the Pad, Einsum and Gather of the body."""
         channels = image_dims(in_shapes[0], attrs)[1]
         if column_range(attrs) or not _one_hot(attrs, in_shapes, channels):
             cls.body(b, attrs, in_shapes)
@@ -504,10 +502,9 @@ def padded_pixels(b, image, channels, pads, fill=0):
 
 def _pixels_by_einsum(attrs, channels):
     """Whether an NCHW image's pixels move channels-last by an Einsum, not a Transpose: a
-    float image of fewer than 8 channels (a picture's, at a network's input). There
-    onnxruntime's Einsum after the Pad measured 1.4-2.2x faster from 56x56 up (about even
-    below); on more channels neither is faster throughout, and an int8 image has no Einsum
-    kernel."""
+    float image of fewer than 8 channels (a picture's, at a network's input), where
+    onnxruntime's Einsum after the Pad is the faster; on more channels neither is faster
+    throughout, and an int8 image has no Einsum kernel."""
     return bool(attrs.get("_float")) and not is_nhwc(attrs) and isinstance(channels, int) \
         and channels < 8
 

@@ -26,9 +26,8 @@ def repeats(indices):
 
 def _resize_factor(attrs, rank):
     """r when a float X's pick along its last axis repeats every entry r times (`repeats`),
-    else 0: the body is then onnxruntime's nearest Resize, which measured 3.5x faster than
-    its Gather of single elements there (along an outer axis the Gather copies whole rows:
-    3-6x faster than the Resize)."""
+    else 0: the body is then onnxruntime's nearest Resize, faster than its Gather of single
+    elements there (along an outer axis the Gather copies whole rows and is the faster)."""
     idx, w = _taps(attrs)
     if w is not None or not attrs.get("_float") or int(attrs["axis"]) != rank - 1:
         return 0
@@ -98,8 +97,8 @@ class AxisResample(Primitive):
     def float32_body(cls, b, attrs, in_shapes):
         """A weighted sum summed in float32, term by term: sum over t of Gather(X, the
         entries of tap t) * their weights. No float64 copy of X, and no [..., O, T, ...]
-        of all the taps summed over an inner axis (PP-LiteSeg at 512x512: the exact body of
-        its largest bilinear resize took 18 ms, its Cast, Gather, Mul and ReduceSum)."""
+        of all the taps summed over an inner axis (what makes the exact body slow on large
+        images: its Cast, Gather, Mul and ReduceSum)."""
         idx, w = _taps(attrs)
         if w is None:
             cls.body(b, attrs, in_shapes)

@@ -17,22 +17,20 @@ class VMM(Primitive):
     each output is rounded to X's type once (the body and the reference accumulate in
     float64). A block-diagonal W (a depthwise or grouped layer's tile) gets a function body
     that multiplies only its diagonal blocks (`diagonal_blocks`); the array still holds W.
-    (A depthwise tile read tap by tap, Im2Col's channel_block, keeps the dense body:
-    onnxruntime's MatMul of its zeros measured 2-9x faster than the products of its groups,
-    whose sum over the taps is not over X's last axis.)
+    (A depthwise tile read tap by tap, Im2Col's channel_block, keeps the dense body: there
+    onnxruntime's MatMul of its zeros is faster than the products of its groups, whose sum
+    over the taps is not over X's last axis.)
 
     A stack of T alike tiles, W [T, R, M] on T arrays (a layer's tiles that each read their
     own block of channels: Im2Col's blocks_first), reads X [..., T, K, R], tile t its own
     rows X[..., t, :, :]: Y[..., t, k, :] = X[..., t, k, :] @ W[t], each array's result
     (AddInTile places or sums them). One batched product in onnxruntime, no rows sliced
-    per tile: on MobileNet's layer sizes measured 1.5-2x faster than the tiles one by one,
-    and one node instead of thousands for the per-channel plan.
+    per tile, and one node instead of one per tile (thousands for the per-channel plan).
 
     An X the layout pass keeps as an image's rows [N, H, W, C] (a 1x1 layer's input) gets
     a float32 body that is a 1x1 Conv between two transposes, which onnxruntime cancels
     against its neighbours' (DepthwiseConv's, Pool's, the other such VMMs') and runs in its
-    blocked layout, as it runs the Conv the layer came from (a MatMul there measured up to
-    1.9x slower on MobileNet's layers)."""
+    blocked layout, as it runs the Conv the layer came from (a MatMul there is slower)."""
 
     inputs = (Arg("X", "rows [..., K, R_total] (the array reads R of them from row_offset); "
                        "for a stack [..., T, K, R]"),

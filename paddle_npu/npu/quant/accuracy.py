@@ -10,7 +10,7 @@ same name (the layer's output; after a fused ReLU, the ReLU's) on the same input
     added NSR    noise-to-signal power ratio of the output minus that of the input: roughly
                  the noise the layer itself adds, plus what it amplifies of its input's
                  (the report's order, worst first). `--auto-hp N` does not promote by it: in
-                 a deep chain that amplifies perturbations (the random-weight mobilenet_v1)
+                 a deep chain that amplifies perturbations (a network with random weights)
                  the late layers top this list while the early ones cause the noise, so it
                  measures each layer's promotion end to end (promote.layer_sensitivity)
 

@@ -12,10 +12,10 @@ The table is JSON, one entry per float tensor the model computes (and its inputs
 `threshold` is what int8 quantisation uses (scale = threshold / 127); edit it by hand to
 clip differently. int16 layers use `threshold16` (scale = threshold16 / 32767), twice
 `absmax`: 16 bits leave room to keep values the calibration set never reached, at the cost
-of one bit (an SE block's gates swing past a 32-sample absmax on new inputs), instead of
-clipping them; a table without it uses `absmax`. `percentile` is the 99.99th percentile of
-|x|; `mse` the clipping threshold that minimises the int8 round-trip error on the sampled
-values.
+of one bit (gates, as a squeeze-excitation block's, swing past a small sample's absmax on
+new inputs), instead of clipping them; a table without it uses `absmax`. `percentile` is
+the 99.99th percentile of |x|; `mse` the clipping threshold that minimises the int8
+round-trip error on the sampled values.
 """
 import json
 import math
