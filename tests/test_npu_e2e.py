@@ -139,6 +139,7 @@ def test_cli_lower_progress_and_float32_bodies(tmp_path):
     res = cli("convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o", both,
               "--npu", "npu256", "--progress", "-q")
     assert res.returncode == 0 and "lower:" not in res.stderr
+    assert res.stdout == "" and os.path.getsize(both) > 0     # -q: nothing but errors
 
 
 def test_cli_errors_are_one_line(tmp_path):

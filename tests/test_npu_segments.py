@@ -88,16 +88,17 @@ def test_detection_runs_npu_cpu_npu_cpu(det_nms, tmp_path):
     for n, w in zip(names, want):
         assert_close(got[n], w, n)
     assert got["roi_cls"].shape[0] > 1              # NMS kept several boxes
-    # the command line runner
-    np.savez(tmp_path / "in.npz", **feeds)
-    out = subprocess.run([sys.executable, "-m", "paddle_npu", "run-segments", seg_dir,
-                          "--inputs", str(tmp_path / "in.npz"),
-                          "--outputs", str(tmp_path / "out.npz")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    with np.load(tmp_path / "out.npz") as data:
-        for n, w in zip(names, want):
-            assert_close(data[n], w, n)
+    # the command line runner, on inputs keyed by name or as a reference file keys them
+    for keys in ("{}", "in_{}"):
+        np.savez(tmp_path / "in.npz", **{keys.format(k): v for k, v in feeds.items()})
+        out = subprocess.run([sys.executable, "-m", "paddle_npu", "run-segments", seg_dir,
+                              "--inputs", str(tmp_path / "in.npz"),
+                              "--outputs", str(tmp_path / "out.npz")],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        with np.load(tmp_path / "out.npz") as data:
+            for n, w in zip(names, want):
+                assert_close(data[n], w, n)
 
 
 def test_npu_segment_cap_names_the_nodes(det_nms):

@@ -202,7 +202,7 @@ def cmd_lower(args):
 
 def lower_converted(onnx_bytes, output, args):
     """`convert --npu NAME`: the stage-1 model (bytes) lowered and written to `output`."""
-    _lower_and_save(onnx_bytes, output, args)
+    _lower_and_save(onnx_bytes, output, args, quiet=getattr(args, "quiet", False))
 
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
@@ -266,12 +266,12 @@ def cmd_targets(args):
 def cmd_run_segments(args):
     import numpy as np      # the library loads when a command runs
 
-    from ..compare import npz_array, read_npz
+    from ..compare import load_reference
     from ..outputs import write_with
-    from .segments import run_segments
+    from .segments import load_manifest, run_segments
 
-    with read_npz(args.inputs) as data:
-        feeds = {k: npz_array(data, k, args.inputs) for k in data.files}
+    # (keys `in_<name>` or `<name>`, as verify and calibrate read them)
+    feeds, _ = load_reference(args.inputs, load_manifest(args.dir)["model"]["inputs"], [])
     trace = []
     outs = run_segments(args.dir, feeds, trace)
     def save(path):                 # a file object: np.savez would add ".npz" to a name
