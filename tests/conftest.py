@@ -6,10 +6,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL_MODELS = os.path.join(ROOT, "tests", "data", "real_models")
 EXAMPLE = os.path.join(ROOT, "examples", "digits_cnn")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 # Helpers that are not tests (op-case harness, Paddle oracle, NPU test helpers) live in
-# tests/harness/ and are imported by their module names (`from npu_helpers import ...`).
-sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
+# tests/harness/ and, like tools/zoo.py, are imported by their module names
+# (`from npu_helpers import ...`): pytest.ini puts both folders on the path.
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "digits_cnn")
 # the example quantised by Paddle's PTQ in both PaddleSlim formats, with Paddle's outputs
 PTQ_FIXTURES = os.path.join(ROOT, "tests", "data", "paddleslim_ptq")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
 def run_primitive(op, inputs, attrs, out_type):
