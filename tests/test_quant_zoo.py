@@ -46,3 +46,13 @@ def test_the_integer_flow_runs_clean(zoo_dir, tmp_path, name):
     assert quant_zoo.failures(row) == [], quant_zoo.render([row])
     assert row["int16_cosine"] >= MIN_COSINE
     assert max(row["int8_cosine"], row.get("hp_cosine") or 0) >= MIN_COSINE
+
+
+def test_a_skipped_plan_is_shown_skipped_not_failed():
+    ok = {"rc": 0, "s": 1, "mib": 1}
+    row = {"model": "m", "int8_cosine": 0.999, "skipped": ["int8pc"],
+           "steps": {"convert": ok, "int8": ok, "int8.verify": dict(ok, ok=True)}}
+    line = quant_zoo.render([row]).splitlines()[1].split()
+    assert line[quant_zoo.STEPS.index("int8pc") + 1] == "skipped"
+    assert line[quant_zoo.STEPS.index("int16") + 1] == "-"
+    assert quant_zoo.failures(row) == []

@@ -2,7 +2,7 @@
 step, one row per model.
 
     python tools/quant_zoo.py [--models deploy|ci|all|a,b] [--samples 32] [--bits 8,16]
-                              [--skip hp] [--work DIR] [--cache DIR] [--json OUT]
+                              [--skip hp,int8pc,int16] [--work DIR] [--cache DIR] [--json OUT]
 
 Per model (the zoo's legacy export, from --cache):
 
@@ -166,7 +166,7 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target, skip=()):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
-    row = {"model": name, "steps": {}}
+    row = {"model": name, "steps": {}, "skipped": sorted(set(skip) & {"int8pc", "int16"})}
     log = lambda step: os.path.join(work, f"{step}.log")  # noqa: E731
 
     def step(key, argv):
@@ -197,7 +197,7 @@ def sweep_model(name, cache, work, samples, bits, min_cosine, target, skip=()):
         return row
     plans = [("int8", 8, "packed"), ("int8pc", 8, "per-channel"), ("int16", 16, "packed")]
     for key, b, plan in plans:
-        if b not in bits:
+        if b not in bits or key in skip:
             continue
         out = os.path.join(work, f"{key}.onnx")
         if step(key, ["lower", onnx_path, "-o", out, "--quantize", f"int{b}", "--calibration",
@@ -266,7 +266,8 @@ def render(rows):
         for s in STEPS:
             here = [v for k, v in r["steps"].items() if k == s or k.startswith(s + ".")]
             if not here:
-                cells.append("skipped" if s == "hp" and r.get("hp_skipped") else "-")
+                cells.append("skipped" if s in r.get("skipped", ()) or
+                             s == "hp" and r.get("hp_skipped") else "-")
             elif all(v["rc"] == 0 for v in here) and all(v.get("ok", True) for v in here):
                 cells.append("ok")
             elif all(v["rc"] in (0, 1) for v in here) and any("ok" in v for v in here):
@@ -295,8 +296,10 @@ def main(argv=None):
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_quant"))
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
-    ap.add_argument("--skip", default="", help="steps not to run (hp: the promotion search, "
-                    "a quantised run of the calibration set per probe)")
+    ap.add_argument("--skip", default="", help="steps not to run: hp (the promotion search, "
+                    "a quantised run of the calibration set per probe), int8pc (the "
+                    "per-channel plan: tens of thousands of nodes for onnxruntime to load on "
+                    "a deep CNN), int16")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     bits = {int(b) for b in args.bits.split(",")}
