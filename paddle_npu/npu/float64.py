@@ -1,0 +1,157 @@
+"""A model before lowering computed in float64: the exact result `verify` measures float32
+runs against.
+
+Every float32 tensor of the model (weights, constants, inputs, what each node computes)
+becomes float64; attributes stay as the model states them (an epsilon, a HardSigmoid's alpha
+are float32 numbers either way), so the float64 run is the model's own arithmetic without
+rounding, not the framework's model it was converted from. onnx's reference evaluator runs
+it (with the NumPy reference's fixes to some of its ops); onnxruntime runs the float64 copy
+where the evaluator cannot, but has no float64 Conv, pooling, HardSigmoid, Erf, Clip, ...,
+so it is the fallback, not the first choice.
+"""
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from ..errors import ConversionError
+from ..onnx_io import load_proto
+
+F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
+
+
+def _float_only_inputs(node):
+    """The positions of the inputs the ONNX specification types tensor(float) whatever the
+    data's type: a Resize's or an Upsample's scales (Resize-10 has no roi before them)."""
+    if node.op_type == "Resize":
+        return (1,) if len(node.input) == 2 else (2,)
+    return (1,) if node.op_type == "Upsample" else ()
+
+
+def as_float64(model):
+    """A copy of the model (anything load_proto reads) with every float32 tensor float64."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(load_proto(model))
+    _graph_as_float64(proto.graph)
+    for f in proto.functions:
+        for node in f.node:
+            _node_as_float64(node)
+    return proto
+
+
+def _graph_as_float64(graph):
+    for i, t in enumerate(graph.initializer):
+        if t.data_type == F32:
+            graph.initializer[i].CopyFrom(_tensor64(t))
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if v.type.tensor_type.elem_type == F32:
+            v.type.tensor_type.elem_type = F64
+    nodes = list(graph.node)
+    del graph.node[:]
+    for node in nodes:
+        _node_as_float64(node)
+        # (a scale input left float64 would break onnxruntime's type check; the values
+        # are float32 numbers anyway)
+        for k in _float_only_inputs(node):
+            if len(node.input) > k and node.input[k]:
+                name = f"{node.input[k]}__as_float32_{len(graph.node)}"
+                graph.node.append(onnx.helper.make_node("Cast", [node.input[k]], [name],
+                                                        to=F32))
+                node.input[k] = name
+        graph.node.append(node)
+
+
+def _node_as_float64(node):
+    for a in node.attribute:
+        if a.type == AttributeProto.TENSOR and a.t.data_type == F32:
+            a.t.CopyFrom(_tensor64(a.t))
+        elif a.type == AttributeProto.GRAPH:
+            _graph_as_float64(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            for g in a.graphs:
+                _graph_as_float64(g)
+        elif node.op_type in ("Cast", "EyeLike", "RandomNormal", "RandomUniform",
+                              "RandomNormalLike", "RandomUniformLike") and \
+                a.name in ("to", "dtype") and a.i == F32:
+            a.i = F64
+    if node.op_type == "Constant":
+        for a in list(node.attribute):
+            if a.name in ("value_float", "value_floats"):
+                value = np.array(a.f if a.name == "value_float" else list(a.floats),
+                                 np.float32).astype(np.float64)
+                node.attribute.remove(a)
+                node.attribute.append(onnx.helper.make_attribute(
+                    "value", numpy_helper.from_array(value)))
+
+
+def _tensor64(t):
+    return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
+
+
+def feeds_as_float64(feeds):
+    return {k: v.astype(np.float64) if np.asarray(v).dtype == np.float32 else v
+            for k, v in feeds.items()}
+
+
+def float64_outputs(model, feeds):
+    """(the model's outputs computed in float64 on `feeds` (float32 values, exact in float64),
+    what ran it: "onnx reference" or "onnxruntime"); a one-line ConversionError when
+    neither can."""
+    proto = as_float64(model)
+    feeds = feeds_as_float64(feeds)
+    try:
+        return _evaluate(proto, feeds), "onnx reference"
+    except Exception as e:  # noqa: BLE001 - an op the evaluator lacks or fails on
+        first = _first_line(e)
+    from ..compare import run_onnx      # (heavy: only when the evaluator fails)
+    try:
+        return run_onnx(proto.SerializeToString(), feeds)[1], "onnxruntime"
+    except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel
+        raise ConversionError(f"the model cannot be run in float64: onnx's reference "
+                              f"evaluator: {first}; onnxruntime: {_first_line(e)}") from None
+
+
+def _first_line(e):
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def _evaluate(proto, feeds):
+    """onnx's reference evaluator on the model, each tensor let go after its last use (the
+    evaluator's own run keeps every one: a float64 copy of all of a big model's
+    activations)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from .reference import _standard_overrides
+
+    ev = ReferenceEvaluator(proto, new_ops=_standard_overrides())
+    if len(ev.rt_nodes_) != len(proto.graph.node):     # (not one op per node: its own run)
+        return ev.run(None, feeds)
+    outputs = [o.name for o in proto.graph.output]
+    last = {}
+    for k, node in enumerate(proto.graph.node):
+        for name in list(node.input) + _captured(node):
+            last[name] = k
+    values = {"": None, **ev.rt_inits_, **feeds}
+    keep = set(outputs)
+    for k, node in enumerate(ev.rt_nodes_):
+        inputs = [values[i] for i in node.input]
+        if getattr(node, "need_context", lambda: False)():
+            got = node.run(*inputs, context=values)
+        else:
+            got = node.run(*inputs)
+        values.update(zip(node.output, got))
+        for name in set(proto.graph.node[k].input) | set(_captured(proto.graph.node[k])):
+            if last.get(name) == k and name not in keep and name in values and name:
+                del values[name]
+    return [values[n] for n in outputs]
+
+
+def _captured(node):
+    """The names a node's subgraphs read (outer-scope values among them)."""
+    names = []
+    for a in node.attribute:
+        for g in ([a.g] if a.type == AttributeProto.GRAPH else
+                  list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+            for n in g.node:
+                names += list(n.input) + _captured(n)
+    return names
