@@ -1,12 +1,18 @@
-"""The model computed in float64 (float64.py): the model's own arithmetic without rounding."""
+"""The float rule of `verify` in numbers. The model computed in float64 (float64.py) is the
+model's own arithmetic without rounding; a correct lowering of a model whose float32 runs
+are far from it (a deep chain that amplifies rounding, PP-OCRv4's recogniser) agrees, and a
+lowering wrong by a few times the model's own float32 error, or by a dropped epsilon that
+stays inside a fixed 1e-5, does not."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.errors import ConversionError
+from paddle_npu.npu import lower
 from paddle_npu.npu import float64 as float64_module
 from paddle_npu.npu.float64 import as_float64, float64_outputs
-from paddle_npu.npu.verifier import seeded_inputs
+from paddle_npu.npu.verifier import FACTOR, render, seeded_inputs, verify
+from paddle_npu.onnx_io import load_proto
 
 
 def _model(nodes, inits, out_shape, in_shape=(4, 8), opset=17):
@@ -69,3 +75,92 @@ def test_onnxruntime_runs_the_float64_copy_where_the_evaluator_cannot(monkeypatc
         float64_outputs(model, {"x": x})
     assert "cannot be run in float64: onnx's reference evaluator: no such op; onnxruntime: " \
         in str(err.value) and "\n" not in str(err.value)
+
+
+def chain(blocks=16, offset=100.0, epsilon=1e-5, wrong_gain=None, seed=1, width=64):
+    """`blocks` of MatMul, Add and LayerNormalization on [16, width]: the Add's large common
+    offset cancels in the LayerNorm's mean, which amplifies the float32 rounding of the
+    values before it (onnxruntime's run of 16 blocks at offset 100 is 1.4e-5 from the
+    float64 result). wrong_gain: the last LayerNorm's first gain off by that much
+    (relative)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, h = [], {}, "x"
+    for k in range(blocks):
+        gain = np.ones(width, np.float32)
+        if wrong_gain is not None and k == blocks - 1:
+            gain[0] *= np.float32(1 + wrong_gain)
+        inits.update({f"w{k}": (rng.standard_normal((width, width)) /
+                                np.sqrt(width)).astype(np.float32),
+                      f"b{k}": (offset + 0.1 * rng.standard_normal(width)).astype(np.float32),
+                      f"g{k}": gain, f"z{k}": np.zeros(width, np.float32)})
+        out = "y" if k == blocks - 1 else f"h{k}"
+        nodes += [helper.make_node("MatMul", [h, f"w{k}"], [f"m{k}"]),
+                  helper.make_node("Add", [f"m{k}", f"b{k}"], [f"a{k}"]),
+                  helper.make_node("LayerNormalization", [f"a{k}", f"g{k}", f"z{k}"], [out],
+                                   axis=-1, epsilon=epsilon)]
+        h = out
+    return _model(nodes, inits, (16, width), (16, width))
+
+
+def test_a_deep_chain_that_amplifies_rounding_agrees():
+    model = chain()
+    result = verify(model, lower(model, "npu256")[0], "npu256")
+    assert result["ok"] and result["within"] == "float64", render(result)
+    (d,) = [o["float64"] for o in result["outputs"]]
+    assert d["model"] > 1e-5 and result["worst_rel_diff"] > 1e-5    # past a fixed 1e-5
+    assert result["float64"]["worst_ratio"] < FACTOR / 2
+
+
+def test_a_lowering_off_by_a_few_times_the_float32_error_disagrees():
+    """One gain of the deep chain's last LayerNorm off by 4e-4 in the lowered model: the
+    outputs move by about 9x the model's own float32 error."""
+    model = chain()
+    wrong = lower(chain(wrong_gain=4e-4), "npu256")[0]
+    result = verify(model, wrong, "npu256")
+    assert not result["ok"] and result["within"] is None
+    assert FACTOR < result["float64"]["worst_ratio"] < 5 * FACTOR
+    assert "DISAGREES" in render(result)
+
+
+def test_a_dropped_epsilon_disagrees_though_within_a_fixed_1e_5():
+    """LayerNorm with its 1e-5 epsilon dropped: 7.6e-6 from the model, which a fixed 1e-5
+    tolerance accepted; 28x the model's own float32 error (2.7e-7)."""
+    model = chain(blocks=1, offset=0.0)
+    feeds = seeded_inputs(model)
+    result = verify(model, lower(model, "npu256")[0], "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    wrong = lower(chain(blocks=1, offset=0.0, epsilon=0.0), "npu256")[0]
+    result = verify(model, wrong, "npu256", feeds=feeds)
+    assert result["worst_rel_diff"] < 1e-5
+    assert not result["ok"] and result["float64"]["worst_ratio"] > FACTOR, render(result)
+
+
+@pytest.fixture(scope="module")
+def recogniser(zoo_onnx):
+    """PP-OCRv4's mobile recogniser (legacy export, 48x320), lowered at that size."""
+    onnx_bytes, _ = zoo_onnx("ppocrv4_rec_mobile")
+    shape = {"x": [1, 3, 48, 320]}
+    return onnx_bytes, shape, load_proto(lower(onnx_bytes, "npu256", input_shape=shape)[0])
+
+
+def test_the_ocr_recogniser_agrees(recogniser):
+    onnx_bytes, shape, lowered = recogniser
+    result = verify(onnx_bytes, lowered, "npu256", input_shape=shape)
+    assert result["ok"] and result["within"] == "float64", render(result)
+    assert result["float64"]["worst_ratio"] < FACTOR / 2
+
+
+def test_the_ocr_recogniser_with_one_weight_off_disagrees(recogniser):
+    """The largest weight of its first convolution off by 2.5e-5 (relative): about 8x the
+    model's own float32 error (1e-5) at the output."""
+    onnx_bytes, shape, lowered = recogniser
+    wrong = type(lowered)()
+    wrong.CopyFrom(lowered)
+    first = next(n for n in wrong.graph.node if n.op_type == "VMM")
+    weight = next(t for t in wrong.graph.initializer if t.name == first.input[1])
+    w = numpy_helper.to_array(weight).copy()
+    w.flat[np.argmax(np.abs(w))] *= 1 + 2.5e-5
+    weight.CopyFrom(numpy_helper.from_array(w, weight.name))
+    result = verify(onnx_bytes, wrong, "npu256", input_shape=shape)
+    assert not result["ok"], render(result)
+    assert FACTOR < result["float64"]["worst_ratio"] < 5 * FACTOR
