@@ -77,6 +77,35 @@ def test_onnxruntime_runs_the_float64_copy_where_the_evaluator_cannot(monkeypatc
         in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("Conv", {"group": 1, "pads": [0, 1, 2, 1], "strides": [2, 1], "dilations": [1, 2]}),
+    ("Conv", {"group": 2, "pads": [1, 1, 1, 1], "strides": [1, 2]}),
+    ("Conv", {"group": 4, "pads": [1, 1, 1, 1]}),                       # depthwise
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 0, 1, 1], "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "ceil_mode": 1}),         # onnx's own
+])
+def test_the_window_ops_compute_what_onnxs_reference_does(op, attrs):
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 9, 8))
+    inits = []
+    inputs = ["x"]
+    if op == "Conv":
+        w = rng.standard_normal((8, 4 // attrs["group"], 3, 3))
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w[:, 0, 0, 0], "b")]
+        inputs += ["w", "b"]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], **attrs)], "window",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, None)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = ReferenceEvaluator(model, new_ops=float64_module._window_ops()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
 def chain(blocks=16, offset=100.0, epsilon=1e-5, wrong_gain=None, seed=1, width=64):
     """`blocks` of MatMul, Add and LayerNormalization on [16, width]: the Add's large common
     offset cancels in the LayerNorm's mean, which amplifies the float32 rounding of the

@@ -123,7 +123,7 @@ def _evaluate(proto, feeds):
 
     from .reference import _standard_overrides
 
-    ev = ReferenceEvaluator(proto, new_ops=_standard_overrides())
+    ev = ReferenceEvaluator(proto, new_ops=_standard_overrides() + _window_ops())
     if len(ev.rt_nodes_) != len(proto.graph.node):     # (not one op per node: its own run)
         return ev.run(None, feeds)
     outputs = [o.name for o in proto.graph.output]
@@ -155,3 +155,64 @@ def _captured(node):
             for n in g.node:
                 names += list(n.input) + _captured(n)
     return names
+
+
+def _window_ops():
+    """Conv and AveragePool as one strided view per kernel tap, for the plain 2-D case
+    (explicit pads, no ceil_mode): onnx's reference builds Conv's im2col by fancy indexing
+    and loops over AveragePool's windows in Python, most of a float64 run's time on a
+    detector at 640x640; anything else as onnx's reference computes it."""
+    from onnx.reference.ops.op_conv import Conv as _Conv
+    from onnx.reference.ops.op_pool_common import CommonPool
+
+    from .ops.im2col import kernel_taps
+
+    def plain(x, auto_pad, ceil_mode=0):
+        return x.ndim == 4 and not ceil_mode and auto_pad in (None, "NOTSET", b"NOTSET")
+
+    def windows(x, kernel, pads, strides, dilations, value=0):
+        """The padded image and each tap's (i, j, view) of it."""
+        (pt, pl, pb, pr), (kh, kw) = pads or (0, 0, 0, 0), kernel
+        (sh, sw), (dh, dw) = strides or (1, 1), dilations or (1, 1)
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
+        oh = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        ow = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        return [(i, j, xp[:, :, rows, cols]) for i, j, rows, cols in
+                kernel_taps((kh, kw), (sh, sw), (dh, dw), (oh, ow))]
+
+    class Conv(_Conv):
+        def _run(self, x, w, b=None, auto_pad=None, dilations=None, group=None,
+                 kernel_shape=None, pads=None, strides=None):
+            if not plain(x, auto_pad):
+                return super()._run(x, w, b, auto_pad=auto_pad, dilations=dilations,
+                                    group=group, kernel_shape=kernel_shape, pads=pads,
+                                    strides=strides)
+            g = group or 1
+            m, per = w.shape[0] // g, w.shape[1]
+            y = None
+            for i, j, v in windows(x, w.shape[2:], pads, strides, dilations):
+                n, _, oh, ow = v.shape
+                v = v.reshape(n, g, per, oh, ow)
+                # [g, m, per] x [n, g, per, oh, ow] -> [n, g, m, oh, ow]
+                t = np.einsum("gmc,ngchw->ngmhw", w[:, :, i, j].reshape(g, m, per), v,
+                              optimize=True)
+                y = t if y is None else y + t
+            y = y.reshape(y.shape[0], g * m, *y.shape[3:])
+            return ((y if b is None else y + b.reshape(1, -1, 1, 1)).astype(x.dtype),)
+
+    class AveragePool(CommonPool):
+        def _run(self, x, auto_pad=None, ceil_mode=None, kernel_shape=None, pads=None,
+                 strides=None, count_include_pad=None, dilations=None):
+            if not plain(x, auto_pad, ceil_mode):
+                return CommonPool._run(self, "AVG", count_include_pad, x, auto_pad=auto_pad,
+                                       ceil_mode=ceil_mode, dilations=dilations,
+                                       kernel_shape=kernel_shape, pads=pads, strides=strides)
+            taps = windows(x, kernel_shape, pads, strides, dilations)
+            total = sum(v for _, _, v in taps)
+            if count_include_pad:
+                return ((total / len(taps)).astype(x.dtype),)
+            ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+            count = sum(v for _, _, v in windows(ones, kernel_shape, pads, strides, dilations))
+            return ((total / count).astype(x.dtype),)
+
+    return [Conv, AveragePool]
