@@ -27,19 +27,22 @@ def _float_only_inputs(node):
     return (1,) if node.op_type == "Upsample" else ()
 
 
-def as_float64(model):
-    """A copy of the model (anything load_proto reads) with every float32 tensor float64."""
-    proto = onnx.ModelProto()
-    proto.CopyFrom(load_proto(model))
-    _graph_as_float64(proto.graph)
+def as_float64(model, weights=True):
+    """A copy of the model (anything load_proto reads) with every float32 tensor float64;
+    weights=False leaves the main graph's initializers float32 (the caller converts them)."""
+    proto = load_proto(model)
+    if proto is model:                  # the caller's proto: a copy (else the one just read)
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    _graph_as_float64(proto.graph, weights)
     for f in proto.functions:
         for node in f.node:
             _node_as_float64(node)
     return proto
 
 
-def _graph_as_float64(graph):
-    for i, t in enumerate(graph.initializer):
+def _graph_as_float64(graph, weights=True):
+    for i, t in enumerate(graph.initializer if weights else ()):
         if t.data_type == F32:
             graph.initializer[i].CopyFrom(_tensor64(t))
     for v in list(graph.input) + list(graph.output) + list(graph.value_info):
@@ -96,15 +99,14 @@ def float64_outputs(model, feeds):
     """(the model's outputs computed in float64 on `feeds` (float32 values, exact in float64),
     what ran it: "onnx reference" or "onnxruntime"); a one-line ConversionError when
     neither can."""
-    proto = as_float64(model)
     feeds = feeds_as_float64(feeds)
     try:
-        return _evaluate(proto, feeds), "onnx reference"
+        return _evaluate(as_float64(model, weights=False), feeds), "onnx reference"
     except Exception as e:  # noqa: BLE001 - an op the evaluator lacks or fails on
         first = _first_line(e)
     from ..compare import run_onnx      # (heavy: only when the evaluator fails)
     try:
-        return run_onnx(proto.SerializeToString(), feeds)[1], "onnxruntime"
+        return run_onnx(as_float64(model).SerializeToString(), feeds)[1], "onnxruntime"
     except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel
         raise ConversionError(f"the model cannot be run in float64: onnx's reference "
                               f"evaluator: {first}; onnxruntime: {_first_line(e)}") from None
@@ -116,9 +118,10 @@ def _first_line(e):
 
 
 def _evaluate(proto, feeds):
-    """onnx's reference evaluator on the model, each tensor let go after its last use (the
-    evaluator's own run keeps every one: a float64 copy of all of a big model's
-    activations)."""
+    """onnx's reference evaluator on the model (its weights still float32: made float64 as
+    arrays, one at a time, not as a second set of protobuf tensors), each tensor let go after
+    its last use (the evaluator's own run keeps every one: a float64 copy of all of a big
+    model's activations)."""
     from onnx.reference import ReferenceEvaluator
 
     from .reference import _standard_overrides
@@ -126,6 +129,10 @@ def _evaluate(proto, feeds):
     ev = ReferenceEvaluator(proto, new_ops=_standard_overrides() + _window_ops())
     if len(ev.rt_nodes_) != len(proto.graph.node):     # (not one op per node: its own run)
         return ev.run(None, feeds)
+    del proto.graph.initializer[:]      # (the evaluator holds them as arrays)
+    for name, value in ev.rt_inits_.items():
+        if isinstance(value, np.ndarray) and value.dtype == np.float32:
+            ev.rt_inits_[name] = value.astype(np.float64)
     outputs = [o.name for o in proto.graph.output]
     last = {}
     for k, node in enumerate(proto.graph.node):
