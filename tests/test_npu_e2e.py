@@ -1,6 +1,7 @@
 """Stage 1 + stage 2 end to end: Paddle exports (the example and the CI zoo) converted, lowered
-and verified three ways (onnxruntime before / after, NumPy reference) within 1e-5 relative;
-and the `paddle-npu lower / verify / targets / convert --npu` command line."""
+and verified three ways (onnxruntime before / after, NumPy reference), both runs of the
+lowered model as close to the model computed in float64 as `verify` requires; and the
+`paddle-npu lower / verify / targets / convert --npu` command line."""
 import json
 import os
 import subprocess
@@ -21,10 +22,9 @@ PER_CHANNEL = ["lenet", "det_head", "control_flow", "tiny_bert"]
 
 
 def _check(result):
-    assert result["ok"], json.dumps(result["outputs"], indent=1)
-    for out in result["outputs"]:
-        assert out["onnxruntime"]["rel_diff"] <= 1e-5, out
-        assert out["reference"]["rel_diff"] <= 1e-5, out
+    # judged by the float64 run, not by the rule for models that cannot be run in float64
+    assert result["ok"] and result["within"] == "float64", \
+        json.dumps({k: result[k] for k in ("outputs", "float64")}, indent=1)
 
 
 def test_example_model_three_plans_agree():
@@ -104,7 +104,7 @@ def test_cli_convert_lower_verify_targets(tmp_path):
     res = cli("verify", plain, lowered, "--target", "npu64", "--json",
               "--inputs", os.path.join(EXAMPLE, "reference_io.npz"))
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["worst_rel_diff"] <= 1e-5
+    assert json.loads(res.stdout)["within"] == "float64"
     both = tmp_path / "both.onnx"
     res = cli("convert", model, "-o", both, "--npu", "npu256",
               "--reference", os.path.join(EXAMPLE, "reference_io.npz"))

@@ -1,7 +1,9 @@
-"""What `verify` judges by: float plans by tolerance, then by the model's float-noise floor,
-then by recorded (float64) outputs; integer plans by cosine to float, bit-exactness of their
-integer tensors against the NumPy reference and the tolerance on the float ops after them; a
-model that was never lowered is refused; the NumPy reference runs BatchNormalization as
+"""What `verify` judges by: float plans by their distance from the model computed in float64
+against the model's own float32 run (test_verify_float64.py has the numbers), or, where the
+model cannot be run in float64, by tolerance, then the model's float-noise floor, then
+recorded (float64) outputs; integer plans by cosine to float, bit-exactness of their integer
+tensors against the NumPy reference and the tolerance on the float ops after them; a model
+that was never lowered is refused; the NumPy reference runs BatchNormalization as
 inference."""
 import os
 
@@ -237,34 +239,53 @@ def _broken_lowering(model):
     return broken
 
 
-def test_a_model_that_amplifies_rounding_agrees_within_its_float_noise_floor():
+def test_a_model_that_amplifies_rounding_agrees_by_its_float64_distance():
     from paddle_npu.npu import lower
 
     model, feeds = _cancelling_matmul()
     lowered, _ = lower(model, "npu256")
     result = verify(model, lowered, "npu256", feeds=feeds)
     assert result["worst_rel_diff"] > 1e-5          # 1e-5 alone would call it DISAGREES
-    assert result["ok"] and result["within"] == "floor", render(result)
-    assert result["worst_rel_diff"] <= result["floor"][0]
-    assert "within the model's float-noise floor" in render(result)
+    assert result["ok"] and result["within"] == "float64", render(result)
+    (d,) = [o["float64"] for o in result["outputs"]]
+    # the exact sums are closer to the float64 result than the model's own float32 run
+    assert d["model"] > 1e-5 and max(d["onnxruntime"], d["reference"]) < d["model"]
+    assert d["bound"] == result["float64"]["factor"] * d["model"]
+    assert result["float64"]["ran_with"] == "onnx reference" and "floor" not in result
+    assert "agrees: no farther from the model computed in float64 than" in render(result)
 
 
-def test_a_broken_lowering_disagrees_beyond_the_floor():
+def test_a_broken_lowering_disagrees_beyond_the_models_own_float32_error():
     model, feeds = _cancelling_matmul()
     broken = _broken_lowering(model)
     result = verify(model, broken, "npu256", feeds=feeds)
     assert not result["ok"] and result["within"] is None
-    assert result["worst_rel_diff"] > result["floor"][0] > 1e-5
-    assert "DISAGREES" in render(result) and "float-noise floor" in render(result)
+    assert result["float64"]["worst_ratio"] > result["float64"]["factor"]
+    assert "DISAGREES" in render(result) and "from the model computed in float64" in \
+        render(result)
 
 
-def test_a_model_within_tolerance_needs_no_floor():
+def test_without_a_float64_run_the_tolerance_then_the_floor_judge(monkeypatch):
     from paddle_npu.npu import lower
+    from paddle_npu.npu import verifier
 
+    def cannot(model, feeds):
+        raise ConversionError("the model cannot be run in float64: no kernel")
+
+    monkeypatch.setattr(verifier, "float64_outputs", cannot)
     model, feeds = _cancelling_matmul()
-    feeds = {"x": feeds["x"] - 1000}                    # no cancellation: plain rounding
     lowered, _ = lower(model, "npu256")
     result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"] and result["within"] == "floor", render(result)
+    assert result["worst_rel_diff"] <= result["floor"][0]
+    assert result["float64"] == {"error": "the model cannot be run in float64: no kernel"}
+    assert "within the model's float-noise floor" in render(result)
+    assert "(no float64 run: the model cannot be run in float64: no kernel)" in render(result)
+    result = verify(model, _broken_lowering(model), "npu256", feeds=feeds)
+    assert not result["ok"] and result["worst_rel_diff"] > result["floor"][0] > 1e-5
+    assert "DISAGREES" in render(result) and "float-noise floor" in render(result)
+    shifted = {"x": feeds["x"] - 1000}                    # no cancellation: plain rounding
+    result = verify(model, lowered, "npu256", feeds=shifted)
     assert result["ok"] and result["within"] == "tolerance" and "floor" not in result
     assert "agrees within 1e-05" in render(result)
 
@@ -278,7 +299,13 @@ def _float64_matmul(model, feeds):
     return [feeds["x"].astype(np.float64) @ w]
 
 
-def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering():
+def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering(monkeypatch):
+    from paddle_npu.npu import verifier
+
+    def cannot(model, feeds):           # (recorded outputs judge only without a float64 run)
+        raise ConversionError("the model cannot be run in float64")
+
+    monkeypatch.setattr(verifier, "float64_outputs", cannot)
     model, feeds = _cancelling_matmul()
     broken = _broken_lowering(model)
     result = verify(model, broken, "npu256", feeds=feeds, recorded=_float64_matmul(model, feeds))
@@ -301,7 +328,9 @@ def test_a_lowered_model_as_close_to_the_float64_result_as_the_model_agrees():
     assert not _as_close_to_recorded([{}], [None], [model], [lowered], [lowered], 1e-5)
 
 
-def test_verify_command_says_which_bound_it_agrees_within(tmp_path, capsys):
+def test_verify_command_judges_by_the_float64_run_with_its_factor(tmp_path, capsys):
+    import json
+
     from paddle_npu.cli import main
 
     model, feeds = _cancelling_matmul()
@@ -311,7 +340,13 @@ def test_verify_command_says_which_bound_it_agrees_within(tmp_path, capsys):
     np.savez(data, in_x=feeds["x"])
     capsys.readouterr()
     assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
-    assert "agrees within the model's float-noise floor" in capsys.readouterr().out
-    np.savez(data, in_x=feeds["x"] - 1000)
-    assert main(["verify", str(m), str(low), "--inputs", str(data)]) == 0
-    assert "agrees within 1e-05" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "agrees: no farther from the model computed in float64 than" in out
+    assert main(["verify", str(m), str(low), "--inputs", str(data), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    ratio = result["float64"]["worst_ratio"]
+    assert result["within"] == "float64" and 0 < ratio < 1
+    # the same runs judged with a factor below the one they need
+    assert main(["verify", str(m), str(low), "--inputs", str(data),
+                 "--factor", str(ratio / 2)]) == 1
+    assert "DISAGREES" in capsys.readouterr().out
