@@ -9,7 +9,8 @@ import zoo
 
 FAMILIES = ["lenet", "mobilenet_v3_small", "transformer_encoder", "lstm", "gru", "tiny_bert",
             "ocr_head", "det_head", "ppocrv4_det_mobile_160", "picodet_s_160",
-            "pp_liteseg_t_128", "svtr_tiny", "crnn", "vit_tiny_64", "gpt_decoder"]
+            "pp_liteseg_t_128", "segformer_b0_128", "svtr_tiny", "crnn", "vit_tiny_64",
+            "gpt_decoder"]
 MIN_COSINE = 0.99
 
 
