@@ -13,8 +13,11 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
+from ..compare import run_onnx
 from ..errors import ConversionError
 from ..onnx_io import load_proto
+from .ops.im2col import kernel_taps
+from .reference import _standard_overrides
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 
@@ -104,7 +107,6 @@ def float64_outputs(model, feeds):
         return _evaluate(as_float64(model, weights=False), feeds), "onnx reference"
     except Exception as e:  # noqa: BLE001 - an op the evaluator lacks or fails on
         first = _first_line(e)
-    from ..compare import run_onnx      # (heavy: only when the evaluator fails)
     try:
         return run_onnx(as_float64(model).SerializeToString(), feeds)[1], "onnxruntime"
     except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel
@@ -122,9 +124,7 @@ def _evaluate(proto, feeds):
     arrays, one at a time, not as a second set of protobuf tensors), each tensor let go after
     its last use (the evaluator's own run keeps every one: a float64 copy of all of a big
     model's activations)."""
-    from onnx.reference import ReferenceEvaluator
-
-    from .reference import _standard_overrides
+    from onnx.reference import ReferenceEvaluator   # (~40 ms: only when a model is run)
 
     ev = ReferenceEvaluator(proto, new_ops=_standard_overrides() + _window_ops())
     if len(ev.rt_nodes_) != len(proto.graph.node):     # (not one op per node: its own run)
@@ -169,10 +169,8 @@ def _window_ops():
     (explicit pads, no ceil_mode): onnx's reference builds Conv's im2col by fancy indexing
     and loops over AveragePool's windows in Python, most of a float64 run's time on a
     detector at 640x640; anything else as onnx's reference computes it."""
-    from onnx.reference.ops.op_conv import Conv as _Conv
+    from onnx.reference.ops.op_conv import Conv as _Conv     # (loaded only when run)
     from onnx.reference.ops.op_pool_common import CommonPool
-
-    from .ops.im2col import kernel_taps
 
     def plain(x, auto_pad, ceil_mode=0):
         return x.ndim == 4 and not ceil_mode and auto_pad in (None, "NOTSET", b"NOTSET")
