@@ -177,8 +177,10 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         selections, held = _held(reference, feeds)
 
         def meets(model):
-            qouts = _outputs(model, held, fouts, selections) if selections or \
-                model is not m else before["_quant"]
+            if model is m and not selections:       # the first report ran it free already
+                qouts = before["_quant"]
+            else:
+                qouts = _outputs(model, held, fouts, selections)
             return min_cosine(fouts, qouts, count) >= until_cosine
         lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
         while lo + 1 < hi:
