@@ -33,7 +33,7 @@ CASES = [(40, 24, 1, 2 * 36 * 360, 2 * 36 * 24 * 360),
 @pytest.mark.parametrize("c,m,group,values,products", CASES)
 def test_program_work_counts_im2col_rows_and_array_products(c, m, group, values, products):
     lowered, _ = lower(serialized(_conv(c, m, group, 6)), on_arrays(),
-                       input_shape={"x": [2, c, 6, 6]}, bodies="float32")
+                       input_shape={"x": [2, c, 6, 6]}, emulation="float32")
     x = np.random.default_rng(0).standard_normal((2, c, 6, 6)).astype(np.float32)
     work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
     assert work == {"im2col_bytes": [4 * values], "array_macs": products, "vector_macs": 0}
@@ -43,7 +43,7 @@ def test_program_work_counts_a_depthwise_convs_multiply_adds():
     """On the vector unit (the default target): no Im2Col, no array; 9 taps for each of the
     2 x 40 x 6 x 6 outputs."""
     lowered, _ = lower(serialized(_conv(40, 40, 40, 6)), "npu256",
-                       input_shape={"x": [2, 40, 6, 6]}, bodies="float32")
+                       input_shape={"x": [2, 40, 6, 6]}, emulation="float32")
     x = np.random.default_rng(0).standard_normal((2, 40, 6, 6)).astype(np.float32)
     work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x})
     assert work == {"im2col_bytes": [], "array_macs": 0, "vector_macs": 2 * 40 * 36 * 9}
@@ -96,7 +96,7 @@ def test_profile_shares_tell_which_primitive_each_kernel_ran_for():
                    [("w1", w1), ("b1", rng.standard_normal(8).astype(np.float32)),
                     ("w2", w2)])
     lowered, _ = lower(serialized(source), on_arrays(), input_shape={"x": [1, 4, 6, 6]},
-                       bodies="float32")
+                       emulation="float32")
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     shares = profile(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},
                      runs=2)["shares"]
@@ -118,7 +118,7 @@ def test_profile_shares_count_a_product_fused_into_a_plain_op():
     source = model(nodes, [("x", [None, 16, 8, 8])], [("y", [None, 16, 8, 8])],
                    [("w", rng.standard_normal((16, 1, 3, 3)).astype(np.float32))])
     lowered, _ = lower(serialized(source), "npu256", input_shape={"x": [1, 16, 8, 8]},
-                       bodies="float32")
+                       emulation="float32")
     assert "DepthwiseConv" in {n.op_type for n in lowered.graph}
     x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
     shares = profile(ir.serde.serialize_model(lowered).SerializeToString(), {"x": x},

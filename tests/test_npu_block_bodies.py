@@ -80,7 +80,7 @@ def test_a_tile_that_is_not_block_diagonal_keeps_the_dense_body(w):
     original = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", list(x.shape))],
                      [("y", [3, w.shape[1]])], [("w", w)])
     for bodies in ("exact", "float32"):
-        lowered = lower(original, BIG, bodies=bodies)[0]
+        lowered = lower(original, BIG, emulation=bodies)[0]
         vmm = [n for n in lowered.graph if n.op_type == "VMM"]
         assert vmm and all("blocks" not in n.overload for n in vmm)
         want, got, ref_out, _ = three_way(original, lowered, {"x": x}, BIG)
@@ -111,7 +111,7 @@ def test_depthwise_conv_lowers_to_tiles_of_its_groups(channels, mult, kernel, si
                             kernel_shape=[kernel, kernel], pads=[pad] * 4, strides=[1, 1])
     original = model([conv], [("x", [1, channels, 10, 9])],
                      [("y", [1, channels * mult, 10, 9])], [("w", wt), ("b", bias)])
-    lowered = lower(original, BIG, bodies=bodies)[0]
+    lowered = lower(original, BIG, emulation=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
     taps, n = kernel * kernel, sizes[0]
@@ -302,7 +302,7 @@ def test_onnxruntime_runs_the_tiles_of_a_layer_from_one_split(bodies, tmp_path):
                           pads=[1] * 4),
          helper.make_node("Conv", ["h", "dense"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)],
         [("x", [1, 64, 6, 5])], [("y", [1, 8, 6, 5])], [("dw", dw), ("dense", dense)])
-    lowered = lower(original, BIG, bodies=bodies)[0]
+    lowered = lower(original, BIG, emulation=bodies)[0]
     checked(lowered)
     vmm = [n for n in lowered.graph if n.op_type == "VMM"]
     assert len(vmm) == 4 and not any("blocks" in n.overload for n in vmm)

@@ -13,6 +13,7 @@ from paddle_npu.npu import DOMAIN, lower
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.channels_last import ChannelsLast
 from paddle_npu.npu.context import LowerContext
+from paddle_npu.npu.emulation import emulate
 from paddle_npu.npu.pipeline import MIN_IR_VERSION, passes, prepare
 from paddle_npu.npu.quant.accuracy import layer_report
 from paddle_npu.npu.quant.calibrate import calibrate
@@ -59,6 +60,7 @@ def _lower(proto, target="npu256"):
     steps = passes(LowerContext(m, load_target(target), "packed"))
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
+    emulate(m)
     return m, steps.result("channels_last")
 
 
@@ -342,7 +344,7 @@ def test_a_chain_of_depthwise_and_pointwise_layers_is_one_image_in_onnxruntime(t
     (no Reshape stands between them), and runs the chain as the Convs the model had; the
     outputs agree with the model's."""
     proto = _mobile_blocks()
-    lowered, _ = lower(proto, "npu64", bodies="float32")
+    lowered, _ = lower(proto, "npu64", emulation="float32")
     vmm = {n.name: n.overload for n in lowered.graph if n.op_type == "VMM"}
     pointwise = {k: v for k, v in vmm.items() if k.startswith("pw")}
     assert len(pointwise) == 4 and all("_image" in v for v in pointwise.values())
@@ -376,7 +378,7 @@ def test_only_layers_next_to_images_read_the_rows_as_images():
              helper.make_node("GlobalAveragePool", ["p3"], ["y"], name="gap")]
     nodes, inits = _nodes(steps)
     proto = model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16, 1, 1])], inits)
-    lowered, _ = lower(proto, "npu256", bodies="float32")
+    lowered, _ = lower(proto, "npu256", emulation="float32")
     images = {n.name.split("/")[0] for n in lowered.graph
               if n.op_type == "VMM" and "_image" in n.overload}
     assert images == {"p2"}

@@ -12,6 +12,7 @@ import pytest
 
 import zoo
 from conftest import EXAMPLE
+from npu_helpers import program
 from paddle_npu.api import export
 from paddle_npu.npu import DOMAIN, lower, verify
 
@@ -60,6 +61,8 @@ def test_zoo_rnns_lowered_at_their_input_size_verify(zoo_onnx, name):
 def test_zoo_onnx_lowers_and_verifies(zoo_onnx, name):
     onnx_bytes, feeds = zoo_onnx(name)
     lowered, report = lower(onnx_bytes, "npu256")
+    # the NPU program is the same whatever onnxruntime emulates it with
+    assert program(lower(onnx_bytes, "npu256", emulation="float32")[0]) == program(lowered)
     kinds = {(n.domain or "", n.op_type) for n in lowered.graph}
     assert not {("", "Conv"), ("", "BatchNormalization")} & kinds     # all became primitives
     _check(verify(onnx_bytes, lowered, "npu256", feeds=feeds))
@@ -119,18 +122,19 @@ def test_cli_convert_lower_verify_targets(tmp_path):
         {"Im2Col", "VMM", "AddInTile", "DimTransform"}
 
 
-def test_cli_lower_progress_and_float32_bodies(tmp_path):
+def test_cli_lower_progress_and_float32_emulation(tmp_path):
     plain, lowered = tmp_path / "digits.onnx", tmp_path / "digits.npu.onnx"
     assert cli("convert", os.path.join(EXAMPLE, "legacy", "model.pdmodel"), "-o",
                plain).returncode == 0
     quiet = cli("lower", plain, "-o", lowered)          # not a terminal: no progress
     assert quiet.returncode == 0 and "lower:" not in quiet.stderr
-    res = cli("lower", plain, "-o", lowered, "--progress", "--float32-bodies", "--verify")
+    res = cli("lower", plain, "-o", lowered, "--progress", "--emulation", "float32", "--verify")
     assert res.returncode == 0, res.stderr
     stages = [line.split()[1] for line in res.stderr.splitlines() if line.startswith("lower: ")]
     assert stages[0] == "load" and stages[-1] == "save"
-    assert {"lower", "partition", "functions"} <= set(stages)
+    assert {"lower", "partition", "emulation"} <= set(stages)
     assert "agrees" in res.stdout
+    assert "emulation float32 judged above; exact (not judged): " in res.stdout
     import onnx
     calls = {(n.op_type, n.overload) for n in onnx.load(str(lowered)).graph.node
              if n.domain == DOMAIN}

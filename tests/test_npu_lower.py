@@ -119,7 +119,7 @@ def depthwise_cases(draw):
 @given(case=depthwise_cases())
 def test_random_depthwise_conv_runs_on_the_vector_unit(case, bodies):
     original, feeds = conv_model(case)
-    lowered, report = lower(original, TINY, "packed", bodies=bodies)
+    lowered, report = lower(original, TINY, "packed", emulation=bodies)
     checked(lowered)
     assert npu_ops(lowered) == ({"DepthwiseConv", "DimTransform"} if case["one_d"] else
                                 {"DepthwiseConv"})
@@ -138,7 +138,7 @@ def test_random_depthwise_conv_runs_on_the_vector_unit(case, bodies):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=conv_cases())
 def test_float32_bodies_sum_in_float32_and_match(case, target):
-    from paddle_npu.npu.functions import attach_functions
+    from paddle_npu.npu.emulation.functions import attach_functions
 
     original, feeds = conv_model(case)
     lowered, _ = lower(original, target)

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
-from paddle_npu.npu.functions import attach_functions
+from paddle_npu.npu.emulation.functions import attach_functions
 from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
 from paddle_npu.npu.ops.im2col import TABLE_LIMIT, column_source
 

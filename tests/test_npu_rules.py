@@ -182,7 +182,7 @@ def _layer_norm_written_out(eps_name="eps"):
 
 
 def test_fuse_layer_norm():
-    from paddle_npu.npu.functions import attach_functions
+    from paddle_npu.npu.emulation.functions import attach_functions
     from paddle_npu.npu.passes import FuseLayerNorm
 
     proto = _layer_norm_written_out()

@@ -92,7 +92,7 @@ def test_conv_transpose_float32_and_exact_col2im(ws, attrs, casts):
     x = {"x": _rand([1, 6, 7, 5], 9)}
     bodies = {}
     for kind in ("exact", "float32"):
-        lowered, _ = lower(onnx_model, "npu256", bodies=kind)
+        lowered, _ = lower(onnx_model, "npu256", emulation=kind)
         (call,) = [n for n in lowered.graph if n.op_type == "Col2Im"]
         assert call.overload.endswith("f32") == (kind == "float32")
         bodies[kind] = [n.op_type for f in lowered.functions.values() if f.name == "Col2Im"

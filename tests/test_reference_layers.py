@@ -291,16 +291,3 @@ def test_a_batch_the_model_was_not_made_for_is_refused_by_name():
     with pytest.raises(ValueError, match=r"input 'x' is 1x8x6x6, but .* made for 1x8x5x5$"):
         ref.run({"x": np.zeros((1, 8, 6, 6), np.float32)})
 
-
-def test_a_layer_whose_bands_gather_their_own_rows_is_fused():
-    """A 3x3 layer of 64 channels at 32x32 (rows of 2.4 MB, 3 bands of 256 + 256 + 64
-    columns, each band its own Im2Col: the row_bands pass) runs as one fused layer reading
-    one Im2Col of all the columns, equal to the bands tile by tile."""
-    rng = np.random.default_rng(7)
-    lowered, report = lower(serialized(_conv_model(rng, 64, 64, 3, 32)), "npu256",
-                            input_shape={"x": [1, 64, 32, 32]})
-    bands = [list(n.attributes["columns"].value) for n in lowered.graph
-             if n.op_type == "Im2Col"]
-    assert sorted(bands) == [[0, 256], [256, 256], [512, 64]]
-    x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
-    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1

@@ -4,10 +4,9 @@ For each model (zoo exports, converted by stage 1): arrays used, utilisation and
 invocations under both plans and their ratio, the lowering time of each plan, and the
 NumPy reference's throughput (useful MACs per second) running the lowered model, and in
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
-the ONNX model's, timed in turn (`ort_timing`), with their ratios (target: <= 1.5x), with the
-exact function bodies, the float32 ones (`lower --float32-bodies`) and the ones `lower
---verify` chooses (auto=..., with the seconds choosing took), and how far each is from the
-ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
+the ONNX model's, timed in turn (`ort_timing`), with their ratios, under each emulation
+(`lower --emulation exact|float32`: the function bodies onnxruntime runs the NPU program
+with), and how far each is from the ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
 of (its functions inlined) as a multiple of the ONNX model's, which session creation follows,
 and `prog x`: the NPU program's own nodes (each primitive one node: a band of array tiles is
 one) as a multiple of the ONNX model's, what the nodes would be if every body were one node.
@@ -17,8 +16,7 @@ of several: in cache when it fits) and to do the arrays' products, zeros include
 vector unit's depthwise multiply-adds (at the rate of onnxruntime's float32 MatMul on
 [4096, 256] x [256, 256]), as a multiple of the ONNX model's latency. No run of the
 lowered model can be faster: those rows and products are its NPU program's, and the count
-leaves out all else it does (`floor x` above 1.5: the latency target is out of reach for
-that program). `+calls x` adds to that floor onnxruntime's least time per kernel call
+leaves out all else it does. `+calls x` adds to that floor onnxruntime's least time per kernel call
 (measured in the same run on a chain of Relus of eight floats) times the `kernels` it runs
 for those bodies (the nodes of the graph it optimises the lowered model to): the floor of
 that program with those bodies in onnxruntime, which decides for a model of microseconds
@@ -26,8 +24,7 @@ that program with those bodies in onnxruntime, which decides for a model of micr
 `layers x` is the part of the latency ratio that the lowered model's matrix layers take
 (its Im2Col, VMM, AddInTile, DepthwiseConv... kernels and the products onnxruntime fused
 into a plain op: their share of its kernel time in onnxruntime's profile, `profile`,
-times the ratio): at or above 1.5, those layers alone, as they run inside the model, miss
-the target with these bodies.
+times the ratio).
 Then `paddle-npu lower` itself (the default packed plan), each run a fresh process: wall time
 and peak RSS of the whole process (median of --process-runs), with and without `--verify`,
 beside the targets for ResNet-50 (<= 1 s, <= 300 MiB).
@@ -82,6 +79,7 @@ import zoo  # noqa: E402
 from measure import installed_env, load_note, run_measured, start_launcher  # noqa: E402
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
+from paddle_npu.npu.emulation import EMULATIONS  # noqa: E402
 from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
 from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
 from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
@@ -430,8 +428,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             lowered, report, _ = quantized_lower(onnx_bytes, table, int(quantize[3:]), target,
                                                  plan, input_shape=shapes)
         else:
-            lowered, report = lower(onnx_bytes, target, plan, input_shape=shapes,
-                                   bodies="exact")
+            lowered, report = lower(onnx_bytes, target, plan, input_shape=shapes)
         seconds = time.perf_counter() - t0
         totals = report.totals()
         entry = {"lower_seconds": round(seconds, 3), "nodes": len(list(lowered.graph)),
@@ -445,26 +442,17 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             import onnx_ir as ir
 
             from paddle_npu.compare import agreement, run_onnx
-            from paddle_npu.npu.functions import attach_functions
+            from paddle_npu.npu.emulation import emulate
 
             want = run_onnx(onnx_at_size, feeds)[1]
             rates = rates or machine_rates()
-            attach_functions(lowered, float32=True)     # (any bodies: the same tensors)
+            emulate(lowered, "float32")     # (any emulation: the same tensors)
             work = program_work(ir.serde.serialize_model(lowered).SerializeToString(), feeds)
             floor = sum(write_seconds(b) for b in work["im2col_bytes"]) + \
                 (work["array_macs"] + work["vector_macs"]) / rates["matmul_macs_s"]
             entry["floor"] = {**work, **rates, "floor_ms": round(floor * 1e3, 3)}
-            for bodies in ("exact", "float32", "auto"):
-                extra = {}
-                if bodies == "auto":        # what `lower --verify` chooses, and its cost
-                    stages = {}
-                    lowered, chosen = lower(onnx_bytes, target, plan, bodies="auto",
-                                            input_shape=shapes,
-                                            progress=lambda stage, s: stages.update({stage: s}))
-                    extra = {"chosen": chosen.bodies["bodies"],
-                             "choice_seconds": round(stages["functions"], 2)}
-                else:
-                    attach_functions(lowered, float32=bodies == "float32")
+            for emulation in EMULATIONS:
+                emulate(lowered, emulation)
                 serialized = ir.serde.serialize_model(lowered).SerializeToString()
                 # the ONNX model timed beside each lowered one, in turn
                 timed = ort_timing({"onnx": onnx_at_size, "lowered": serialized}, feeds, iters)
@@ -478,7 +466,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
                 layers = sum(shares.get(p, 0) for p in LAYER_SHARES)
                 nodes = (inlined_nodes(serialized), inlined_nodes(onnx_at_size))
                 with_calls = floor + kernels * rates["call_s"]
-                entry.setdefault("ort", {})[bodies] = {**extra,
+                entry.setdefault("ort", {})[emulation] = {
                     "inlined_nodes": nodes[0], "onnx_nodes": nodes[1],
                     "nodes_ratio": round(nodes[0] / nodes[1], 2),
                     "program_nodes": len(lowered.graph),
@@ -576,26 +564,24 @@ def render(rows):
                          f"{ref}")
         lines.append(f"{'':<20} {'ratio pc/pk':<12} {r['ratio']['arrays']:>7.1f}x {'':>7} "
                      f"{r['ratio']['vmm_invocations']:>15.1f}x")
-    timed = [(r, plan, bodies, t, e["floor"]) for r in rows for plan, e in r["plans"].items()
-             for bodies, t in e.get("ort", {}).items()]
+    timed = [(r, plan, emulation, t, e["floor"]) for r in rows for plan, e in r["plans"].items()
+             for emulation, t in e.get("ort", {}).items()]
     if timed:
-        head = (f"{'onnxruntime':<20} {'plan':<12} {'bodies':<16} {'session s':>9} "
+        head = (f"{'onnxruntime':<20} {'plan':<12} {'emulation':<10} {'session s':>9} "
                 f"{'ONNX s':>7} {'ratio':>6} {'nodes x':>7} {'prog x':>6} "
                 f"{'latency ms':>10} {'ONNX ms':>8} {'ratio':>6} {'layers x':>8} "
                 f"{'floor ms':>8} {'floor x':>7} {'kernels':>7} {'+calls x':>8} "
-                f"{'rel diff':>9} {'choice s':>8}")
+                f"{'rel diff':>9}")
         lines += ["", head, "-" * len(head)]
-        for r, plan, bodies, e, floor in timed:
-            label = f"auto={e['chosen']}" if "chosen" in e else bodies
-            choice = f"{e['choice_seconds']:>8.2f}" if "choice_seconds" in e else ""
-            lines.append(f"{r['model']:<20} {plan:<12} {label:<16} {e['session_seconds']:>9.3f} "
+        for r, plan, emulation, e, floor in timed:
+            lines.append(f"{r['model']:<20} {plan:<12} {emulation:<10} {e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['nodes_ratio']:>6.2f}x {e['program_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "
                          f"{e['latency_ratio']:>5.2f}x {e['layers_ratio']:>7.2f}x "
                          f"{floor['floor_ms']:>8.2f} "
                          f"{e['floor_ratio']:>6.2f}x {e['kernels']:>7} "
-                         f"{e['calls_floor_ratio']:>7.2f}x {e['worst_rel_diff']:>9.1e} {choice}")
+                         f"{e['calls_floor_ratio']:>7.2f}x {e['worst_rel_diff']:>9.1e}")
     measured = [r for r in rows if "process" in r]
     if measured:
         head = (f"{'paddle-npu (process)':<20} {'command':<16} {'wall s':>7} {'cpu s':>6} "

@@ -136,7 +136,7 @@ def forms(cell, steps, inputs, hidden, target="npu256", seed=0):
     """{form: serialized model}: op, unrolled, scan, lowered."""
     w, r, b = weights(cell, inputs, hidden, seed)
     op = op_model(cell, steps, inputs, hidden, w, r, b)
-    lowered, _ = lower(op.SerializeToString(), target, bodies="float32")
+    lowered, _ = lower(op.SerializeToString(), target, emulation="float32")
     return {"op": op.SerializeToString(),
             "unrolled": unrolled_proto(op).SerializeToString(),
             "scan": scan_model(cell, steps, inputs, hidden, w, r, b).SerializeToString(),

@@ -10,6 +10,8 @@ import time
 from ..preprocess_args import add_arguments as add_preprocess_arguments
 from ..preprocess_args import spec_from_args
 from ..shapes import parse_input_shapes
+from .emulation import DEFAULT as DEFAULT_EMULATION
+from .emulation import EMULATIONS
 from .input_shapes import add_argument as add_input_shape_argument
 from .quant.cli import add_commands as add_quant_commands
 from .quant.cli import add_quant_options, lower_for
@@ -110,17 +112,10 @@ def add_lowering_options(p, target_flag="--target"):
     p.add_argument("--progress", action="store_true",
                    help="one line per lowering stage on stderr (the default on a terminal; "
                         "never with convert's -q)")
-    bodies = p.add_mutually_exclusive_group()
-    bodies.add_argument("--float32-bodies", dest="bodies", action="store_const",
-                        const="float32", default=None,
-                        help="onnxruntime sums VMM, AddInTile, Col2Im, RuntimeVMM, Reduce, "
-                             "LayerNorm and global average pooling in float32, as fast as the "
-                             "model's own Conv / MatMul (default: exact; with --verify, "
-                             "float32 when the lowered model then agrees with the model on a "
-                             "seeded input as `verify` requires, else exact)")
-    bodies.add_argument("--exact-bodies", dest="bodies", action="store_const", const="exact",
-                        help="onnxruntime sums them exactly (float64, rounded "
-                             "once), as the NumPy reference does")
+    p.add_argument("--emulation", choices=EMULATIONS, default=DEFAULT_EMULATION,
+                   help="the function bodies onnxruntime runs the saved model with: exact "
+                        "sums, as the NumPy reference (default), or float32 sums, faster; "
+                        "the NPU program is the same (`verify` reports how far each is)")
     p.add_argument("--report-svg", metavar="FILE",
                    help="draw the whole-model picture too: layers coloured by device, "
                         "segments boxed (SVG)")
@@ -165,7 +160,7 @@ def _lower_and_save(source, output, args, quiet=False):
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape), progress=show,
-                          bodies=args.bodies or _default_bodies(args))
+                          emulation=args.emulation)
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:
@@ -185,13 +180,6 @@ def _lower_and_save(source, output, args, quiet=False):
         from .report_svg import render_svg      # (start-up time, as above)
         write_text(args.report_svg, render_svg(report))
     return model
-
-
-def _default_bodies(args):
-    """Exact sums unless the lowered model is run in onnxruntime anyway (--verify): checking
-    that float32 sums agree costs a run of both models, seconds and memory that `lower` alone
-    does not spend."""
-    return "auto" if getattr(args, "verify", False) else "exact"
 
 
 def cmd_lower(args):

@@ -8,11 +8,10 @@
         -> layer normalisations written out fused (a LayerNorm primitive)
         -> BatchNorm left over to Mul + Add -> @onnx_op lowerings -> images kept
         channels-last between NPU layers (channels_last.py) -> a transpose and the
-        reshape after it merged into one DimTransform -> each band of a layer's tiles
-        gathering its own rows (row_bands.py) -> drop what is unused
-        -> place / order / segment by estimated latency -> attach function bodies
-        (float32 sums where they agree with the model, else exact: bodies.py)
-    -> (ir.Model, Report)
+        reshape after it merged into one DimTransform -> drop what is unused
+        -> place / order / segment by estimated latency
+    -> the NPU program; then the function bodies onnxruntime emulates it with are attached
+       (emulation/: the program stays as it is) -> (ir.Model, Report)
 """
 import time
 
@@ -20,9 +19,10 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
 from .channels_last import ChannelsLast
-from .bodies import ChooseBodies, check_bodies
 from .context import LowerContext
 from .cost import node_macs, segment_costs
+from .emulation import DEFAULT as DEFAULT_EMULATION
+from .emulation import check_emulation, emulate
 from .graph import device
 from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
@@ -36,7 +36,6 @@ from .registry import get_onnx_mapper
 from .report import Report
 from .restruct import ORDER as RESTRUCT_PASSES
 from .restruct import restruct_passes
-from .row_bands import RowBands
 from .rnn import UnrollRnn
 from .target import load_target
 from .tiling import PLANS
@@ -101,10 +100,8 @@ def graph_passes(target, refusals, preprocess=None, marks=None, enable=(), disab
     ]
 
 
-def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None,
-           original=None, bodies="exact"):
-    """The declared stage-2 pass list for a LowerContext (model, target, plan); `original`,
-    the model before lowering, is what "auto" bodies are checked against."""
+def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=None):
+    """The declared stage-2 pass list for a LowerContext (model, target, plan)."""
     target = ctx.target
     return Sequence(
         *graph_passes(target, ctx.refusals, preprocess, marks, enable, disable, input_shape),
@@ -114,15 +111,14 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         LowerNodes(ctx),
         ChannelsLast(),
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
-        RowBands(),
         RemoveUnused(),
         Partition(target, ctx.refusals),
-        ChooseBodies(original, bodies, preprocess, input_shape),
     )
 
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
-          disable=(), input_shape=None, quantization=None, progress=None, bodies="exact"):
+          disable=(), input_shape=None, quantization=None, progress=None,
+          emulation=DEFAULT_EMULATION):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -134,26 +130,25 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     quantization: a plan.Quantization to lower matrix layers to integer primitives (their
     records are kept in the model's metadata, `quantization_records`).
     progress: None, or called with (stage name, seconds) after each stage.
-    bodies: the function bodies onnxruntime runs (bodies.py): "exact" (float64) sums, as the
-    NumPy reference; "auto" float32 sums where the lowered model then agrees with this one on
-    a seeded input (onnxruntime runs both: seconds and memory), else exact; "float32"
-    without the check (an integer plan's "auto" is exact: it must match the NumPy reference
-    bit for bit)."""
+    emulation: the function bodies attached for onnxruntime, "exact" or "float32"
+    (emulation/); the NPU program is the same with either."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
-    check_bodies(bodies)
+    check_emulation(emulation)
     start = time.perf_counter()
     target = load_target(target)
     m = prepare(model)
     if progress is not None:
         progress("load", time.perf_counter() - start)
     ctx = LowerContext(m, target, plan, quantization)
-    if quantization is not None and bodies == "auto":
-        bodies = "exact"
-    steps = passes(ctx, preprocess, marks, enable, disable, input_shape, model, bodies)
+    steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps.progress = progress
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
+    attached = time.perf_counter()
+    emulated = emulate(m, emulation)
+    if progress is not None:
+        progress("emulation", time.perf_counter() - attached)
     if quantization is not None:
         g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans),
                                "units": ctx.unit_records, "float_units": ctx.float_units})
@@ -175,7 +170,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     preprocess=fused.info["fused"] if fused else None,
                     restruct=restructured, marks=steps.result("marks").info["marks"].as_dict(),
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
-                    cpu_reasons=placed["cpu_reasons"], bodies=steps.result("functions").info)
+                    cpu_reasons=placed["cpu_reasons"], emulation=emulated)
     return m, report
 
 

@@ -13,7 +13,7 @@ from ..errors import ConversionError
 from ..naming import UniqueNames
 from ..onnx_io import load_model
 from ..preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
-from .functions import AttachFunctions
+from .emulation.functions import AttachFunctions
 from .ops import DOMAIN, MIN_BODY_OPSET, get_primitive
 from .passes import Pass, Sequence, with_input_shapes
 

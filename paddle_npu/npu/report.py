@@ -80,7 +80,7 @@ class Report:
     dynamic: Optional[dict] = None      # inputs of open size and the nodes that kept off the NPU
     plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
     cpu_reasons: Optional[dict] = None  # node on the CPU -> why (partition.py)
-    bodies: Optional[dict] = None       # bodies.py: float32 or exact function bodies, and why
+    emulation: Optional[dict] = None    # emulation/: the function bodies attached for onnxruntime
 
     def npu_mac_share(self):
         """The NPU's share of the model's multiply-accumulates (its matrix layers', on the arrays
@@ -156,7 +156,7 @@ class Report:
                 "dynamic": self.dynamic, "plain_macs": self.plain_macs,
                 "npu_mac_share": round(self.npu_mac_share(), 6),
                 "estimate": self.estimate(), "cpu_reasons": self.cpu_reasons,
-                "bodies": self.bodies}
+                "emulation": self.emulation}
 
     def render(self):
         """The terminal table."""
@@ -243,8 +243,9 @@ class Report:
                          f"{len(self.marks['cpu'])} on the CPU, {len(self.marks['hp'])} at 16 bits")
         if self.dynamic:
             lines += ["", self.dynamic_line()]
-        if self.bodies and self.bodies["float32_nodes"]:
-            lines.append(f"function bodies: {self.bodies['bodies']} sums in onnxruntime "
-                         f"({self.bodies['why']}; the NumPy reference sums exactly)")
+        if self.emulation and self.emulation["float32_nodes"]:
+            sums = "float32 sums, faster; `verify` says how far" \
+                if self.emulation["emulation"] == "float32" else "exact sums, as the reference"
+            lines.append(f"emulation: {self.emulation['emulation']} ({sums})")
         lines.append(f"\nlowered in {self.seconds:.2f} s")
         return "\n".join(lines)

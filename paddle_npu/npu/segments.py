@@ -176,7 +176,7 @@ def load_manifest(seg_dir):
 def run_segments(seg_dir, feeds, trace=None):
     """Run the segments of DIR in order on `feeds` ({model input name: array}); returns
     {model output name: array}. trace: a list that receives (index, device, seconds)."""
-    import onnxruntime as ort   # heavy, and only for running the segments
+    from .emulation.runtime import session     # heavy, and only for running the segments
 
     manifest = load_manifest(seg_dir)
     missing = [n for n in manifest["model"]["inputs"] if n not in feeds]
@@ -184,11 +184,9 @@ def run_segments(seg_dir, feeds, trace=None):
         raise ConversionError(f"inputs missing: {missing} (the model takes "
                               f"{manifest['model']['inputs']})")
     env = {k: np.asarray(v) for k, v in feeds.items()}
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
     for seg in manifest["segments"]:
         path = os.path.join(seg_dir, seg["file"])
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        sess = session(path)
         takes = sorted(i.name for i in sess.get_inputs())
         gives = {o.name for o in sess.get_outputs()}
         if takes != sorted(seg["inputs"]) or not set(seg["outputs"]) <= gives:

@@ -1,5 +1,5 @@
 """Stage-2 verification: onnxruntime on the model before lowering, onnxruntime on the lowered
-model (function bodies), and the NumPy reference, on the same seeded input."""
+model (its emulation: function bodies), and the NumPy reference, on the same seeded input."""
 import gc
 import os
 
@@ -10,6 +10,7 @@ import onnx_ir as ir
 from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
 from ..onnx_io import graph_inputs, load_header, load_proto
+from .emulation import EMULATIONS, emulate, emulation_of
 from .float64 import float64_outputs
 from .ops import DOMAIN
 from .passes import with_input_shapes
@@ -186,12 +187,15 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         del ref
         gc.collect()    # the evaluator's reference cycles hold its copy of the weights
         _, got_ort = run_onnx(_runnable(lowered), feeds)
+        emulation, got_other = _other_emulation(lowered, feeds)
     outputs, worst = [], 0.0
-    for name, w, o, r in zip(names, want, got_ort, got_ref):
+    for i, (name, w, o, r) in enumerate(zip(names, want, got_ort, got_ref)):
         entry = {"name": name, "shape": list(np.shape(w))}
         for key, got in (("onnxruntime", o), ("reference", r)):
             entry[key] = _agreement(got, w)
             worst = max(worst, entry[key]["rel_diff"])
+        if not integer:     # (not judged: the emulation the lowered model does not carry)
+            entry["other_emulation"] = _agreement(got_other[i], w)
         if integer:
             entry["sqnr_db"] = _sqnr_db(o, w)
             # an integer output is held to the bits; a float one, computed by float ops from
@@ -228,9 +232,15 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
                                    got_ref)
         else:
             result["float64"] = _judge_by_float64(outputs, want, got_ort, got_ref, exact,
-                                                  factor, ran_with)
+                                                  factor, ran_with, got_other)
             result["ok"] = all(e["float64"]["ok"] for e in outputs)
             result["within"] = "float64" if result["ok"] else None
+        emulation["worst_rel_diff"] = max(e["other_emulation"]["rel_diff"] for e in outputs)
+        if "worst_ratio" in result["float64"]:
+            emulation["worst_ratio"] = max(e["float64"].get("other_ratio", 0.0)
+                                           for e in outputs)
+            emulation["ok"] = emulation["worst_ratio"] <= factor
+        result["emulation"] = emulation
     if selections and not all(s["explained"] for s in result["selections"]):
         result["ok"] = False
         if not integer:
@@ -238,23 +248,25 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     return result
 
 
-def _judge_by_float64(outputs, want, got_ort, got_ref, exact, factor, ran_with):
+def _judge_by_float64(outputs, want, got_ort, got_ref, exact, factor, ran_with, got_other):
     """Each output's `float64` entry: how far the original's float32 run ("model") and the
     lowered model's runs are from the float64 result, the bound (`factor` times the first,
-    at least `factor` float32 units), the factor the worst run needed (`ratio`) and `ok`.
-    An integer output (indices, a mask) is held to the original's, exactly. Returns the
-    summary: what ran the float64 model, the factor, the worst ratio."""
+    at least `factor` float32 units), the factor the worst run needed (`ratio`) and `ok`;
+    beside them, not judged, the other emulation's distance and factor (`other_emulation`,
+    `other_ratio`). An integer output (indices, a mask) is held to the original's, exactly.
+    Returns the summary: what ran the float64 model, the factor, the worst ratio."""
     worst = 0.0
-    for entry, w, o, r, x in zip(outputs, want, got_ort, got_ref, exact):
+    for entry, w, o, r, x, e in zip(outputs, want, got_ort, got_ref, exact, got_other):
         if not np.issubdtype(np.asarray(w).dtype, np.floating):
             same = all(entry[k]["rel_diff"] == 0 for k in ("onnxruntime", "reference"))
             entry["float64"] = {"ok": same, "ratio": 0.0 if same else float("inf")}
         else:
             d = {"model": rel_diff(w, x), "onnxruntime": rel_diff(o, x),
-                 "reference": rel_diff(r, x)}
+                 "reference": rel_diff(r, x), "other_emulation": rel_diff(e, x)}
             base = max(d["model"], FLOAT32_UNIT)
             ratio = max(d["onnxruntime"], d["reference"]) / base
             entry["float64"] = {**d, "bound": factor * base, "ratio": ratio,
+                                "other_ratio": d["other_emulation"] / base,
                                 "ok": bool(ratio <= factor)}
         worst = max(worst, entry["float64"]["ratio"])
     return {"ran_with": ran_with, "factor": factor, "worst_ratio": worst}
@@ -279,6 +291,23 @@ def _judge_without_float64(result, outputs, original, feeds, recorded, want, got
         result["ok"] = _as_close_to_recorded(outputs, recorded, want, got_ort, got_ref,
                                              tolerance)
         result["within"] = "recorded" if result["ok"] else None
+
+
+def _other_emulation(lowered, feeds):
+    """({"judged": the emulation the lowered model carries, "other": the other one},
+    onnxruntime's outputs of the lowered model under the other one). An ir.Model is given
+    its own emulation back afterwards."""
+    model = lowered if isinstance(lowered, ir.Model) else \
+        ir.load(os.fspath(lowered)) if isinstance(lowered, (str, os.PathLike)) else \
+        ir.serde.deserialize_model(load_proto(lowered))
+    carried = emulation_of(model.metadata_props)
+    other = next(e for e in EMULATIONS if e != carried)
+    emulate(model, other)
+    try:
+        return {"judged": carried, "other": other}, run_onnx(model, feeds)[1]
+    finally:
+        if model is lowered:
+            emulate(model, carried)
 
 
 def _agreement(got, want):
@@ -535,7 +564,20 @@ def render(result):
                  if result.get("floor") else "")
         lines.append(f"DISAGREES: {picks}worst relative diff {result['worst_rel_diff']:.2e}"
                      f"{_at_worst(result)} (tolerance {result['tolerance']:g}{floor})")
+    if result.get("emulation"):
+        lines.append(_render_emulation(result["emulation"]))
     return "\n".join(lines)
+
+
+def _render_emulation(emulation):
+    """One line: the emulation judged, and how far the other one is (not judged)."""
+    other = emulation["other"]
+    line = f"emulation {emulation['judged']} judged above; {other} (not judged): "
+    if "worst_ratio" not in emulation:
+        return line + f"worst relative diff {emulation['worst_rel_diff']:.2e} to the model"
+    line += f"{emulation['worst_ratio']:.2g}x the model's own float32 distance from float64, "
+    return line + ("within the rule too" if emulation["ok"] else
+                   f"beyond the rule: keep {emulation['judged']} for accuracy runs")
 
 
 def _render_float64(result, picks):

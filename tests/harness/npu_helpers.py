@@ -37,6 +37,21 @@ def serialized(m):
         else m.SerializeToString()
 
 
+def program(lowered):
+    """A lowered ir.Model's NPU program as bytes, without its emulation: the function
+    bodies, the overload each node calls and the metadata naming the emulation left out."""
+    from paddle_npu.npu.emulation import KEY
+
+    proto = ir.serde.serialize_model(lowered)
+    del proto.functions[:]
+    for node in proto.graph.node:
+        node.overload = ""
+    kept = [p for p in proto.metadata_props if p.key != KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    return proto.SerializeToString(deterministic=True)
+
+
 def three_way(original, lowered, feeds, target):
     """(ORT original, ORT lowered, NumPy reference outputs, Reference) on the same feeds."""
     _, want = run_onnx(serialized(original), feeds)

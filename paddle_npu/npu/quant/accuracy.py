@@ -30,7 +30,7 @@ from ..channels_last import tensors_as_nchw
 from ..ops.quant import qrange
 from ..plan import threshold_of
 from ..rnn import unrolled_proto
-from .calibrate import load_table, session_with_all
+from .calibrate import load_table
 from .samples import Samples, open_samples, run_batches
 from .qlower import records_of, unit_records_of
 
@@ -171,7 +171,8 @@ def _session_for(proto, names):
     inputs = {i.name for i in proto.graph.input}
     present = {v for n in proto.graph.node for v in n.output} | inputs
     names = [n for n in dict.fromkeys(names) if n in present]
-    return session_with_all(proto, [n for n in names if n not in inputs]), names
+    from ..emulation.runtime import session     # heavy: only when a model is run
+    return session(proto, [n for n in names if n not in inputs]), names
 
 
 def _named(part, given, names):

@@ -61,23 +61,6 @@ def float_tensors(proto):
     return out
 
 
-def session_with_all(proto, names):
-    """An onnxruntime session whose outputs are `names` (intermediate tensors)."""
-    import onnxruntime as ort   # heavy, and only for running the calibration set
-
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    have = {o.name for o in m.graph.output}
-    for name in names:
-        if name not in have:
-            # (no type given: onnxruntime infers it, as for any tensor inside the graph;
-            # an integer one, a selection's picks, would be refused as float)
-            m.graph.output.append(onnx.ValueInfoProto(name=name))
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
 def mse_threshold(values, absmax, bits=8, steps=96):
     """The clipping threshold in (0, absmax] minimising the mean squared round-trip error of
     symmetric `bits`-bit quantisation over `values`."""
@@ -152,7 +135,8 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None, pr
         raise ConversionError(f"{where}: 0 samples; calibration needs the model's inputs "
                               "with a leading sample axis")
     names = list(float_tensors(proto))
-    session = session_with_all(proto, names)
+    from ..emulation.runtime import session     # heavy: only to run the calibration set
+    session = session(proto, names)
     rng = np.random.default_rng(seed)
     stats = {}
     for feeds, outs in run_batches(session, samples, where, progress):

@@ -1,22 +1,18 @@
 """The model-local ONNX functions that let onnxruntime run a lowered model as it is."""
 import onnx_ir as ir
 
-from . import graph as g
-from .ops import DOMAIN, VERSION, get_primitive
-from .ops.base import float32_overload
-from .passes import Pass
+from .. import graph as g
+from ..ops import DOMAIN, VERSION, get_primitive
+from ..ops.base import float32_overload
+from ..passes import Pass
 
 
-def attach_functions(model, float32=False, exact=(), exact_nodes=(), made=None):
+def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
     `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
     attached before are replaced. float32: nodes whose primitive has a float32 body and whose
-    inputs are all float32 call it (`Primitive.float32_body`), but those of the primitives
-    `exact` (op types) and the nodes `exact_nodes`, which keep their exact bodies.
-    made: {(op type, overload): function} built by earlier calls on the same model, taken
-    from and added to (a choice of bodies tries several sets of them)."""
-    exact_nodes = set(exact_nodes)
+    inputs are all float32 call it (`Primitive.float32_body`)."""
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
         del model.functions[key]
@@ -28,19 +24,14 @@ def attach_functions(model, float32=False, exact=(), exact_nodes=(), made=None):
         attrs = {k: a.value for k, a in node.attributes.items()}
         attrs.update(prim.input_attrs(node.inputs))
         shapes = [g.dims(v) for v in node.inputs]
-        fast = float32 and node.op_type not in exact and node not in exact_nodes and \
-            sums_in_float32(node)
+        fast = float32 and sums_in_float32(node)
         overload = prim.overload(attrs, shapes)
         node.overload = float32_overload(overload) if fast else overload
         if (node.op_type, node.overload) in done:
             continue
         done.add((node.op_type, node.overload))
-        function = made.get((node.op_type, node.overload)) if made is not None else None
-        if function is None:
-            proto = prim.function_proto(opset, attrs, shapes, float32=fast)
-            function = ir.serde.deserialize_function(proto)
-            if made is not None:
-                made[node.op_type, node.overload] = function
+        proto = prim.function_proto(opset, attrs, shapes, float32=fast)
+        function = ir.serde.deserialize_function(proto)
         model.functions[function.identifier()] = function
     if done:
         model.opset_imports[DOMAIN] = VERSION

@@ -1,0 +1,27 @@
+"""onnxruntime sessions: the one place stage 2 makes them (imported where a model is run)."""
+import onnx
+import onnxruntime as ort
+
+
+def session(model, outputs=()):
+    """An onnxruntime session (CPU, warnings off) of `model` (a path, serialized bytes or a
+    ModelProto) computing, besides the model's outputs, the tensors `outputs` (names of
+    tensors inside the graph)."""
+    if outputs:
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load(model) if isinstance(model, str) else \
+                onnx.load_from_string(model)
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        have = {o.name for o in m.graph.output}
+        for name in outputs:
+            if name not in have:
+                # (no type given: onnxruntime infers it, as for any tensor inside the graph;
+                # an integer one, a selection's picks, would be refused as float)
+                m.graph.output.append(onnx.ValueInfoProto(name=name))
+        model = m
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
