@@ -61,7 +61,7 @@ def _lower(proto, target="npu256"):
     steps(m)
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     emulate(m)
-    return m, steps.result("channels_last")
+    return m, steps.result(ChannelsLast)
 
 
 def _of(lowered, op_type):

@@ -213,3 +213,31 @@ def test_svg_is_well_formed_and_names_every_segment(tmp_path):
     assert any(c.startswith("c0 (arrays") for c in cells)
     report = json.loads(rep.read_text())
     assert report["cpu_reasons"] == {"cos": "the NPU of target 'npu256' does not run Cos"}
+
+
+def test_a_node_the_lowering_refused_is_on_the_cpu_for_that_reason():
+    """The placement reads the lowering's refusals from its pass result (no dict shared
+    between the passes): the reason a node is on the CPU names why it was not lowered."""
+    nodes = [helper.make_node("Neg", ["w0"], ["w"], name="neg"),
+             helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", strides=[2, 2])]
+    original = model(nodes, [("x", [1, 2, 3, 3]), ("w0", [2, 2, 2, 2])], [("y", None)])
+    _, report = lower(original, "npu256")
+    assert report.refusals == {"up": "ConvTranspose: the weight is not a constant"}
+    assert report.cpu_reasons["up"] == "not lowered: ConvTranspose: the weight is not a constant"
+
+
+def test_an_error_inside_a_pass_names_the_pass():
+    from paddle_npu.npu.passes import NameNodes, Pass, Sequence
+
+    class Broken(Pass):
+        name = "broken"
+
+        def run(self, model, result):
+            raise ValueError("no such value")
+
+    from paddle_npu.npu.pipeline import prepare
+    m = prepare(model([conv("c0", "x", "y")], [("x", [1, 4, 8, 8])], [("y", None)],
+                      [("w", W)]))
+    with pytest.raises(ValueError, match="no such value") as caught:
+        Sequence(NameNodes(), Broken())(m)
+    assert caught.value.__notes__ == ["(in the stage-2 pass 'broken')"]

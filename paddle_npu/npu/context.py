@@ -33,7 +33,6 @@ class LowerContext:
         self.target, self.plan, self.quantization = target, plan, quantization
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
         self.layers = []            # cost records of lowered layers, in graph order
-        self.refusals = {}          # source node name -> why it was not lowered
         self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
         self.unit_records = []      # integer lookup tables / written arrays (plan.unit_record)
         self.float_units = []       # lookup tables an integer plan keeps in float, and why

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from ..errors import ConversionError
 from ..naming import read_settings
 from . import graph as g
-from .passes import Pass
+from .passes import Pass, PassResult
 
 COMPILE_MODES = {0: "every layer at the target's precision",
                  1: "every layer at 16 bits",
@@ -217,10 +217,15 @@ def apply_marks(model, marks=None):
     return result
 
 
+@dataclass
+class MarksApplied(PassResult):
+    marks: object = None        # the MarkResult
+
+
 class ApplyMarks(Pass):
-    """The user's placement marks as node annotations (`apply_marks`); info["marks"] is the
-    MarkResult."""
+    """The user's placement marks as node annotations (`apply_marks`)."""
     name = "marks"
+    Result = MarksApplied
 
     def __init__(self, marks=None):
         super().__init__()
@@ -228,7 +233,7 @@ class ApplyMarks(Pass):
 
     def run(self, model, result):
         marks = apply_marks(model, self.marks)
-        result.info["marks"] = marks
+        result.marks = marks
         result.fired.extend(f"{name}: cpu ({why})" for name, why in marks.cpu.items())
         result.fired.extend(f"{name}: 16 bits" for name in marks.hp)
 

@@ -23,6 +23,7 @@ Faster R-CNN. Each node records its device and segment (graph.py's `set_placemen
 never changes what a node computes, only where and in which order it runs.
 """
 import heapq
+from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
@@ -30,7 +31,7 @@ from ..errors import ConversionError
 from . import graph as g
 from .cost import is_array_node, node_ns, transfer_ns, value_bytes
 from .ops import DOMAIN, get_primitive
-from .passes import Pass
+from .passes import Pass, PassResult, not_lowered
 from .report import Segment
 from .segments import check_segment_cap
 
@@ -293,20 +294,24 @@ def partition(model, target, refusals=None):
     return segments, {n.name: reasons[n.name] for n in order if device[n] == "cpu"}
 
 
+@dataclass
+class Placement(PassResult):
+    segments: list = field(default_factory=list)    # the Segments, in order
+    cpu_reasons: dict = field(default_factory=dict)     # CPU node -> why it is there
+
+
 class Partition(Pass):
     """Place, order and segment the graph (`partition`); a target's cap on NPU segments is
-    checked. info["segments"]: the Segments; info["cpu_reasons"]: why each CPU node is
-    there. refusals: {node name: why its lowering refused it}, for those reasons."""
+    checked. The reasons of nodes on the CPU name the earlier lowering passes' refusals."""
     name = "partition"
+    Result = Placement
 
-    def __init__(self, target, refusals=None):
+    def __init__(self, target):
         super().__init__()
         self.target = target
-        self.refusals = refusals
 
     def run(self, model, result):
-        segments, reasons = partition(model, self.target, self.refusals)
+        segments, reasons = partition(model, self.target, not_lowered(self.before))
         check_segment_cap(segments, self.target, {n.name: n.op_type for n in model.graph})
-        result.info["segments"] = segments
-        result.info["cpu_reasons"] = reasons
+        result.segments, result.cpu_reasons = segments, reasons
         result.modified = True

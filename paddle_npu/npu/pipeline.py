@@ -59,6 +59,7 @@ class LowerNodes(Pass):
     """Every node a registered lowering (`@onnx_op`) accepts -> NPU primitives; the others
     stay, with the lowering's reason in `refused`. Costs go to the LowerContext's layers."""
     name = "lower"
+    lowering = True
 
     def __init__(self, ctx):
         super().__init__()
@@ -74,27 +75,25 @@ class LowerNodes(Pass):
                 continue
             reason = mapper.check(ctx, node)
             if reason is not None:
-                ctx.refusals[node.name] = f"{node.op_type}: {reason}"
+                result.refused[node.name] = f"{node.op_type}: {reason}"
                 continue
             ctx.begin(node)
             ctx.replace(node, list(mapper.lower(ctx, node)))
             result.fired.append(node.name)
-        result.refused.update(ctx.refusals)
 
 
-def graph_passes(target, refusals, preprocess=None, marks=None, enable=(), disable=(),
+def graph_passes(target, preprocess=None, marks=None, enable=(), disable=(),
                  input_shape=None, primitives=True):
     """The passes that decide the layers: they leave plain ONNX ops whose matrix layers the
-    lowerings take as they are (the names the quantised layers' records carry). `refusals`
-    gets why an LSTM / GRU stays as it is; `primitives`: preprocessing fused as the NPU's
-    primitives, else as standard ops."""
+    lowerings take as they are (the names the quantised layers' records carry);
+    `primitives`: preprocessing fused as the NPU's primitives, else as standard ops."""
     return [
         FixInputShapes(input_shape) if input_shape else None,
         FusePreprocess(preprocess, primitives=primitives) if preprocess is not None else None,
         ApplyMarks(marks),
         *restruct_passes(target, enable, disable),
         InferShapes(),
-        UnrollRnn(target, refusals),
+        UnrollRnn(target),
         InferShapes(),
         FoldFixedConstants(),
     ]
@@ -104,7 +103,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
     """The declared stage-2 pass list for a LowerContext (model, target, plan)."""
     target = ctx.target
     return Sequence(
-        *graph_passes(target, ctx.refusals, preprocess, marks, enable, disable, input_shape),
+        *graph_passes(target, preprocess, marks, enable, disable, input_shape),
         RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and
         target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
@@ -112,7 +111,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         ChannelsLast(),
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
         RemoveUnused(),
-        Partition(target, ctx.refusals),
+        Partition(target),
     )
 
 
@@ -162,15 +161,15 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
             where[dev] = where.get(dev, 0) + 1
     restructured = [r.as_dict() for r in steps.results
                     if r.name in RESTRUCT_PASSES]
-    fused = steps.result("preprocess")
-    placed = steps.result("partition").info
-    segment_costs(m, placed["segments"], target, ctx.layers)
-    report = Report(target.as_dict(), plan, ctx.layers, placed["segments"],
-                    devices, plain, ctx.refusals, time.perf_counter() - start,
-                    preprocess=fused.info["fused"] if fused else None,
-                    restruct=restructured, marks=steps.result("marks").info["marks"].as_dict(),
+    fused = steps.result(FusePreprocess)
+    placed = steps.result(Partition)
+    segment_costs(m, placed.segments, target, ctx.layers)
+    report = Report(target.as_dict(), plan, ctx.layers, placed.segments,
+                    devices, plain, steps.not_lowered(), time.perf_counter() - start,
+                    preprocess=fused.fused if fused else None,
+                    restruct=restructured, marks=steps.result(ApplyMarks).marks.as_dict(),
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
-                    cpu_reasons=placed["cpu_reasons"], emulation=emulated)
+                    cpu_reasons=placed.cpu_reasons, emulation=emulated)
     return m, report
 
 
@@ -181,7 +180,7 @@ def lowerable(model, target=None, preprocess=None, marks=None, enable=(), disabl
     named as the records of a quantised lowering name them."""
     target = load_target(target)
     m = prepare(model)
-    Sequence(*graph_passes(target, {}, preprocess, marks, enable, disable, input_shape,
+    Sequence(*graph_passes(target, preprocess, marks, enable, disable, input_shape,
                            primitives=False))(m)
     return m
 

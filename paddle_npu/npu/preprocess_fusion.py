@@ -6,6 +6,8 @@ in paddle_npu/preprocess.py (the spec, the arithmetic). `FusePreprocess` is the 
 runs; `fuse_preprocess` runs the same pass (and, with primitives=True, the function bodies'
 attachment) on a model of its own.
 """
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
@@ -15,17 +17,23 @@ from ..onnx_io import load_model
 from ..preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
 from .emulation.functions import AttachFunctions
 from .ops import DOMAIN, MIN_BODY_OPSET, get_primitive
-from .passes import Pass, Sequence, with_input_shapes
+from .passes import Pass, PassResult, Sequence, with_input_shapes
 
 MIN_IR_VERSION = 10     # function overloads
 _FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
 _HOLDS_UINT8 = _FLOAT_TYPES + ("UINT8", "INT16", "UINT16", "INT32", "UINT32", "INT64", "UINT64")
 
 
+@dataclass
+class Fused(PassResult):
+    fused: dict = None          # what was fused (`fuse_into`)
+
+
 class FusePreprocess(Pass):
     """Transpose / Slice / Cast / Scale / ScaleLut / SwapChannel in front of the image input
-    (`fuse_into`); info["fused"] says what was fused."""
+    (`fuse_into`)."""
     name = "preprocess"
+    Result = Fused
 
     def __init__(self, spec, mode=None, primitives=True):
         super().__init__()
@@ -33,7 +41,7 @@ class FusePreprocess(Pass):
 
     def run(self, model, result):
         info = fuse_into(model, self.spec, self.mode, self.primitives)
-        result.info["fused"] = info
+        result.fused = info
         result.fired.append(f"preprocessing fused into input {info['input']!r}")
 
 
@@ -53,7 +61,7 @@ def fuse_preprocess(model, spec, mode=None, primitives=False):
     steps(m)
     if primitives:
         m.ir_version = max(m.ir_version or 0, MIN_IR_VERSION)
-    return m, steps.result("preprocess").info["fused"]
+    return m, steps.result(FusePreprocess).fused
 
 
 def fused_reference(model, spec, input_shape=None):

@@ -422,14 +422,14 @@ def _gru_step(a, name, xg, h, weights, hidden, lbr):
 
 class UnrollRnn(Pass):
     """Every LSTM / GRU node at a fixed sequence length -> its unrolled form (see the module
-    docstring); the others stay, with the reason (also written into `refusals`, the
-    lowering's, so that the report gives it)."""
+    docstring); the others stay, with the reason (a lowering's refusal: the report gives
+    it)."""
     name = "unroll_rnn"
+    lowering = True
 
-    def __init__(self, target=None, refusals=None):
+    def __init__(self, target=None):
         super().__init__()
         self.target = target
-        self.refusals = {} if refusals is None else refusals
 
     def run(self, model, result):
         graph = model.graph
@@ -438,8 +438,7 @@ class UnrollRnn(Pass):
                 continue
             reason = check(node, self.target)
             if reason is not None:
-                result.refused[node.name] = self.refusals[node.name] = \
-                    f"{node.op_type}: {reason}"
+                result.refused[node.name] = f"{node.op_type}: {reason}"
                 continue
             marks = g.marks_of(node)
             before = set(graph)
