@@ -195,3 +195,42 @@ def test_cli_auto_hp_without_data_is_our_error(tmp_path, capsys):
                "--auto-hp", "2"])
     assert rc == 2 and not (tmp_path / "q.onnx").exists()
     assert "--auto-hp / --hp-until-cosine need --data" in capsys.readouterr().err
+
+
+def test_the_planning_pass_plans_every_matrix_layer_before_any_is_lowered():
+    """The plans are data made before lowering: the graph still holds the Conv and the Gemm
+    when they exist; the lowering emits their tiles, and the report's layers are the costs
+    computed from the same plans."""
+    from paddle_npu.npu.context import LowerContext
+    from paddle_npu.npu.cost import layer_report
+    from paddle_npu.npu.passes import Pass
+    from paddle_npu.npu.pipeline import LowerNodes, passes, prepare
+    from paddle_npu.npu.planning import PlanLayers
+    from paddle_npu.npu.target import load_target
+
+    model, _ = conv_relu_gemm()
+    m = prepare(model)
+    target = load_target("npu64")
+    steps = passes(LowerContext(m, target, "packed"))
+    seen = {}
+
+    class Look(Pass):       # looks at the graph between planning and lowering
+        name = "look"
+
+        def run(self, model, result):
+            seen["ops"] = [n.op_type for n in model.graph]
+    at = next(i for i, p in enumerate(steps.passes) if isinstance(p, LowerNodes))
+    steps.passes.insert(at, Look())
+    steps(m)
+    assert {"Conv", "Gemm"} <= set(seen["ops"])     # planned before anything was lowered
+    plans = steps.result(PlanLayers).plans
+    assert list(plans) == ["conv", "fc"]
+    conv, fc = plans["conv"], plans["fc"]
+    # 27 rows in one tile of 64; Gemm: 288 rows x 70 columns on 64 x 64 arrays
+    assert (len(conv.tiles), conv.vectors, conv.bits) == (1, 36, None)
+    assert len(fc.tiles) == 5 * 2 and fc.vectors == 1 and fc.unit == "arrays"
+    assert {layer: len(t) for layer, t in _tiles(m, "VMM").items()} == \
+        {"conv": len(conv.bands), "fc": len(fc.bands)}
+    _, report = lower(model, "npu64")
+    assert [l.as_dict() for l in report.layers] == \
+        [layer_report(p, target).as_dict() for p in (conv, fc)]

@@ -1,5 +1,4 @@
 """What a stage-2 mapper sees: the node's inputs and shapes, builders, the target, costs."""
-from dataclasses import replace
 
 import numpy as np
 import onnx_ir as ir
@@ -8,6 +7,7 @@ from ..errors import ConversionError
 from ..naming import UniqueNames
 from . import graph as g
 from .ops import DOMAIN, get_primitive
+from .plan import memory_key
 
 
 class _Builder:
@@ -32,14 +32,13 @@ class LowerContext:
         self.model, self.graph = model, model.graph
         self.target, self.plan, self.quantization = target, plan, quantization
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
-        self.layers = []            # cost records of lowered layers, in graph order
-        self.plans = []             # plan.LayerPlan of every matrix layer, in lowering order
+        self.plans = {}             # layer -> its plan.LayerPlan (the planning pass's)
         self.unit_records = []      # integer lookup tables / written arrays (plan.unit_record)
         self.float_units = []       # lookup tables an integer plan keeps in float, and why
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
         # a tile's memory (an integer tile's: its float weights' and scales) -> (its
-        # initializer, the layer it is for, the float weights)
+        # initializer, the float weights)
         self._tiles = {}
 
     # --- facts about values ----------------------------------------------------------------
@@ -79,19 +78,17 @@ class LowerContext:
         return value
 
     def tile_initializer(self, array, suffix, made_from=None, scales=None):
-        """(initializer, layer): the initializer of an array tile's weights, made by an earlier
-        layer (named) when it holds the same memory (a view of the same constant, as every
-        step of an unrolled RNN multiplies by its recurrent weight: weight-stationary arrays
-        programmed once, then reused), else a new one (layer None). An integer tile is
-        `made_from` float weights by its columns' `scales`: the same when those are."""
-        key = _memory_key(array) if made_from is None else \
-            (_memory_key(made_from), np.asarray(scales).tobytes(), array.dtype.str)
-        if key in self._tiles:
-            return self._tiles[key][:2]
-        value = self.initializer(array, suffix)
-        # (the float weights kept alive with it: no other array can take their address)
-        self._tiles[key] = (value, self._source.name, made_from)
-        return value, None
+        """The initializer of an array tile's weights: an earlier layer's when it holds the
+        same memory (a view of the same constant, as every step of an unrolled RNN multiplies
+        by its recurrent weight: weight-stationary arrays programmed once, then reused), else
+        a new one. An integer tile is `made_from` float weights by its columns' `scales`: the
+        same when those are (plan.LayerPlan.tile_keys)."""
+        key = memory_key(array) if made_from is None else \
+            (memory_key(made_from), np.asarray(scales).tobytes(), array.dtype.str)
+        if key not in self._tiles:
+            # (the float weights kept alive with it: no other array can take their address)
+            self._tiles[key] = (self.initializer(array, suffix), made_from)
+        return self._tiles[key][0]
 
     def emit(self, domain, op_type, inputs, attrs, name, num_outputs, shapes, dtype):
         src = self._source
@@ -151,19 +148,6 @@ class LowerContext:
             self.graph.remove(follower, safe=True)
         self._source, self._absorbed = None, []
 
-    def record(self, layer):
-        """Keep a layer's cost record. A matrix layer whose tiles are an earlier layer's
-        arrays (its plan's arrays_of, set by emit_matrix) adds none of their arrays, cells or
-        weights, in either plan; its own VMM invocations, products and sums still count."""
-        plan = self.plans[-1] if self.plans else None
-        if plan is not None and plan.layer == layer.name and plan.arrays_of is not None:
-            def shared(cost):
-                return cost and replace(cost, arrays=0, cells=0, weights=0, weight_bytes=0)
-            layer = replace(layer, detail=f"{layer.detail}, on the arrays of {plan.arrays_of}",
-                            cost=shared(layer.cost), alternative=shared(layer.alternative))
-        self.layers.append(layer)
-
-
-def _memory_key(array):
-    """What tells two arrays hold the same elements without reading them: their memory."""
-    return (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+    def plan_of(self, node):
+        """The planning pass's plan of a matrix layer."""
+        return self.plans[node.name]

@@ -9,8 +9,12 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
              latency plus the bytes over the link
 """
+from dataclasses import replace
+
 from .graph import device as device_of, dims, segment as segment_of, source
 from .ops import DOMAIN, get_primitive
+from .report import LayerReport
+from .tiling import PLANS, PlanCost, plan_cost, plan_cost_of
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
 # a matrix layer's multiply-accumulates on the vector unit
@@ -18,6 +22,40 @@ VECTOR_MATRIX_PRIMITIVES = ("DepthwiseConv", "QDepthwiseConv")
 WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 RNN_OPS = {"LSTM": 4, "GRU": 3, "RNN": 1}       # gates: weight blocks of W and R
+
+
+def layer_report(plan, target):
+    """A matrix layer's cost record, from its plan (plan.LayerPlan) and the target: its
+    arrays, cells, weights, row vectors through the arrays, products and sums; a Conv's
+    under the other tiling beside it. A layer whose tiles are an earlier layer's arrays
+    (`arrays_of`) adds none of their arrays, cells or weights; its own reads, products and
+    sums still count."""
+    rows, cols, bits = target.rows, target.cols, target.weight_bits
+    v = plan.vectors
+    if plan.unit == "vector":       # one tile standing for the layer, on no array
+        weights = plan.tiles[0].useful
+        cost = PlanCost("vector", 0, 0, 0, v, 0, v * weights, 0, (weights * bits + 7) // 8)
+        return LayerReport(plan.layer, plan.op, plan.detail, cost)
+    if plan.unit == "written":      # no weights stay on arrays: written per matrix
+        r, m, matrices, k = plan.written
+        tiles = -(-r // rows) * -(-m // cols)
+        cost = PlanCost("written", 0, 0, 0, matrices * k, matrices * k * tiles,
+                        matrices * k * r * m, 0, 0)
+        return LayerReport(plan.layer, plan.op, plan.detail, cost)
+    has_bias = plan.bias is not None
+    cost = plan_cost(plan.tiles, plan.tiling, rows, cols, v, has_bias, bits)
+    cost.add_elements += plan.extra_adds
+    other = None
+    if plan.other is not None:
+        tiling = next(p for p in PLANS if p != plan.tiling)
+        other = plan_cost_of(plan.other, tiling, rows, cols, v, has_bias, bits)
+    detail = plan.detail
+    if plan.arrays_of is not None:
+        def shared(c):
+            return c and replace(c, arrays=0, cells=0, weights=0, weight_bytes=0)
+        cost, other = shared(cost), shared(other)
+        detail = f"{detail}, on the arrays of {plan.arrays_of}"
+    return LayerReport(plan.layer, plan.op, detail, cost, other)
 
 
 def count(shape):

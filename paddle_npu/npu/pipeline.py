@@ -20,7 +20,7 @@ from ..onnx_io import load_model
 from . import graph as g
 from .channels_last import ChannelsLast
 from .context import LowerContext
-from .cost import node_macs, segment_costs
+from .cost import layer_report, node_macs, segment_costs
 from .emulation import DEFAULT as DEFAULT_EMULATION
 from .emulation import check_emulation, emulate
 from .graph import device
@@ -28,6 +28,7 @@ from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
+from .planning import Planned, PlanLayers
 from .preprocess_fusion import FusePreprocess
 from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
                      InferShapes, MergeDimTransforms, NameNodes, Pass, RemoveUnused, RulePass,
@@ -56,8 +57,9 @@ def prepare(model):
 
 
 class LowerNodes(Pass):
-    """Every node a registered lowering (`@onnx_op`) accepts -> NPU primitives; the others
-    stay, with the lowering's reason in `refused`. Costs go to the LowerContext's layers."""
+    """Every node a registered lowering (`@onnx_op`) accepts -> NPU primitives, a matrix
+    layer from the planning pass's plan; the others stay, with the lowering's reason in
+    `refused`."""
     name = "lower"
     lowering = True
 
@@ -67,6 +69,7 @@ class LowerNodes(Pass):
 
     def run(self, model, result):
         ctx = self.ctx
+        ctx.plans = next((r.plans for r in self.before if isinstance(r, Planned)), {})
         for node in list(model.graph):
             if node.graph is not model.graph:       # absorbed by a lowering before it
                 continue
@@ -107,6 +110,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
         RulePass("layernorm", [FuseLayerNorm()]) if target.runs_primitive("LayerNorm") and
         target.npu_runs("LayerNormalization") else None,
         BatchNormToAffine(),
+        PlanLayers(ctx),
         LowerNodes(ctx),
         ChannelsLast(),
         RulePass("merge_dim_transforms", [MergeDimTransforms()], restart=True),
@@ -143,13 +147,16 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps.progress = progress
     steps(m)
+    lowered = set(steps.result(LowerNodes).fired)
+    plans = [p for p in ctx.plans.values() if p.layer in lowered]
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     attached = time.perf_counter()
     emulated = emulate(m, emulation)
     if progress is not None:
         progress("emulation", time.perf_counter() - attached)
     if quantization is not None:
-        g.set_quantization(m, {"bits": quantization.bits, "layers": _records(m, ctx.plans),
+        g.set_quantization(m, {"bits": quantization.bits,
+                               "layers": _records(m, plans),
                                "units": ctx.unit_records, "float_units": ctx.float_units})
 
     devices, plain = {}, {}
@@ -163,8 +170,9 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     if r.name in RESTRUCT_PASSES]
     fused = steps.result(FusePreprocess)
     placed = steps.result(Partition)
-    segment_costs(m, placed.segments, target, ctx.layers)
-    report = Report(target.as_dict(), plan, ctx.layers, placed.segments,
+    layers = [layer_report(p, target) for p in plans]
+    segment_costs(m, placed.segments, target, layers)
+    report = Report(target.as_dict(), plan, layers, placed.segments,
                     devices, plain, steps.not_lowered(), time.perf_counter() - start,
                     preprocess=fused.fused if fused else None,
                     restruct=restructured, marks=steps.result(ApplyMarks).marks.as_dict(),

@@ -1,12 +1,20 @@
-"""The per-layer plan: how one matrix layer (Conv, Gemm, MatMul) goes onto the arrays,
-decided before any of its nodes is emitted, from the target, the node's marks and the
-calibration table. `mappers/matrix.emit_matrix` emits a plan, float or integer alike.
+"""The per-layer plan: how one matrix layer (Conv, ConvTranspose, Gemm, MatMul) goes onto
+the arrays, decided by the planning pass (planning.py) before any node is emitted, from the
+target, the node's marks and the calibration table. The lowerings emit from the plans
+(`mappers/matrix.emit_matrix` for the tiles, float or integer alike) and record nothing;
+the layers' costs are computed from the plans afterwards (cost.layer_report).
 
+    unit             "arrays"; "vector": a depthwise layer on the vector unit; "written":
+                     a product of two activations on arrays written at run time
     tiles            the arrays the kernel matrix is cut into (tiling.py)
     bands, weights   the VMM nodes: the tiles of one row range side by side (tiling.bands),
                      and the matrix each holds
+    arrays_of        the earlier layer whose arrays hold these very weights (an unrolled
+                     RNN's steps), or None
     bits             None: float primitives (no calibration, or the layer is marked `_cpu`);
                      8 / 16: integer primitives with these scales (`LayerScales`)
+    vectors, detail  row vectors per inference and the report's line about the layer
+    emit             what the layer's lowering needs besides (its window, layout, shapes)
 
 Integer arithmetic (symmetric, zero point 0; the primitives are in ops/quant.py):
 
@@ -39,7 +47,7 @@ from ..errors import ConversionError
 from . import graph as g
 from .ops.im2col import column_source
 from .ops.quant import qrange
-from .tiling import Tile, bands, plan_tiles, tile_weight
+from .tiling import Geometry, Tile, bands, plan_tiles, tile_weight
 
 HP_SUFFIX = "_hp"
 MULT_BITS = 31
@@ -127,7 +135,25 @@ class LayerPlan:
     width: int                   # output columns
     bits: Optional[int] = None   # None: float
     scales: Optional[LayerScales] = None
-    arrays_of: Optional[str] = None   # the layer whose arrays hold these very weights (emitted)
+    arrays_of: Optional[str] = None   # the layer whose arrays hold these very weights
+    unit: str = "arrays"         # "arrays" | "vector" | "written"
+    tiling: str = "packed"       # how the tiles were cut (tiling.PLANS)
+    vectors: int = 0             # row vectors per inference (N=1 where the batch is open)
+    detail: str = ""             # "C=64 M=128 k=3x3 s=1 g=1 -> 32x32", ...
+    other: Optional[Geometry] = None  # the kernel matrix under the other tiling (a Conv)
+    extra_adds: int = 0          # additions after the tiles' (ConvTranspose's Col2Im)
+    written: Optional[tuple] = None   # "written": (rows, cols, matrices, row vectors each)
+    emit: dict = field(default_factory=dict)
+
+    def tile_keys(self):
+        """What tells, per band, that another layer's arrays hold the same weights: the
+        memory of its float weights (and, integer, the scales and type they are quantised
+        to); the same keys LowerContext.tile_initializer shares initializers by."""
+        s = self.scales
+        if s is None:
+            return [memory_key(w) for w in self.weights]
+        return [(memory_key(w), np.asarray(s.s_w[o:o + w.shape[1]]).tobytes(), q.dtype.str)
+                for w, q, o in zip(self.weights, s.weights_q, self.offsets)]
 
     @property
     def offsets(self):
@@ -156,6 +182,11 @@ class LayerPlan:
                 "k": sum(t.rows for t in self.tiles), "tiles": len(self.tiles)}
 
 
+def memory_key(array):
+    """What tells two arrays hold the same elements without reading them: their memory."""
+    return (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+
+
 def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_tap=False):
     """The plan of a matrix layer: `node` x (weight, a Conv's [M, Cg, KH, KW] or a [K, N]
     matrix, of kernel-matrix shape `geo`) + bias [N] or None, cut by `tiling` ("packed" /
@@ -171,7 +202,7 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_ta
             matrices[i] = matrices[i][column_source(n, geo.taps, n)]
     plan = LayerPlan(node.name, node.op_type, tiles, merged, matrices,
                      None if bias is None else bias.astype(weight.dtype),
-                     geo.groups * geo.outputs)
+                     geo.groups * geo.outputs, tiling=tiling)
     if quantization is not None and g.mark(node) != "cpu":
         plan.bits, plan.scales = _scales(node, plan, quantization)
     return plan
@@ -185,7 +216,7 @@ def plan_vector_layer(node, matrix, bias, quantization=None):
     k, n = matrix.shape
     tile = Tile(0, k, 0, n, k * n)
     plan = LayerPlan(node.name, node.op_type, [tile], [tile], [matrix],
-                     None if bias is None else bias.astype(matrix.dtype), n)
+                     None if bias is None else bias.astype(matrix.dtype), n, unit="vector")
     if quantization is not None and g.mark(node) != "cpu":
         plan.bits, plan.scales = _scales(node, plan, quantization)
     return plan

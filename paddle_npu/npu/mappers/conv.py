@@ -6,12 +6,11 @@ import onnx_ir as ir
 
 from ...errors import ConversionError
 from ..ops.im2col import out_size, resolve_pads
-from ..plan import plan_vector_layer
+from ..plan import plan_layer, plan_vector_layer
 from ..registry import onnx_op
-from ..report import LayerReport
-from ..tiling import PLANS, Geometry, PlanCost, plan_cost, plan_cost_of, plan_tiles
+from ..tiling import PLANS, Geometry, plan_tiles
 from . import conv3d
-from .matrix import emit_matrix, plan_matrix, quantize_rows, read_out
+from .matrix import emit_matrix, quantize_rows, read_out
 
 
 def operand_reason(ctx, node):
@@ -40,18 +39,17 @@ def runs_depthwise(ctx, group, channels, outputs):
         ctx.target.runs_primitive("DepthwiseConv")
 
 
-def _depthwise(ctx, node, x, taps, bias, window, out):
+def _depthwise(ctx, plan, x):
     """A depthwise layer on the vector unit, taps [C, 1, KH, KW]: DepthwiseConv, or on an
     integer plan Quantize, QDepthwiseConv, Requantize and Dequantize on the image's rows
-    (Requantize's scales are per channel, the rows' last axis), moved back to NCHW `out`."""
-    plan = plan_vector_layer(node, taps.reshape(len(taps), -1).T, bias, ctx.quantization)
-    s = plan.scales
+    (Requantize's scales are per channel, the rows' last axis), moved back to NCHW."""
+    s, e = plan.scales, plan.emit
+    taps, window = e["taps"], e["window"]
     if s is None:
         return ctx.npu.DepthwiseConv(
             x, ctx.initializer(np.ascontiguousarray(taps), "taps"),
-            ctx.initializer(plan.bias, "bias") if bias is not None else None,
+            ctx.initializer(plan.bias, "bias") if plan.bias is not None else None,
             **window, _name="depthwise")
-    ctx.plans.append(plan)
     n_, c, h, w = ctx.dims(x)
     rows = ctx.npu.DimTransform(x, perm=[0, 2, 3, 1], shape=[0, h, w, c], _name="to_rows")
     acc = ctx.npu.QDepthwiseConv(
@@ -61,8 +59,8 @@ def _depthwise(ctx, node, x, taps, bias, window, out):
         **window, layout="nhwc", image_size=[h, w], acc_bits=plan.acc_bits,
         _name="qdepthwise", _dtype=ir.DataType.INT32 if plan.acc_bits == 32 else
         ir.DataType.INT64)
-    return ctx.npu.DimTransform(read_out(ctx, plan, acc), perm=[0, 3, 1, 2], shape=[0] + out,
-                                _name="to_nchw")
+    return ctx.npu.DimTransform(read_out(ctx, plan, acc), perm=[0, 3, 1, 2],
+                                shape=[0] + e["out"], _name="to_nchw")
 
 
 def column_block(geo, plan, target):
@@ -98,9 +96,11 @@ class Conv:
         return operand_reason(ctx, node)
 
     @classmethod
-    def lower(cls, ctx, node):
+    def plan(cls, ctx, node):
+        """The layer's plan: its tiles (or the vector unit, depthwise), and what its
+        emission needs (`emit`: the window, Im2Col's column order, the output shape)."""
         if ctx.constant(node.inputs[1]).ndim == 5:
-            return conv3d.lower(ctx, node)
+            return conv3d.plan(ctx, node)
         x = node.inputs[0]
         w = ctx.constant(node.inputs[1])
         b = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \
@@ -108,17 +108,16 @@ class Conv:
         dims = ctx.dims(x)
         one_d = w.ndim == 3
         if one_d:                                   # [N, C, L] -> [N, C, 1, L]
-            x = ctx.npu.DimTransform(x, perm=[0, 1, 2], shape=[0, dims[1], 1, dims[2]],
-                                     _name="to_2d")
+            dims = [dims[0], dims[1], 1, dims[2]]
             w = w[:, :, None, :]
-        n_, c, h, wd = ctx.dims(x)
+        n_, c, h, wd = dims
         m, cg, kh, kw = w.shape
         group = node.attributes.get_int("group", 1)
         a = node.attributes
         kernel = list(a.get_ints("kernel_shape", w.shape[2 + one_d:]))
         strides = list(a.get_ints("strides", [1] * len(kernel)))
         dilations = list(a.get_ints("dilations", [1] * len(kernel)))
-        pads = resolve_pads(node, dims[2:], kernel, strides, dilations)
+        pads = resolve_pads(node, ctx.dims(x)[2:], kernel, strides, dilations)
         if one_d:
             kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
             pads = [0, pads[0], 0, pads[1]]
@@ -135,19 +134,15 @@ class Conv:
         detail = (f"C={c} M={m} k={k} s={'x'.join(map(str, strides[one_d:]))} g={group}"
                   + (f" d={'x'.join(map(str, dilations[one_d:]))}" if max(dilations) > 1 else "")
                   + (f" -> {ow}" if one_d else f" -> {oh}x{ow}"))
-        batch = n_ if isinstance(n_, int) else 1
-        vectors = batch * oh * ow
-        target = ctx.target
+        window = dict(kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations)
+        emit = {"one_d": one_d, "window": window, "out": [m, oh, ow],
+                "shape": [0, m, ow] if one_d else [0, m, oh, ow], "image": [c, h, wd]}
+        vectors = (n_ if isinstance(n_, int) else 1) * oh * ow
         if runs_depthwise(ctx, group, c, m):
-            window = dict(kernel_shape=[kh, kw], strides=strides, pads=pads, dilations=dilations)
-            y = _depthwise(ctx, node, x, w, b, window, [m, oh, ow])
-            if one_d:
-                y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=[0, m, ow], _name="to_1d")
-            weights = m * kh * kw
-            ctx.record(LayerReport(node.name, node.op_type, detail + " on the vector unit",
-                                   PlanCost("vector", 0, 0, 0, vectors, 0, vectors * weights, 0,
-                                            (weights * target.weight_bits + 7) // 8)))
-            return [y]
+            plan = plan_vector_layer(node, w.reshape(len(w), -1).T, b, ctx.quantization)
+            plan.vectors, plan.detail = vectors, detail + " on the vector unit"
+            plan.emit = {**emit, "taps": w}
+            return plan
 
         geo = Geometry(group, cg, kh * kw, m // group)
         geos = {p: geo for p in PLANS}
@@ -158,18 +153,31 @@ class Conv:
             matrix = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(m, -1).T
         # depthwise: each tile's rows tap by tap, as Im2Col's block of its channels
         by_tap = bool(block) and group > 1
-        plan = plan_matrix(ctx, node, geos[ctx.plan], matrix, b, ctx.plan, by_tap=by_tap)
-        acc = emit_matrix(ctx, plan, x, im2col=dict(kernel_shape=[kh, kw], strides=strides,
-                                                     pads=pads, dilations=dilations,
-                                                     channel_block=block),
-                          stack=by_tap or ctx.plan == "per-channel")
-        shape = [0, m, ow] if one_d else [0, m, oh, ow]
-        y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=shape, _name="to_nchw")
+        plan = plan_layer(node, geos[ctx.plan], matrix, b, ctx.target, ctx.plan,
+                          ctx.quantization, by_tap=by_tap)
+        plan.vectors, plan.detail = vectors, detail
+        plan.other = geos[next(p for p in PLANS if p != ctx.plan)]
+        plan.emit = {**emit, "im2col": dict(window, channel_block=block),
+                     "stack": by_tap or ctx.plan == "per-channel"}
+        return plan
 
-        costs = {p: (plan_cost_of(geos[p], p, target.rows, target.cols, vectors, b is not None,
-                                  target.weight_bits) if p != ctx.plan else
-                     plan_cost(plan.tiles, p, target.rows, target.cols, vectors, b is not None,
-                               target.weight_bits)) for p in PLANS}
-        other = next(p for p in PLANS if p != ctx.plan)
-        ctx.record(LayerReport(node.name, node.op_type, detail, costs[ctx.plan], costs[other]))
+    @classmethod
+    def lower(cls, ctx, node):
+        plan = ctx.plan_of(node)
+        if plan.emit.get("conv3d"):
+            return conv3d.lower(ctx, node, plan)
+        e = plan.emit
+        x = node.inputs[0]
+        if e["one_d"]:                              # [N, C, L] -> [N, C, 1, L]
+            c, _, length = e["image"]
+            x = ctx.npu.DimTransform(x, perm=[0, 1, 2], shape=[0, c, 1, length],
+                                     _name="to_2d")
+        if plan.unit == "vector":
+            y = _depthwise(ctx, plan, x)
+        else:
+            acc = emit_matrix(ctx, plan, x, im2col=e["im2col"], stack=e["stack"])
+            y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=e["shape"], _name="to_nchw")
+            return [y]
+        if e["one_d"]:
+            y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=e["shape"], _name="to_1d")
         return [y]

@@ -1,9 +1,9 @@
 """Conv with a 5-D weight (Conv3D) -> Im2Col3D + VMM tiles + AddInTile + DimTransform. Called
 by conv.py's Conv lowering, which owns Conv and hands it the 3-D convolutions."""
 from ..ops.im2col import out_size, resolve_pads
-from ..report import LayerReport
-from ..tiling import Geometry, plan_cost
-from .matrix import emit_matrix, plan_matrix
+from ..plan import plan_layer
+from ..tiling import Geometry
+from .matrix import emit_matrix
 
 
 def _geometry(ctx, node):
@@ -26,7 +26,8 @@ def check(ctx, node):
     return None
 
 
-def lower(ctx, node):
+def plan(ctx, node):
+    """The layer's plan (its tiles; `emit`: the window and the output sizes)."""
     x = node.inputs[0]
     w = ctx.constant(node.inputs[1])
     b = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \
@@ -36,16 +37,18 @@ def lower(ctx, node):
     group = node.attributes.get_int("group", 1)
     kernel, strides, dilations, pads, outs = _geometry(ctx, node)
     geo = Geometry(group, cg, kernel[0] * kernel[1] * kernel[2], m // group)
-    plan = plan_matrix(ctx, node, geo, w, b, ctx.plan)
-    rows = ctx.npu.Im2Col3D(x, kernel_shape=kernel, strides=strides, pads=pads,
-                            dilations=dilations, _name="im2col3d")
+    layer = plan_layer(node, geo, w, b, ctx.target, ctx.plan, ctx.quantization)
+    layer.vectors = (n_ if isinstance(n_, int) else 1) * outs[0] * outs[1] * outs[2]
+    layer.detail = (f"C={c} M={m} k={'x'.join(map(str, kernel))} "
+                    f"s={'x'.join(map(str, strides))} g={group} -> {'x'.join(map(str, outs))}")
+    layer.emit = {"conv3d": True, "window": dict(kernel_shape=kernel, strides=strides,
+                                                 pads=pads, dilations=dilations),
+                  "shape": [0, m] + outs}
+    return layer
+
+
+def lower(ctx, node, plan):
+    rows = ctx.npu.Im2Col3D(node.inputs[0], **plan.emit["window"], _name="im2col3d")
     acc = emit_matrix(ctx, plan, rows)
-    y = ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=[0, m] + outs, _name="to_ncdhw")
-    vectors = (n_ if isinstance(n_, int) else 1) * outs[0] * outs[1] * outs[2]
-    t = ctx.target
-    cost = plan_cost(plan.tiles, ctx.plan, t.rows, t.cols, vectors, b is not None, t.weight_bits)
-    ctx.record(LayerReport(node.name, node.op_type,
-                           f"C={c} M={m} k={'x'.join(map(str, kernel))} "
-                           f"s={'x'.join(map(str, strides))} g={group} -> "
-                           f"{'x'.join(map(str, outs))}", cost))
-    return [y]
+    return [ctx.npu.DimTransform(acc, perm=[0, 2, 1], shape=plan.emit["shape"],
+                                 _name="to_ncdhw")]

@@ -9,11 +9,11 @@ import dataclasses
 
 import numpy as np
 
+from ..plan import plan_layer
 from ..registry import onnx_op
-from ..report import LayerReport
-from ..tiling import Geometry, plan_cost
+from ..tiling import Geometry
 from .conv import operand_reason
-from .matrix import emit_matrix, plan_matrix
+from .matrix import emit_matrix
 
 
 def _attrs(node, spatial, kernel):
@@ -57,7 +57,9 @@ class ConvTranspose:
         return None
 
     @classmethod
-    def lower(cls, ctx, node):
+    def plan(cls, ctx, node):
+        """The layer's plan: a 1x1 layer of M*KH*KW columns per group whose partial sums
+        Col2Im adds (`emit`: its window and sizes)."""
         x = node.inputs[0]
         w = ctx.constant(node.inputs[1])
         b = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None \
@@ -78,30 +80,39 @@ class ConvTranspose:
         kernel = w.reshape(group, cg, mg * kh * kw).transpose(0, 2, 1)
         kernel = np.ascontiguousarray(kernel.reshape(group * mg * kh * kw, cg, 1, 1))
         geo = Geometry(group, cg, 1, mg * kh * kw)
-        plan = plan_matrix(ctx, node, geo, kernel, None, ctx.plan)
+        plan = plan_layer(node, geo, kernel, None, ctx.target, ctx.plan, ctx.quantization)
         if plan.scales is not None and not plan.scales.float_out:
             # the columns are partial sums: read them out as floats, Col2Im adds them
             plan.scales = dataclasses.replace(plan.scales, s_y=None, relu=None, mult=None,
                                               div=None, output=node.outputs[0].name)
-        rows = ctx.npu.DimTransform(x, perm=[0, 2, 1] if one_d else [0, 2, 3, 1],
-                                    shape=[0, h * wd, c], _name="to_rows")
-        acc = emit_matrix(ctx, plan, rows)
-        bias = ctx.initializer(b.astype(w.dtype), "bias") if b is not None else None
-        y = ctx.npu.Col2Im(acc, bias, image_shape=[h, wd], output_shape=out[-2:],
-                           kernel_shape=[kh, kw], strides=strides, pads=[pads[0], pads[1]],
-                           dilations=dilations, _name="col2im")
-        if one_d:
-            y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=[0, mg * group, out[-1]],
-                                     _name="to_1d")
+        batch = n_ if isinstance(n_, int) else 1
+        plan.vectors = batch * h * wd
+        plan.extra_adds = plan.vectors * mg * group * kh * kw + \
+            (0 if b is None else batch * mg * group * out[0] * out[1])
+        plan.detail = (f"C={c} M={mg * group} k={kh}x{kw} s={'x'.join(map(str, strides))} "
+                       f"g={group}"
+                       + (f" d={'x'.join(map(str, dilations))}" if max(dilations) > 1 else "")
+                       + (f" op={'x'.join(map(str, out_pad))}" if any(out_pad) else "")
+                       + f" -> {out[0]}x{out[1]}")
+        plan.emit = {"one_d": one_d, "image": [c, h, wd], "bias": b,
+                     "col2im": dict(image_shape=[h, wd], output_shape=out[-2:],
+                                    kernel_shape=[kh, kw], strides=strides,
+                                    pads=[pads[0], pads[1]], dilations=dilations),
+                     "shape": [0, mg * group, out[-1]]}
+        return plan
 
-        vectors = (n_ if isinstance(n_, int) else 1) * h * wd
-        t = ctx.target
-        cost = plan_cost(plan.tiles, ctx.plan, t.rows, t.cols, vectors, False, t.weight_bits)
-        cost.add_elements += vectors * mg * group * kh * kw + \
-            (0 if b is None else (n_ if isinstance(n_, int) else 1) * mg * group * out[0] * out[1])
-        detail = (f"C={c} M={mg * group} k={kh}x{kw} s={'x'.join(map(str, strides))} g={group}"
-                  + (f" d={'x'.join(map(str, dilations))}" if max(dilations) > 1 else "")
-                  + (f" op={'x'.join(map(str, out_pad))}" if any(out_pad) else "")
-                  + f" -> {out[0]}x{out[1]}")
-        ctx.record(LayerReport(node.name, node.op_type, detail, cost))
+    @classmethod
+    def lower(cls, ctx, node):
+        plan = ctx.plan_of(node)
+        e = plan.emit
+        c, h, wd = e["image"]
+        rows = ctx.npu.DimTransform(node.inputs[0], perm=[0, 2, 1] if e["one_d"] else
+                                    [0, 2, 3, 1], shape=[0, h * wd, c], _name="to_rows")
+        acc = emit_matrix(ctx, plan, rows)
+        b = e["bias"]
+        bias = ctx.initializer(b.astype(plan.weights[0].dtype), "bias") if b is not None \
+            else None
+        y = ctx.npu.Col2Im(acc, bias, **e["col2im"], _name="col2im")
+        if e["one_d"]:
+            y = ctx.npu.DimTransform(y, perm=[0, 1, 2, 3], shape=e["shape"], _name="to_1d")
         return [y]

@@ -1,24 +1,21 @@
 """MatMul / Gemm with a constant weight -> VMM tiles (+ AddInTile for tiles and bias)."""
 import numpy as np
 
+from ..plan import plan_layer
 from ..registry import onnx_op
+from ..tiling import Geometry
 from . import runtime_matmul
-from ..report import LayerReport
-from ..tiling import Geometry, plan_cost
 from .layout import reshape_spec
-from .matrix import emit_matrix, plan_matrix
+from .matrix import emit_matrix
 
 
-def _matrix(ctx, node, x, weight, bias):
-    """x [..., K] times a constant [K, N] (+ bias [N]) on array tiles; returns [..., N]."""
+def _plan(ctx, node, x_dims, weight, bias):
+    """The plan of x [..., K] times a constant [K, N] (+ bias [N]) on array tiles."""
     k, n = weight.shape
-    plan = plan_matrix(ctx, node, Geometry(1, k, 1, n), weight, bias)
-    y = emit_matrix(ctx, plan, x)
-    target = ctx.target
-    cost = plan_cost(plan.tiles, "packed", target.rows, target.cols, _vectors(ctx.dims(x)),
-                     bias is not None, target.weight_bits)
-    ctx.record(LayerReport(node.name, node.op_type, f"K={k} N={n}", cost))
-    return y
+    plan = plan_layer(node, Geometry(1, k, 1, n), weight, bias, ctx.target, "packed",
+                      ctx.quantization)
+    plan.vectors, plan.detail = _vectors(x_dims), f"K={k} N={n}"
+    return plan
 
 
 def _vectors(dims):
@@ -76,17 +73,29 @@ class MatMul:
         return _common_check(ctx, node, node.inputs[0], ctx.constant(node.inputs[1]))
 
     @classmethod
-    def lower(cls, ctx, node):
+    def plan(cls, ctx, node):
         if not _constant_operand(ctx, node):
-            return runtime_matmul.lower(ctx, node)
+            return runtime_matmul.plan(ctx, node)
+        if _constant_first(ctx, node):
+            dims = ctx.dims(node.inputs[1])
+            weight = ctx.constant(node.inputs[0]).T      # tiles are views of it
+            return _plan(ctx, node, dims[:-2] + [dims[-1], dims[-2]], weight, None)
+        w = ctx.constant(node.inputs[1])
+        return _plan(ctx, node, ctx.dims(node.inputs[0]), w if w.ndim == 2 else w[:, None],
+                     None)
+
+    @classmethod
+    def lower(cls, ctx, node):
+        plan = ctx.plan_of(node)
+        if plan.unit == "written":
+            return runtime_matmul.lower(ctx, node, plan)
         if _constant_first(ctx, node):
             xt = _swap_last_two(ctx, node.inputs[1], "transpose_b")
-            weight = ctx.constant(node.inputs[0]).T      # tiles are views of it
-            return [_swap_last_two(ctx, _matrix(ctx, node, xt, weight, None), "transpose_y")]
+            return [_swap_last_two(ctx, emit_matrix(ctx, plan, xt), "transpose_y")]
         x, w = node.inputs[0], ctx.constant(node.inputs[1])
         if w.ndim == 2:
-            return [_matrix(ctx, node, x, w, None)]
-        y = _matrix(ctx, node, x, w[:, None], None)     # [..., K] @ [K]: one column
+            return [emit_matrix(ctx, plan, x)]
+        y = emit_matrix(ctx, plan, x)                   # [..., K] @ [K]: one column
         dims = ctx.dims(y)
         return [ctx.npu.DimTransform(y, perm=list(range(len(dims))),
                                      shape=reshape_spec(dims, dims[:-1]), _name="drop_column")]
@@ -122,9 +131,8 @@ class Gemm:
         return None
 
     @classmethod
-    def lower(cls, ctx, node):
+    def plan(cls, ctx, node):
         a = node.attributes
-        x = node.inputs[0]
         w = ctx.constant(node.inputs[1])
         if a.get_int("transB", 0):
             w = w.T
@@ -134,6 +142,13 @@ class Gemm:
         bias = None
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             bias = _gemm_bias(ctx.constant(node.inputs[2]), a.get_float("beta", 1.0), w.shape[1])
-        if a.get_int("transA", 0):
+        dims = ctx.dims(node.inputs[0])
+        return _plan(ctx, node, dims[::-1] if a.get_int("transA", 0) else dims, w,
+                     bias)                            # (w.T: tiles are views of it)
+
+    @classmethod
+    def lower(cls, ctx, node):
+        x = node.inputs[0]
+        if node.attributes.get_int("transA", 0):
             x = ctx.npu.DimTransform(x, perm=[1, 0], shape=[0, 0], _name="transpose_a")
-        return [_matrix(ctx, node, x, w, bias)]       # (w.T: tiles are views of it)
+        return [emit_matrix(ctx, ctx.plan_of(node), x)]

@@ -2,16 +2,6 @@
 import numpy as np
 import onnx_ir as ir
 
-from ..plan import plan_layer
-
-
-def plan_matrix(ctx, node, geo, weight, bias, tiling="packed", by_tap=False):
-    """The layer's plan for the context's target and quantisation (plan.plan_layer),
-    kept by the context (the quantisation records come from it)."""
-    plan = plan_layer(node, geo, weight, bias, ctx.target, tiling, ctx.quantization, by_tap)
-    ctx.plans.append(plan)
-    return plan
-
 
 def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     """x's rows (x itself [..., K], or Im2Col(x) with the attributes `im2col`) times the
@@ -58,17 +48,12 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
 def _band_weights(ctx, plan):
     """The initializers of the plan's bands' weights (an integer plan's: quantised by its
     columns' scales), each an earlier layer's where it holds the same weights
-    (LowerContext.tile_initializer); plan.arrays_of names that layer when all are."""
+    (LowerContext.tile_initializer)."""
     s = plan.scales
     if s is None:
-        tiles = [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
-    else:
-        tiles = [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w,
-                                      scales=s.s_w[o:o + w.shape[1]])
-                 for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
-    if all(layer is not None for _, layer in tiles):
-        plan.arrays_of = tiles[0][1]
-    return [w for w, _ in tiles]
+        return [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
+    return [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w, scales=s.s_w[o:o + w.shape[1]])
+            for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
 
 
 def quantize_rows(ctx, plan, x):

@@ -7,9 +7,7 @@ calibration table lacks keeps the float RuntimeVMM."""
 import numpy as np
 import onnx_ir as ir
 
-from ..plan import tensor_scale, unit_bits, unit_record
-from ..report import LayerReport
-from ..tiling import PlanCost
+from ..plan import LayerPlan, tensor_scale, unit_bits, unit_record
 
 
 def check(ctx, node):
@@ -25,24 +23,26 @@ def check(ctx, node):
     return None
 
 
-def lower(ctx, node):
-    x, w = node.inputs[:2]
-    y = _integer(ctx, node, x, w) or ctx.npu.RuntimeVMM(x, w, _name="runtime_vmm")
-    target = ctx.target
-    r, m = ctx.dims(w)[-2:]
-    out = ctx.dims(y)
+def plan(ctx, node):
+    """The layer's plan: no weights on the arrays, the second operand written into them for
+    each matrix of the product (`written`: its rows and columns, the matrices, the row vectors
+    read through each)."""
+    r, m = ctx.dims(node.inputs[1])[-2:]
+    out = ctx.dims(node.outputs[0])
     matrices = 1
     for d in out[:-2]:
         matrices *= d if isinstance(d, int) else 1
     k = out[-2] if isinstance(out[-2], int) else 1
-    tiles = -(-r // target.rows) * -(-m // target.cols)
-    # no weights stay on arrays (arrays, cells, weights 0): the tiles are written per matrix
-    cost = PlanCost("written", 0, 0, 0, matrices * k, matrices * k * tiles,
-                    matrices * k * r * m, 0, 0)
-    ctx.record(LayerReport(node.name, node.op_type,
-                           f"K={r} N={m} on {tiles} array tile(s) written at run time: "
-                           f"{matrices * r * m} cells per inference", cost))
-    return [y]
+    tiles = -(-r // ctx.target.rows) * -(-m // ctx.target.cols)
+    return LayerPlan(node.name, node.op_type, [], [], [], None, m, unit="written",
+                     vectors=matrices * k, written=(r, m, matrices, k),
+                     detail=f"K={r} N={m} on {tiles} array tile(s) written at run time: "
+                            f"{matrices * r * m} cells per inference")
+
+
+def lower(ctx, node, plan):
+    x, w = node.inputs[:2]
+    return [_integer(ctx, node, x, w) or ctx.npu.RuntimeVMM(x, w, _name="runtime_vmm")]
 
 
 def _integer(ctx, node, x, w):
