@@ -33,8 +33,6 @@ class LowerContext:
         self.target, self.plan, self.quantization = target, plan, quantization
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
         self.plans = {}             # layer -> its plan.LayerPlan (the planning pass's)
-        self.unit_records = []      # integer lookup tables / written arrays (plan.unit_record)
-        self.float_units = []       # lookup tables an integer plan keeps in float, and why
         self._source, self._marks, self._absorbed = None, {}, []
         self._names = UniqueNames.of_graph(self.graph)
         # a tile's memory (an integer tile's: its float weights' and scales) -> (its

@@ -28,6 +28,7 @@ from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
 from .ops import DOMAIN, MIN_BODY_OPSET
 from .partition import Partition
+from .plan import LayerPlan, UnitPlan
 from .planning import Planned, PlanLayers
 from .preprocess_fusion import FusePreprocess
 from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
@@ -148,7 +149,10 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     steps.progress = progress
     steps(m)
     lowered = set(steps.result(LowerNodes).fired)
-    plans = [p for p in ctx.plans.values() if p.layer in lowered]
+    done = [p for p in ctx.plans.values() if p.layer in lowered]
+    plans = [p for p in done if isinstance(p, LayerPlan)]
+    units = [p if isinstance(p, UnitPlan) else p.unit_plan for p in done
+             if isinstance(p, UnitPlan) or p.unit_plan is not None]
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     attached = time.perf_counter()
     emulated = emulate(m, emulation)
@@ -157,7 +161,9 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     if quantization is not None:
         g.set_quantization(m, {"bits": quantization.bits,
                                "layers": _records(m, plans),
-                               "units": ctx.unit_records, "float_units": ctx.float_units})
+                               "units": [u.record() for u in units if u.float_why is None],
+                               "float_units": [_kept_float(u) for u in units
+                                               if u.float_why is not None]})
 
     devices, plain = {}, {}
     for node in m.graph:
@@ -232,6 +238,12 @@ def _records(model, plans):
             first.setdefault(g.source(node), i)
     return [p.record() for p in sorted((p for p in plans if p.bits is not None),
                                        key=lambda p: first[p.layer])]
+
+
+def _kept_float(unit):
+    """The record of a lookup table an integer lowering keeps in float, and why."""
+    return {"layer": unit.layer, "op": unit.op, "function": unit.function, "bits": unit.bits,
+            "why": unit.float_why}
 
 
 def quantization_records(model):

@@ -144,6 +144,7 @@ class LayerPlan:
     extra_adds: int = 0          # additions after the tiles' (ConvTranspose's Col2Im)
     written: Optional[tuple] = None   # "written": (rows, cols, matrices, row vectors each)
     emit: dict = field(default_factory=dict)
+    unit_plan: Optional["UnitPlan"] = None   # "written" in an integer lowering: its scales
 
     def tile_keys(self):
         """What tells, per band, that another layer's arrays hold the same weights: the
@@ -243,11 +244,29 @@ def unit_bits(node, quantization):
     return bits
 
 
-def unit_record(node, op, bits, x, y, s_x, s_y):
-    """The record of an integer lookup table or written array: what the accuracy report
-    measures and --auto-hp may promote, as a matrix layer's record."""
-    return {"layer": node.name, "op": op, "bits": bits, "input": x, "output": y,
-            "s_x": float(s_x), "s_y": None if s_y is None else float(s_y)}
+@dataclass
+class UnitPlan:
+    """The integer side of a lookup table (Lut) or of arrays written at run time
+    (RuntimeVMM) in an integer lowering: its bits and per-tensor scales (`s_y`: the output's,
+    None where the accumulator is read out as floats; RuntimeVMM's written operand's is
+    `s_w`), or, for a table that cannot stand for its function, why it stays float."""
+    layer: str
+    op: str                      # "Lut" | "RuntimeVMM"
+    bits: int
+    input: str
+    output: str
+    s_x: np.float32
+    s_y: Optional[np.float32] = None
+    s_w: Optional[np.float32] = None
+    function: str = ""           # a Lut's
+    float_why: Optional[str] = None
+
+    def record(self):
+        """What the accuracy report measures and --auto-hp may promote, as a matrix layer's
+        record."""
+        return {"layer": self.layer, "op": self.op, "bits": self.bits, "input": self.input,
+                "output": self.output, "s_x": float(self.s_x),
+                "s_y": None if self.s_y is None else float(self.s_y)}
 
 
 def tensor_scale(quantization, name, bits):

@@ -2,7 +2,8 @@
 
 Every node whose lowering has a `plan` (Conv, ConvTranspose, Gemm, MatMul) and accepts it
 gets its plan.LayerPlan: the tiles and the weights each holds, bits and scales, the row
-vectors, what its emission needs. The lowering pass emits from these plans; the costs,
+vectors, what its emission needs; in an integer lowering, a lookup table its plan.UnitPlan
+(bits and scales, or why it stays float). The lowering pass emits from these plans; the costs,
 the report and the quantisation records are computed from them. A layer whose tiles hold
 the very weights of an earlier layer's (the steps of an unrolled RNN) is planned onto that
 layer's arrays (`arrays_of`).
@@ -10,6 +11,7 @@ layer's arrays (`arrays_of`).
 from dataclasses import dataclass, field
 
 from .passes import Pass, PassResult
+from .plan import UnitPlan
 from .registry import get_onnx_mapper
 
 
@@ -35,12 +37,18 @@ class PlanLayers(Pass):
                     mapper.check(self.ctx, node) is not None:
                 continue
             plan = mapper.plan(self.ctx, node)
+            if plan is None:
+                continue
+            result.plans[plan.layer] = plan
+            if isinstance(plan, UnitPlan):
+                result.fired.append(f"{plan.layer}: {plan.op} at {plan.bits} bits" if
+                                    plan.float_why is None else f"{plan.layer}: float")
+                continue
             keys = plan.tile_keys() if plan.unit == "arrays" else []
             owners = [held.get(k) for k in keys]
             if owners and all(o is not None for o in owners):
                 plan.arrays_of = owners[0]
             for k in keys:
                 held.setdefault(k, plan.layer)
-            result.plans[plan.layer] = plan
             result.fired.append(f"{plan.layer}: {plan.unit}, {len(plan.tiles)} tile(s)"
                                 + (f" at {plan.bits} bits" if plan.bits else ""))

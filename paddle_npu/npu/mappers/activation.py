@@ -6,7 +6,7 @@ import onnx_ir as ir
 
 from ..ops.lut import COARSE_SHARE, coarse_step, lut_table
 from ..ops.quant import qrange
-from ..plan import tensor_scale, unit_bits, unit_record
+from ..plan import UnitPlan, tensor_scale, unit_bits
 from ..registry import onnx_op
 
 # ONNX op -> the Lut function computing it
@@ -32,36 +32,49 @@ class Activation:
         return None
 
     @classmethod
+    def plan(cls, ctx, node):
+        """In an integer lowering, the table's bits and scales (plan.UnitPlan) when the
+        calibration table has both tensors, with why it stays float where a table cannot
+        stand for the function on the calibrated inputs; else None (a float Lut)."""
+        bits = unit_bits(node, ctx.quantization)
+        if bits is None:
+            return None
+        x, y = node.inputs[0], node.outputs[0]
+        s_x = tensor_scale(ctx.quantization, x.name, bits)
+        s_y = tensor_scale(ctx.quantization, y.name, bits)
+        if s_x is None or s_y is None:
+            return None
+        function = FUNCTION_OF[node.op_type]
+        entry = ctx.quantization.table["tensors"][x.name]
+        limit = float(s_x) * qrange(bits)[1]      # (a table without min / max)
+        lo, hi = entry.get("min", -limit), entry.get("max", limit)
+        at = coarse_step(function, lo, hi, float(s_x), float(s_y), bits, **_extra(node))
+        why = None if at is None else \
+            f"one {bits}-bit input step from {at:.3g} moves {function} by more than " \
+            f"{COARSE_SHARE:.1%} of its output range (inputs calibrated to [{lo:.3g}, {hi:.3g}])"
+        return UnitPlan(node.name, "Lut", bits, x.name, y.name, s_x, s_y, function=function,
+                        float_why=why)
+
+    @classmethod
     def lower(cls, ctx, node):
         function = FUNCTION_OF[node.op_type]
-        extra = {}
-        if function == "hardsigmoid":
-            extra = {"alpha": node.attributes.get_float("alpha", 0.2),
-                     "beta": node.attributes.get_float("beta", 0.5)}
-        x, y = node.inputs[0], node.outputs[0]
-        bits = unit_bits(node, ctx.quantization)
-        if bits is not None:
-            s_x = tensor_scale(ctx.quantization, x.name, bits)
-            s_y = tensor_scale(ctx.quantization, y.name, bits)
-            if s_x is not None and s_y is not None:
-                entry = ctx.quantization.table["tensors"][x.name]
-                limit = float(s_x) * qrange(bits)[1]      # (a table without min / max)
-                lo, hi = entry.get("min", -limit), entry.get("max", limit)
-                at = coarse_step(function, lo, hi, float(s_x), float(s_y), bits, **extra)
-                if at is not None:      # the table would be wrong where the data is
-                    ctx.float_units.append(
-                        {"layer": node.name, "op": "Lut", "function": function, "bits": bits,
-                         "why": f"one {bits}-bit input step from {at:.3g} moves {function} "
-                                f"by more than {COARSE_SHARE:.1%} of its output range "
-                                f"(inputs calibrated to [{lo:.3g}, {hi:.3g}])"})
-                    return [ctx.npu.Lut(x, function=function, **extra, _name="lut")]
-                int_type = ir.DataType.INT8 if bits == 8 else ir.DataType.INT16
-                table = lut_table(function, s_x, s_y, bits, **extra)
-                q = ctx.npu.Quantize(x, ctx.initializer(s_x, "s_x"), bits=bits,
-                                     _name="quantize", _dtype=int_type)
-                yq = ctx.npu.QLut(q, ctx.initializer(table, "table"), bits=bits, _name="qlut")
-                ctx.unit_records.append(unit_record(node, "Lut", bits, x.name, y.name, s_x,
-                                                    s_y))
-                return [ctx.npu.Dequantize(yq, ctx.initializer(s_y, "s_y"), _name="dequantize",
-                                           _dtype=ir.DataType.FLOAT)]
-        return [ctx.npu.Lut(x, function=function, **extra, _name="lut")]
+        x = node.inputs[0]
+        plan = ctx.plans.get(node.name)
+        if plan is None or plan.float_why is not None:
+            return [ctx.npu.Lut(x, function=function, **_extra(node), _name="lut")]
+        bits = plan.bits
+        int_type = ir.DataType.INT8 if bits == 8 else ir.DataType.INT16
+        table = lut_table(function, plan.s_x, plan.s_y, bits, **_extra(node))
+        q = ctx.npu.Quantize(x, ctx.initializer(plan.s_x, "s_x"), bits=bits,
+                             _name="quantize", _dtype=int_type)
+        yq = ctx.npu.QLut(q, ctx.initializer(table, "table"), bits=bits, _name="qlut")
+        return [ctx.npu.Dequantize(yq, ctx.initializer(plan.s_y, "s_y"), _name="dequantize",
+                                   _dtype=ir.DataType.FLOAT)]
+
+
+def _extra(node):
+    """The Lut attributes besides the function: HardSigmoid's alpha and beta."""
+    if FUNCTION_OF[node.op_type] != "hardsigmoid":
+        return {}
+    return {"alpha": node.attributes.get_float("alpha", 0.2),
+            "beta": node.attributes.get_float("beta", 0.5)}
