@@ -148,3 +148,26 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "agrees: no farther from the model computed in float64" in res.stdout
     assert "float32 (not judged): " in res.stdout
+
+
+def test_only_the_emulation_and_verify_run_onnxruntime():
+    """No stage-2 module outside emulation/ and verify (verifier.py, float64.py) imports
+    onnxruntime or the runner of paddle_npu.compare: lowering never runs the emulator."""
+    import ast
+    import pathlib
+
+    import paddle_npu.npu as npu
+    root = pathlib.Path(npu.__file__).parent
+    runs = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        if where.startswith("emulation/") or where in ("verifier.py", "float64.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and \
+                    any(a.name.split(".")[0] == "onnxruntime" for a in node.names):
+                runs.append(where)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("compare") and \
+                    {a.name for a in node.names} & {"run_onnx", "run_onnx_on"}:
+                runs.append(where)
+    assert runs == []
