@@ -12,8 +12,8 @@ from paddle_npu.compare import run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower, verify
 from paddle_npu.npu.pipeline import prepare
-from paddle_npu.naming import UniqueNames
 from paddle_npu.npu.restruct import PASSES, concat_broadcast, selected
+from paddle_npu.npu.rules import Build
 from paddle_npu.npu.target import load_target, target_from_dict
 
 NNIE = load_target("nnie")
@@ -55,7 +55,7 @@ def test_bn_collapse_refuses_bn_after_add():
               [("g", x), ("b", x * 0.5), ("m", x * 0.1), ("v", x * 2)])
     _, res = _run_pass(m.SerializeToString(), "bn_collapse")
     assert res.fired == []
-    assert res.refused == {"bn": "it follows Add (add), not a Conv or Gemm"}
+    assert res.refused == {"bn": "s comes from Add (add), not Conv or Gemm"}
 
 
 def test_merge_linear_on_lenet_and_face_embed(zoo_onnx):
@@ -87,7 +87,7 @@ def test_merge_linear_refuses_through_relu_and_shared_output():
                    [("x", [2, 4])], [("y", [2, 4]), ("h", [2, 4])], [("w", w)])
     _, res = _run_pass(shared.SerializeToString(), "merge_linear")
     assert res.fired == [] and res.refused == {
-        "fc1": "its output h is also a model output: merging would compute it twice"}
+        "fc1": "fc1's output h is also a model output"}
 
 
 def test_fc_to_conv_on_lenet(zoo_onnx):
@@ -159,7 +159,7 @@ def test_concat_broadcast_counts(count):
     g = ir.Graph([], [], nodes=[], opset_imports={"": 17})
     x = ir.Value(name="n", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 1, 1, 1]))
     g.inputs.append(x)
-    nodes, out = concat_broadcast(g, UniqueNames.of_graph(g), x, count, 1, "b", [2, count, 1, 1],
+    nodes, out = concat_broadcast(Build(g), x, count, 1, "b", [2, count, 1, 1],
                                   ir.DataType.FLOAT)
     g.extend(nodes)
     assert all(n.op_type == "Concat" and len(n.inputs) <= 32 for n in nodes)

@@ -9,7 +9,7 @@ from npu_helpers import assert_close, model
 from paddle_npu.compare import run_onnx
 from paddle_npu.npu.passes import FoldBatchNorm, RulePass
 from paddle_npu.npu.pipeline import prepare
-from paddle_npu.npu.restruct import FcToConv, L2Norm, MergeLinear
+from paddle_npu.npu.restruct import FcToConv, L2Norm, LpNormToOps, MergeLinear
 from paddle_npu.npu.target import load_target
 from paddle_npu.onnx_io import to_bytes
 
@@ -21,10 +21,10 @@ def _weights(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _apply(proto, rule, restart=False):
-    """(result, rewritten model bytes) of one rule run over the model."""
+def _apply(proto, *rules, restart=False):
+    """(result, rewritten model bytes) of rules run over the model."""
     m = prepare(proto)
-    result = RulePass(rule.name, [rule], restart=restart)(m)
+    result = RulePass(rules[0].name, rules, restart=restart)(m)
     m.ir_version = max(m.ir_version, 10)
     data = to_bytes(m)
     onnx.checker.check_model(onnx.load_from_string(data))
@@ -68,7 +68,7 @@ def test_fold_batchnorm_refuses_a_shared_conv_output():
                    ("m", _weights(c)), ("v", np.ones(c, np.float32))])
     result, _ = _apply(proto, FoldBatchNorm())
     assert result.fired == []
-    assert result.refused == {"bn": "conv's output is also read elsewhere"}
+    assert result.refused == {"bn": "conv's output h is also read elsewhere"}
 
 
 def test_fold_batchnorm_in_place_only_for_a_weight_one_conv_reads(tmp_path):
@@ -150,7 +150,7 @@ def test_l2norm_rebuilt_with_concat_broadcast():
     c = 40
     proto = model([helper.make_node("LpNormalization", ["x"], ["y"], name="norm", p=2, axis=1)],
                   [("x", [2, c])], [("y", [2, c])])
-    result, after = _apply(proto, L2Norm(NNIE))     # NNIE: no broadcast
+    result, after = _apply(proto, L2Norm(NNIE), LpNormToOps(NNIE))     # NNIE: no broadcast
     assert len(result.fired) == 1 and "concat broadcast" in result.fired[0]
     assert "Concat" in _ops(after) and "LpNormalization" not in _ops(after)
     _same(proto, after, {"x": _weights(2, c)})
@@ -159,7 +159,7 @@ def test_l2norm_rebuilt_with_concat_broadcast():
 def test_l2norm_refuses_p1():
     proto = model([helper.make_node("LpNormalization", ["x"], ["y"], name="norm", p=1, axis=1)],
                   [("x", [2, 4])], [("y", [2, 4])])
-    result, _ = _apply(proto, L2Norm(NNIE))
+    result, _ = _apply(proto, L2Norm(NNIE), LpNormToOps(NNIE))
     assert result.fired == []
     assert result.refused == {"norm": "p=1: only the L2 norm is rebuilt"}
 
