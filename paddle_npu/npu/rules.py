@@ -347,6 +347,8 @@ def replace(b, rule, m):
     graph = b.graph
     b.made = []
     value, text = rule.rewrite(b, m)
+    if value.producer() not in b.made:          # it takes the replaced value's name
+        raise ValueError(f"{type(rule).__name__}.rewrite returned a value it did not make")
     graph.insert_before(m.root, b.made)
     g.inherit_marks(m.nodes, b.made)
     read = [v for n in m.nodes for v in n.inputs if v is not None]
