@@ -5,8 +5,8 @@ where a pass reports more, e.g. the placement's segments): the model, whether it
 what fired and what was refused and why. `Sequence` runs a declared list of them and keeps
 every result; a pass reads what earlier ones reported from their results (`before`), never
 from a dict they share; an error raised inside a pass names it. A local rewrite is a `Rule`
-(a pattern anchored on a node, a check that says why not, a rewrite), run over the graph by
-`RulePass`.
+(rules.py: a pattern, a check that says why not, a rewrite that builds the replacement; the
+surgery is the framework's), run over the graph by `RulePass`.
 
     NameNodes             every node a unique, readable name
     FixInputShapes        the inputs' sizes set (--input-shape), every shape inferred again
@@ -33,6 +33,7 @@ from ..optimize import fold_constants
 from . import graph as g
 from .mappers.layout import reshape_spec
 from .ops import DOMAIN, get_primitive
+from .rules import Rule, apply_rules
 
 
 @dataclass
@@ -115,61 +116,17 @@ def not_lowered(results):
     return {name: why for r in results if r.lowering for name, why in r.refused.items()}
 
 
-class Rule:
-    """A local rewrite.
-
-    match(node)          the pattern: a dict of what it found anchored at `node`, or None
-    check(found)         why this match cannot be rewritten (a sentence), or None
-    rewrite(b, found)    the replacement, built with `b` (a graph.Builder); returns what
-                         it did, as a sentence for the report
-    """
-    name = ""
-
-    def match(self, node):
-        raise NotImplementedError
-
-    def check(self, found):
-        return None
-
-    def rewrite(self, builder, found):
-        raise NotImplementedError
-
-
 class RulePass(Pass):
-    """Apply rules to every node of the main graph, in order. `restart`: scan again from the
-    top after each rewrite until nothing fires (rewrites that enable others); a node rewritten
-    after it was refused is no longer listed as refused."""
+    """Rules (rules.py) applied at every node of the main graph, in order. `restart`: scan
+    again from the top after each rewrite until nothing fires (rewrites that enable
+    others)."""
 
     def __init__(self, name, rules, restart=False):
         super().__init__()
         self.name, self.rules, self.restart = name, list(rules), restart
 
     def run(self, model, result):
-        graph = model.graph
-        builder = g.Builder(graph)
-        again = True
-        while again:
-            again = False
-            for node in list(graph):
-                if node.graph is not graph:
-                    continue
-                for rule in self.rules:
-                    found = rule.match(node)
-                    if found is None:
-                        continue
-                    why = rule.check(found)
-                    if why is not None:
-                        result.refused[node.name] = why
-                        continue
-                    result.fired.append(rule.rewrite(builder, found))
-                    again = self.restart
-                    break
-                if again:
-                    break
-        if self.restart:
-            alive = {n.name for n in graph}
-            for name in [n for n in result.refused if n not in alive]:
-                del result.refused[name]
+        apply_rules(model.graph, self.rules, result, self.restart)
 
 
 # --- naming and shapes ---------------------------------------------------------------------
@@ -302,47 +259,31 @@ class FoldBatchNorm(Rule):
     """Conv / Gemm -> BatchNormalization (reading only it) -> the Conv / Gemm with the
     normalisation folded into its weight and bias."""
     name = "bn_collapse"
+    refuse_partial = True
 
-    def match(self, node):
-        if node.op_type != "BatchNormalization":
-            return None
-        x = node.inputs[0] if node.inputs else None
-        return {"bn": node, "params": bn_params(node), "x": x,
-                "prod": x.producer() if x is not None else None}
+    def pattern(self, p):
+        prod = p.op("Conv|Gemm", "x", "w", "c?", name="prod")
+        return p.op("BatchNormalization", prod, "gamma", "beta", "mean", "var", name="bn")
 
-    def check(self, found):
-        bn, params, x, prod = found["bn"], found["params"], found["x"], found["prod"]
+    def check(self, m):
+        params = bn_params(m.bn)
         if params is None:
             return "not an inference BatchNormalization with constant parameters"
-        if prod is None or prod.graph is not bn.graph:
-            return "its input is a model input or comes from outside the graph"
-        if prod.op_type not in ("Conv", "Gemm") or prod.domain not in g.STANDARD:
-            return f"it follows {prod.op_type} ({prod.name}), not a Conv or Gemm"
-        if len(x.uses()) != 1 or x.is_graph_output():
-            return f"{prod.name}'s output is also read elsewhere"
-        w = g.constant(prod.inputs[1])
-        has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
-        if w is None or (has_c and g.constant(prod.inputs[2]) is None):
-            return f"{prod.name}'s weight or bias is not a constant"
-        scale = params[0]
-        if prod.op_type == "Conv":
-            if w.shape[0] != scale.size:
-                return "its channel count differs from the Conv's"
-        else:
-            if x.shape is None or len(x.shape) != 2:
-                return "the Gemm's output is not known to be 2-D"
-            if w.shape[0 if prod.attributes.get_int("transB", 0) else 1] != scale.size:
-                return "its channel count differs from the Gemm's"
+        w = g.constant(m.w)
+        if w is None or (m.c is not None and g.constant(m.c) is None):
+            return f"{m.prod.name}'s weight or bias is not a constant"
+        gemm = m.prod.op_type == "Gemm"
+        if gemm and len(g.dims(m.prod.outputs[0]) or ()) != 2:
+            return "the Gemm's output is not known to be 2-D"
+        if w.shape[1 if gemm and not m.prod.attributes.get_int("transB", 0) else 0] != \
+                params[0].size:
+            return f"its channel count differs from the {m.prod.op_type}'s"
         return None
 
-    def rewrite(self, builder, found):
-        bn, prod = found["bn"], found["prod"]
-        graph = bn.graph
-        scale, mean, beta = found["params"]
-        w = g.constant(prod.inputs[1])
-        has_c = len(prod.inputs) > 2 and prod.inputs[2] is not None
-        c = g.constant(prod.inputs[2]) if has_c else None
-        dtype = w.dtype
+    def rewrite(self, b, m):
+        prod = m.prod
+        scale, mean, beta = bn_params(m.bn)
+        w, c = g.constant(m.w), g.constant(m.c)
         attrs = list(prod.attributes.values())
         if prod.op_type == "Conv":
             by = scale.reshape((-1,) + (1,) * (w.ndim - 1))
@@ -358,19 +299,12 @@ class FoldBatchNorm(Rule):
         # The weight is scaled where it lies when nothing else reads it (no second copy of
         # the model's weights); the product is rounded to its dtype once either way.
         w2 = np.multiply(w, by, out=w, casting="same_kind") if _only_reader(prod, 1, w) \
-            else (w * by).astype(dtype, copy=False)
-        old = [v for v in list(prod.inputs[1:]) + list(bn.inputs[1:]) if v is not None]
-        new = ir.Node(prod.domain, prod.op_type,
-                      [prod.inputs[0], g.initializer(graph, w2, f"{bn.name}.w"),
-                       g.initializer(graph, np.ascontiguousarray(b2, dtype=dtype),
-                                     f"{bn.name}.b")],
-                      attrs, name=prod.name, metadata_props=dict(prod.metadata_props))
-        g.note(new, "folded", bn.name)
-        graph.insert_before(prod, new)
-        g.take_over(bn.outputs[0], new.outputs[0])
-        graph.remove([bn, prod], safe=True)
-        g.drop_unread_initializers(graph, old)
-        return f"{prod.name}+{bn.name} -> {new.name}"
+            else (w * by).astype(w.dtype, copy=False)
+        new = b.like(prod, [m.x, b.initializer(w2, f"{m.bn.name}.w"),
+                            b.initializer(np.ascontiguousarray(b2, dtype=w.dtype),
+                                          f"{m.bn.name}.b")], attrs)
+        g.note(new, "folded", m.bn.name)
+        return new.outputs[0], f"{m.names} -> {new.name}"
 
 
 def _only_reader(node, i, array):
@@ -421,12 +355,6 @@ def batchnorm_to_affine(model):
 
 # --- layer normalisation ---------------------------------------------------------------------
 
-def _producer(value, *op_types):
-    """The standard node of one of these types making `value`, or None."""
-    node = value.producer() if value is not None else None
-    return node if g.is_op(node, *op_types) else None
-
-
 def _mean_axes(node, rank):
     """The sorted non-negative axes of a ReduceMean keeping its dims, or None."""
     if not node.attributes.get_int("keepdims", 1):
@@ -448,9 +376,33 @@ def _scalar(value, want=None):
     return x if want is None or x == want else None
 
 
-def _other(node, value):
-    """The operand of a binary node that is not `value`."""
-    return node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+def _squares(node, m):
+    """Whether a Pow / Mul squares its first input."""
+    return node.inputs[1] is node.inputs[0] if node.op_type == "Mul" else \
+        _scalar(node.inputs[1], 2.0) is not None
+
+
+def _norm_axes(m):
+    """(input dims, the first normalised axis) of a layer normalisation's match, or None."""
+    dims = g.dims(m.x)
+    axes = None if dims is None else _mean_axes(m.mean, len(dims))
+    return None if axes is None else (dims, axes[0])
+
+
+def _affine(m, value):
+    """`value` as a constant of the normalised axes' shape (it varies along those axes
+    only), or None."""
+    found, c = _norm_axes(m), g.constant(value)
+    if found is None or c is None or c.dtype.kind != "f" or c.ndim > len(found[0]):
+        return None
+    shape = found[0][found[1]:]
+    lead = max(c.ndim - len(shape), 0)
+    if any(n != 1 for n in c.shape[:lead]) or not all(isinstance(d, int) for d in shape):
+        return None
+    try:
+        return np.broadcast_to(c.reshape(c.shape[lead:]), shape)
+    except ValueError:
+        return None
 
 
 class FuseLayerNorm(Rule):
@@ -459,90 +411,47 @@ class FuseLayerNorm(Rule):
     bias constants of the normalised axes' shape. Anchored at the Div."""
     name = "layernorm"
 
-    def match(self, node):
-        if not g.is_op(node, "Div"):
-            return None
-        d, root = node.inputs
-        sub, sqrt = _producer(d, "Sub"), _producer(root, "Sqrt")
-        add_eps = _producer(sqrt.inputs[0], "Add") if sqrt else None
-        mean = _producer(sub.inputs[1], "ReduceMean") if sub else None
-        if add_eps is None or mean is None or mean.inputs[0] is not sub.inputs[0]:
-            return None
-        var = next((n for n in (_producer(v, "ReduceMean") for v in add_eps.inputs) if n), None)
-        square = _producer(var.inputs[0], "Pow", "Mul") if var else None
-        if square is None or square.inputs[0] is not d or (
-                square.op_type == "Pow" and _scalar(square.inputs[1], 2.0) is None) or (
-                square.op_type == "Mul" and square.inputs[1] is not d):
-            return None
-        return {"div": node, "x": sub.inputs[0], "nodes": [mean, sub, square, var, add_eps, sqrt,
-                                                           node],
-                "eps": _scalar(_other(add_eps, var.outputs[0])), "means": (mean, var)}
+    def pattern(self, p):
+        mean = p.op("ReduceMean", "x", "_?", name="mean")
+        d = p.op("Sub", "x", mean, name="sub")
+        var = p.op("ReduceMean", p.op("Pow|Mul", d, "_", name="square", where=_squares), "_?",
+                   name="var")
+        std = p.op("Sqrt", p.op("Add", var, "eps", name="add_eps"), name="sqrt")
+        y = p.op("Div", d, std, name="div", anchor=True)
+        y = p.maybe("Mul", y, "scale", name="mul",
+                    where=lambda node, m: _affine(m, m.scale) is not None)
+        return p.maybe("Add", y, "bias", name="add",
+                       where=lambda node, m: _affine(m, m.bias) is not None)
 
-    def _affine(self, value, op_type, dims, axis):
-        """(node, constant of the normalised axes' shape) when `value` feeds only a Mul / Add
-        by a constant varying along those axes only, else (None, None)."""
-        user = g.single_user(value)
-        if not g.is_op(user, op_type):
-            return None, None
-        c = g.constant(_other(user, value))
-        norm_shape = dims[axis:]
-        lead = 0 if c is None else c.ndim - len(norm_shape)
-        if c is None or c.dtype.kind != "f" or c.ndim > len(dims) or \
-                any(n != 1 for n in c.shape[:max(lead, 0)]):
-            return None, None
-        c = c.reshape(c.shape[max(lead, 0):])
-        try:
-            return user, np.broadcast_to(c, norm_shape)
-        except ValueError:
-            return None, None
-
-    def check(self, found):
-        x, (mean, var) = found["x"], found["means"]
-        dims = g.dims(x)
+    def check(self, m):
+        dims = g.dims(m.x)
         if dims is None:
             return "the input's rank is not known"
-        axes = _mean_axes(mean, len(dims))
-        if axes is None or axes != _mean_axes(var, len(dims)) or \
+        axes = _mean_axes(m.mean, len(dims))
+        if axes is None or axes != _mean_axes(m.var, len(dims)) or \
                 axes != list(range(axes[0], len(dims))):
             return "the means are not over the same trailing axes, kept"
         if not all(isinstance(dims[a], int) for a in axes):
             return "the normalised axes have no fixed size"
-        if found["eps"] is None:
+        if _scalar(m.eps) is None:
             return "epsilon is not a constant number"
-        nodes = found["nodes"]
-        if any(n.outputs[0].is_graph_output() or not set(g.users(n.outputs[0])) <= set(nodes)
-               for n in nodes[:-1]):
-            return "a part of it is also read elsewhere"
-        if x.dtype is None or not x.dtype.is_floating_point():
-            return f"input type {x.dtype} is not floating point"
-        found["axis"] = axes[0]
+        if m.x.dtype is None or not m.x.dtype.is_floating_point():
+            return f"input type {m.x.dtype} is not floating point"
         return None
 
-    def rewrite(self, builder, found):
-        div, x, axis = found["div"], found["x"], found["axis"]
-        graph = div.graph
-        last, params = div.outputs[0], []
-        for op_type in ("Mul", "Add"):
-            node, c = self._affine(last, op_type, g.dims(x), axis)
-            if node is None:
-                params.append(None)
-                continue
-            params.append(g.initializer(graph, np.ascontiguousarray(c, dtype=c.dtype),
-                                        f"{div.name}.{'scale' if op_type == 'Mul' else 'bias'}"))
-            found["nodes"].append(node)
-            last = node.outputs[0]
+    def rewrite(self, b, m):
+        dims, axis = _norm_axes(m)
+        params = [b.initializer(np.ascontiguousarray(_affine(m, value)), f"{m.div.name}.{what}")
+                  if node is not None else None
+                  for node, value, what in ((m.mul, m.scale, "scale"), (m.add, m.bias, "bias"))]
         while params and params[-1] is None:
             params.pop()
-        attrs = {"axis": axis, "epsilon": found["eps"]}
-        ln = builder.node("LayerNorm", [x] + params, attrs, name=f"{div.name}/layer_norm",
-                          shape=g.dims(x), domain=DOMAIN)
+        attrs = {"axis": axis, "epsilon": _scalar(m.eps)}
+        ln = b.node("LayerNorm", [m.x] + params, attrs, name=f"{m.div.name}/layer_norm",
+                    shape=dims, domain=DOMAIN)
         ln.overload = get_primitive("LayerNorm").overload(attrs, [g.dims(v) for v in ln.inputs])
-        g.set_source(ln, div.name, "LayerNormalization")
-        graph.insert_before(found["nodes"][-1], ln)
-        g.inherit_marks(found["nodes"], [ln])
-        g.take_over(last, ln.outputs[0])
-        g.drop_dead(graph, found["nodes"])
-        return f"{'+'.join(n.name for n in found['nodes'])} -> {ln.name}"
+        g.set_source(ln, m.div.name, "LayerNormalization")
+        return ln.outputs[0], f"{m.names} -> {ln.name}"
 
 
 # --- moves -----------------------------------------------------------------------------------
@@ -551,42 +460,35 @@ class MergeDimTransforms(Rule):
     """DimTransform (perm p, any shape) read only by a DimTransform that only reshapes
     (identity perm) -> one DimTransform (p, the second's shape): a transpose and the reshape
     after it (attention's heads merged back, a channel shuffle's last two steps) move the
-    elements once. Anchored at the second."""
+    elements once."""
     name = "merge_dim_transforms"
 
-    def match(self, node):
-        if node.domain != DOMAIN or node.op_type != "DimTransform":
-            return None
-        first = node.inputs[0].producer()
-        if first is None or first.domain != DOMAIN or first.op_type != "DimTransform":
-            return None
-        return {"first": first, "second": node}
+    def pattern(self, p):
+        first = p.op("DimTransform", "x", name="first", domain=DOMAIN)
+        return p.op("DimTransform", first, name="second", domain=DOMAIN)
 
-    def check(self, found):
-        first, second = found["first"], found["second"]
-        perm = list(second.attributes.get_ints("perm", []))
+    @staticmethod
+    def _merged(m):
+        """{"perm", "shape"} of the one DimTransform, or None when its shape can't be
+        written."""
+        x_dims, out = g.dims(m.x), g.dims(m.output)
+        perm = list(m.first.attributes.get_ints("perm", []))
+        shape = None if x_dims is None or out is None else \
+            reshape_spec([x_dims[p] for p in perm], out)
+        return None if shape is None else {"perm": perm, "shape": shape}
+
+    def check(self, m):
+        perm = list(m.second.attributes.get_ints("perm", []))
         if perm != list(range(len(perm))):
             return "the second DimTransform also transposes"
-        if g.single_user(first.outputs[0]) is None:
-            return f"{first.name}'s output is also read elsewhere"
-        x_dims, out = g.dims(first.inputs[0]), g.dims(second.outputs[0])
-        p1 = list(first.attributes.get_ints("perm", []))
-        shape = None if x_dims is None or out is None else \
-            reshape_spec([x_dims[p] for p in p1], out)
-        if shape is None:
+        if self._merged(m) is None:
             return "the merged shape cannot be written"
-        found["perm"], found["shape"] = p1, shape
         return None
 
-    def rewrite(self, builder, found):
-        first, second = found["first"], found["second"]
-        attrs = {"perm": found["perm"], "shape": found["shape"]}
-        merged = builder.node("DimTransform", [first.inputs[0]], attrs,
-                              name=f"{second.name}/merged", shape=g.dims(second.outputs[0]),
-                              dtype=second.outputs[0].dtype, domain=DOMAIN)
-        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(first.inputs[0])])
-        g.copy_annotations(second, merged)
-        second.graph.insert_before(second, merged)
-        g.take_over(second.outputs[0], merged.outputs[0])
-        g.drop_dead(second.graph, [second, first])
-        return f"{first.name}+{second.name} -> {merged.name}"
+    def rewrite(self, b, m):
+        attrs = self._merged(m)
+        merged = b.node("DimTransform", [m.x], attrs, name=f"{m.second.name}/merged",
+                        shape=g.dims(m.output), dtype=m.output.dtype, domain=DOMAIN)
+        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(m.x)])
+        g.copy_annotations(m.second, merged)
+        return merged.outputs[0], f"{m.names} -> {merged.name}"

@@ -14,7 +14,7 @@ constrained NPU accepts, before the stage-2 mappers run.
                    than the target's allowed FC followers, e.g. softmax) -> Reshape, 1x1 Conv,
                    Flatten
 
-Each pass is a RulePass of one rule (passes.py): it returns a PassResult with what it
+Each pass is a RulePass of its rules (rules.py): it returns a PassResult with what it
 rewrote and, per node it had to leave alone, why. A target lists the passes it needs
 (`restruct.passes`); `enable` / `disable` switch them. Nodes keep their placement marks
 through a rewrite.
@@ -26,13 +26,9 @@ import onnx_ir as ir
 
 from ..errors import ConversionError
 from . import graph as g
-from .passes import FoldBatchNorm, Rule, RulePass
+from .passes import FoldBatchNorm, RulePass
+from .rules import Rule
 from .target import RESTRUCT_PASSES as ORDER
-
-
-def _node(graph, op_type, inputs, name, attrs=None, out_dims=None, dtype=ir.DataType.FLOAT):
-    """A standard node whose output is named as the node, with its type and shape."""
-    return g.make_node("", op_type, inputs, attrs or {}, name, dtype, out_dims)
 
 
 def _dims(value):
@@ -51,11 +47,20 @@ class _FC:
     x: ir.Value
     w: np.ndarray
     b: object
-    out: ir.Value
 
 
-def _fc(node):
-    """The FC starting at `node`, or (None, reason) when it is not one we can rewrite."""
+def _bias_row(matmul, add):
+    """The bias an Add after a MatMul by a constant matrix adds (a constant of one number
+    or of the matrix's width), float64, or None."""
+    w = g.constant(matmul.inputs[1]) if g.is_op(matmul, "MatMul") else None
+    c = g.constant(add.inputs[1] if add.inputs[0] is matmul.outputs[0] else add.inputs[0])
+    if w is None or w.ndim != 2 or c is None or c.ndim > 1 or c.size not in (1, w.shape[1]):
+        return None
+    return np.broadcast_to(c.astype(np.float64).reshape(-1), (w.shape[1],)).copy()
+
+
+def _fc(node, add=None):
+    """The FC a Gemm is, or a MatMul (+ `add`, its bias Add), or (None, reason)."""
     if g.is_op(node, "Gemm"):
         a = node.attributes
         if a.get_int("transA", 0):
@@ -75,51 +80,47 @@ def _fc(node):
             if c.size not in (1, w.shape[1]) or (c.ndim == 2 and c.shape[0] != 1):
                 return None, f"its C of shape {list(c.shape)} is not a bias row"
             b = np.broadcast_to(c.reshape(-1), (w.shape[1],)).copy()
-        return _FC([node], node.inputs[0], w, b, node.outputs[0]), None
-    if g.is_op(node, "MatMul"):
-        w = g.constant(node.inputs[1])
-        if w is None or w.ndim != 2:
-            return None, "its weight is not a constant matrix"
-        w = w.astype(np.float64)
-        add = g.single_user(node.outputs[0])
-        if g.is_op(add, "Add"):
-            other = add.inputs[1] if add.inputs[0] is node.outputs[0] else add.inputs[0]
-            c = g.constant(other)
-            if c is not None and c.size in (1, w.shape[1]) and c.shape[-1:] in ((1,), (w.shape[1],), ()) \
-                    and c.ndim <= 1:
-                b = np.broadcast_to(c.astype(np.float64).reshape(-1), (w.shape[1],)).copy()
-                return _FC([node, add], node.inputs[0], w, b, add.outputs[0]), None
-        return _FC([node], node.inputs[0], w, None, node.outputs[0]), None
-    return None, "not an FC"
+        return _FC([node], node.inputs[0], w, b), None
+    w = g.constant(node.inputs[1])
+    if w is None or w.ndim != 2:
+        return None, "its weight is not a constant matrix"
+    if add is None:
+        return _FC([node], node.inputs[0], w.astype(np.float64), None), None
+    return _FC([node, add], node.inputs[0], w.astype(np.float64), _bias_row(node, add)), None
 
 
-def _emit_fc(graph, names, fc_like, x, w, b, dtype, before):
-    """Nodes computing x @ w + b for x of any rank, as a Gemm (rank 2) or MatMul + Add."""
+def _fc_pattern(p, k, x=None, where=None, anchor=False):
+    """An FC: Gemm, or MatMul and the Add of its bias when that is its only reader (nodes
+    fc<k> and bias<k>, input x<k>)."""
+    fc = p.op("Gemm|MatMul", x or f"x{k}", "_", "_?", name=f"fc{k}", where=where,
+              anchor=anchor)
+    return p.maybe("Add", fc, "_", name=f"bias{k}",
+                   where=lambda add, m: _bias_row(getattr(m, f"fc{k}"), add) is not None)
+
+
+def _emit_fc(b, base, x, w, bias, dtype):
+    """Nodes computing x @ w + bias for x of any rank, as a Gemm (rank 2) or MatMul + Add;
+    returns the last."""
     xd = _dims(x)
-    base = fc_like.nodes[0].name
-    wv = g.initializer(graph, np.ascontiguousarray(w, dtype=dtype), f"{base}.w")
+    wv = b.initializer(np.ascontiguousarray(w, dtype=dtype), f"{base}.w")
     out_dims = None if xd is None else xd[:-1] + [w.shape[1]]
     edt = ir.DataType.from_numpy(np.dtype(dtype))
+    bv = None if bias is None else \
+        b.initializer(np.ascontiguousarray(bias, dtype=dtype), f"{base}.b")
     if xd is not None and len(xd) == 2:
-        inputs = [x, wv]
-        if b is not None:
-            inputs.append(g.initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b"))
-        nodes = [_node(graph, "Gemm", inputs, names(base), out_dims=out_dims, dtype=edt)]
-    else:
-        nodes = [_node(graph, "MatMul", [x, wv], names(base), out_dims=out_dims, dtype=edt)]
-        if b is not None:
-            bv = g.initializer(graph, np.ascontiguousarray(b, dtype=dtype), f"{base}.b")
-            nodes.append(_node(graph, "Add", [nodes[0].outputs[0], bv], names(f"{base}/bias"),
-                               out_dims=out_dims, dtype=edt))
-    graph.insert_before(before, nodes)
-    return nodes
+        return b.node("Gemm", [x, wv] + ([bv] if bv is not None else []), name=base,
+                      shape=out_dims, dtype=edt)
+    mm = b.node("MatMul", [x, wv], name=base, shape=out_dims, dtype=edt)
+    if bv is None:
+        return mm
+    return b.node("Add", [mm.outputs[0], bv], name=f"{base}/bias", shape=out_dims, dtype=edt)
 
 
 # --- the rules -----------------------------------------------------------------------------
 
-LINEAR_BETWEEN = ("Identity", "Dropout")
-NONLINEAR = ("Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
-             "HardSwish", "Elu", "Selu", "Softplus", "Gelu", "Softmax", "Abs", "Exp", "Log")
+LINEAR_BETWEEN = "Identity|Dropout"
+NONLINEAR = ("Relu|LeakyRelu|PRelu|Sigmoid|Tanh|Clip|HardSigmoid|HardSwish|Elu|Selu|"
+             "Softplus|Gelu|Softmax|Abs|Exp|Log")
 
 
 class MergeLinear(Rule):
@@ -127,62 +128,38 @@ class MergeLinear(Rule):
     through the second. Run to a fixpoint (a merged FC may merge with the next)."""
     name = "merge_linear"
 
-    def match(self, node):
-        first, _ = _fc(node)
-        if first is None:
-            return None
-        value, between = first.out, []
-        user = g.single_user(value)
-        while g.is_op(user, *LINEAR_BETWEEN) and len(user.outputs) == 1:
-            between.append(user)
-            value = user.outputs[0]
-            user = g.single_user(value)
-        found = {"node": node, "first": first, "between": between, "value": value,
-                 "user": user, "second": None, "why": None}
-        if user is None:       # several readers: a refusal only when one of them is an FC
-            return found if any(_fc(u)[0] is not None for u in g.users(value)) else None
-        if g.is_op(user, *NONLINEAR):
-            after = g.single_user(user.outputs[0])
-            return found if after is not None and _fc(after)[0] is not None else None
-        found["second"], found["why"] = _fc(user)
-        if found["second"] is None and not g.is_op(user, "Gemm", "MatMul"):
-            return None
-        return found
+    def pattern(self, p):
+        h = _fc_pattern(p, "1", where=lambda node, m: _fc(node)[0] is not None, anchor=True)
+        h = p.repeat(LINEAR_BETWEEN, h, name="between", where=lambda node, m:
+                     len(node.outputs) == 1)
+        h = p.maybe(NONLINEAR, h, "_?", "_?", name="act")
+        return _fc_pattern(p, "2", x=h)
 
-    def check(self, found):
-        value, user, first, second = (found[k] for k in ("value", "user", "first", "second"))
-        if user is None:
-            what = "is also a model output" if value.is_graph_output() else \
-                f"has {len(g.users(value))} readers"
-            return f"its output {value.name} {what}: merging would compute it twice"
-        if g.is_op(user, *NONLINEAR):
-            after = g.single_user(user.outputs[0])
-            return f"{user.op_type} ({user.name}) between it and {after.name} is not linear"
+    def check(self, m):
+        if m.act is not None:
+            return f"{m.act.op_type} ({m.act.name}) between it and {m.fc2.name} is not linear"
+        first, _ = _fc(m.fc1, m.bias1)
+        second, why = _fc(m.fc2, m.bias2)
         if second is None:
-            return f"the next FC {user.name} cannot merge: {found['why']}"
-        if g.marks_of(first.nodes[0]) != g.marks_of(second.nodes[0]):
-            return (f"it and {user.name} carry different marks "
-                    f"({g.marks_of(first.nodes[0]) or 'none'} vs "
-                    f"{g.marks_of(second.nodes[0]) or 'none'})")
+            return f"the next FC {m.fc2.name} cannot merge: {why}"
+        if g.marks_of(m.fc1) != g.marks_of(m.fc2):
+            return (f"it and {m.fc2.name} carry different marks "
+                    f"({g.marks_of(m.fc1) or 'none'} vs {g.marks_of(m.fc2) or 'none'})")
         if first.w.shape[1] != second.w.shape[0]:
             return "the FCs' sizes do not chain"
         return None
 
-    def rewrite(self, builder, found):
-        node, first, second = found["node"], found["first"], found["second"]
-        graph = node.graph
-        dtype = g.constant(node.inputs[1]).dtype
-        w = first.w @ second.w
-        b = None
+    def rewrite(self, b, m):
+        (first, _), (second, _) = _fc(m.fc1, m.bias1), _fc(m.fc2, m.bias2)
+        bias = None
         if first.b is not None or second.b is not None:
-            b = (first.b @ second.w if first.b is not None else 0.0) + \
+            bias = (first.b @ second.w if first.b is not None else 0.0) + \
                 (second.b if second.b is not None else 0.0)
-        new = _emit_fc(graph, builder.names, first, first.x, w, b, dtype, first.nodes[0])
-        g.inherit_marks(first.nodes + second.nodes, new)
-        g.note(new[-1], "merged", ",".join(n.name for n in first.nodes + second.nodes))
-        g.take_over(second.out, new[-1].outputs[0])
-        g.drop_dead(graph, second.nodes + found["between"] + first.nodes)
-        return f"{'+'.join(n.name for n in first.nodes + second.nodes)} -> {new[-1].name}"
+        new = _emit_fc(b, m.fc1.name, first.x, first.w @ second.w, bias,
+                       g.constant(m.fc1.inputs[1]).dtype)
+        merged = [n.name for n in first.nodes + second.nodes]
+        g.note(new, "merged", ",".join(merged))
+        return new.outputs[0], f"{'+'.join(merged)} -> {new.name}"
 
 
 class FcToConv(Rule):
@@ -193,22 +170,20 @@ class FcToConv(Rule):
     def __init__(self, target):
         self.allowed = tuple(getattr(target, "fc_followers", ("*",)))
 
-    def match(self, node):
-        if not g.is_op(node, "Gemm", "MatMul"):
-            return None
-        fc, why = _fc(node)
-        if fc is not None:
-            users = g.users(fc.out)
-            if not users:
-                return None       # the model's last op: NNIE lets it stay an FC
-            if "*" in self.allowed or all(u.op_type in self.allowed for u in users):
-                return None       # followed only by what the target allows after an FC
-        return {"node": node, "fc": fc, "why": why}
+    def pattern(self, p):
+        return _fc_pattern(p, "", anchor=True)
 
-    def check(self, found):
-        fc = found["fc"]
+    def applies(self, m):
+        """Not the model's last op (NNIE lets that stay an FC) nor followed only by what the
+        target allows after an FC; every op that is no FC is reported."""
+        users = g.users(m.output)
+        return _fc(m.fc, m.bias)[0] is None or bool(users) and "*" not in self.allowed and \
+            not all(u.op_type in self.allowed for u in users)
+
+    def check(self, m):
+        fc, why = _fc(m.fc, m.bias)
         if fc is None:
-            return found["why"]
+            return why
         xd = _dims(fc.x)
         if xd is None or len(xd) != 2:
             return (f"its input {fc.x.name} has "
@@ -216,31 +191,25 @@ class FcToConv(Rule):
                     ": only [N, K] inputs become a 1x1 Conv")
         return None
 
-    def rewrite(self, builder, found):
-        node, fc = found["node"], found["fc"]
-        graph, names = node.graph, builder.names
-        xd = _dims(fc.x)
-        k, m = fc.w.shape
-        dtype = g.constant(node.inputs[1]).dtype
+    def rewrite(self, b, m):
+        fc, _ = _fc(m.fc, m.bias)
+        n, (k, c) = _dims(fc.x)[0], fc.w.shape
+        dtype = g.constant(m.fc.inputs[1]).dtype
         edt = ir.DataType.from_numpy(np.dtype(dtype))
-        base = node.name
-        shape = g.initializer(graph, np.asarray([-1, k, 1, 1], np.int64), f"{base}.nchw")
-        to4 = _node(graph, "Reshape", [fc.x, shape], names(f"{base}/to_nchw"),
-                    out_dims=[xd[0], k, 1, 1], dtype=edt)
-        inputs = [to4.outputs[0], g.initializer(graph, np.ascontiguousarray(
-            fc.w.T.reshape(m, k, 1, 1), dtype=dtype), f"{base}.conv_w")]
+        base = m.fc.name
+        shape = b.initializer(np.asarray([-1, k, 1, 1], np.int64), f"{base}.nchw")
+        to4 = b.node("Reshape", [fc.x, shape], name=f"{base}/to_nchw", shape=[n, k, 1, 1],
+                     dtype=edt)
+        inputs = [to4.outputs[0], b.initializer(np.ascontiguousarray(
+            fc.w.T.reshape(c, k, 1, 1), dtype=dtype), f"{base}.conv_w")]
         if fc.b is not None:
-            inputs.append(g.initializer(graph, np.ascontiguousarray(fc.b, dtype=dtype),
+            inputs.append(b.initializer(np.ascontiguousarray(fc.b, dtype=dtype),
                                         f"{base}.conv_b"))
-        conv = _node(graph, "Conv", inputs, names(f"{base}/conv1x1"),
-                     {"kernel_shape": [1, 1]}, out_dims=[xd[0], m, 1, 1], dtype=edt)
-        flat = _node(graph, "Flatten", [conv.outputs[0]], names(f"{base}/flatten"),
-                     {"axis": 1}, out_dims=[xd[0], m], dtype=edt)
-        graph.insert_before(fc.nodes[0], [to4, conv, flat])
-        g.inherit_marks(fc.nodes, [to4, conv, flat])
-        g.take_over(fc.out, flat.outputs[0])
-        g.drop_dead(graph, fc.nodes)
-        return f"{'+'.join(n.name for n in fc.nodes)} -> {conv.name}"
+        conv = b.node("Conv", inputs, {"kernel_shape": [1, 1]}, name=f"{base}/conv1x1",
+                      shape=[n, c, 1, 1], dtype=edt)
+        flat = b.node("Flatten", [conv.outputs[0]], {"axis": 1}, name=f"{base}/flatten",
+                      shape=[n, c], dtype=edt)
+        return flat.outputs[0], f"{'+'.join(x.name for x in fc.nodes)} -> {conv.name}"
 
 
 # --- L2 normalisation ----------------------------------------------------------------------
@@ -255,25 +224,9 @@ def _axes(node):
     return None
 
 
-def _sum_of_squares(value, x_expected=None):
-    """(x, nodes, reason) if value = sum(x^2) over one axis with keepdims."""
-    node = value.producer()
-    if g.is_op(node, "ReduceSumSquare"):
-        return node.inputs[0], [node], _reduce_reason(node)
-    if g.is_op(node, "ReduceSum"):
-        sq = node.inputs[0].producer()
-        if g.is_op(sq, "Mul") and sq.inputs[0] is sq.inputs[1]:
-            return sq.inputs[0], [node, sq], _reduce_reason(node)
-        if g.is_op(sq, "Pow"):
-            p = g.constant(sq.inputs[1])
-            if p is not None and p.size == 1 and float(p.reshape(())) == 2.0:
-                return sq.inputs[0], [node, sq], _reduce_reason(node)
-    return None, [], "not a sum of squares"
-
-
 def _reduce_reason(node):
-    x = node.inputs[0]
-    xd = _dims(x)
+    """Why a reduction is not one over the features of [N, C] kept, or None."""
+    xd = _dims(node.inputs[0])
     if xd is None or len(xd) != 2:
         return (f"{node.name} reduces a tensor of "
                 f"{'unknown rank' if xd is None else f'rank {len(xd)}'}: only [N, C] features "
@@ -286,66 +239,38 @@ def _reduce_reason(node):
     return None
 
 
-def _norm_pattern(div):
-    """(x, a, clip_min, nodes, reason) for Div(x, d) with d an L2 norm of x."""
-    x, d = div.inputs[0], div.inputs[1]
-    node = d.producer() if d is not None else None
-    if node is None:
-        return None
-    nodes, clip_min = [div], None
-    if g.is_op(node, "Clip", "Max"):
-        if node.op_type == "Clip":
-            lo = node.attributes.get_float("min", None) if "min" in node.attributes else \
-                (g.constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None
-                 else None)
-            hi = node.attributes.get_float("max", None) if "max" in node.attributes else \
-                (g.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None
-                 else None)
-            if lo is None or (hi is not None and float(np.asarray(hi).reshape(())) < 3e38):
-                return None
-            clip_min, src = float(np.asarray(lo).reshape(())), node.inputs[0]
-        else:
-            if len(node.inputs) != 2:
-                return None
-            c0, c1 = g.constant(node.inputs[0]), g.constant(node.inputs[1])
-            c, src = (c1, node.inputs[0]) if c1 is not None else (c0, node.inputs[1])
-            if c is None or c.size != 1:
-                return None
-            clip_min = float(c.reshape(()))
-        nodes.append(node)
-        node = src.producer()
-        if node is None:
-            return None
-    a = 0.0
-    if g.is_op(node, "ReduceL2"):
-        y, why = node.inputs[0], _reduce_reason(node)
-        nodes.append(node)
-    elif g.is_op(node, "Sqrt"):
-        nodes.append(node)
-        s = node.inputs[0]
-        add = s.producer()
-        if g.is_op(add, "Add"):
-            c0, c1 = g.constant(add.inputs[0]), g.constant(add.inputs[1])
-            c, s2 = (c1, add.inputs[0]) if c1 is not None else (c0, add.inputs[1])
-            if c is None or c.size != 1:
-                return None
-            a = float(c.reshape(()))
-            nodes.append(add)
-            s = s2
-        y, more, why = _sum_of_squares(s)
-        if y is None:
-            return None
-        nodes.extend(more)
-    else:
-        return None
-    if y is not x:
-        return None
-    if why is None and a < 0:
-        why = f"a = {a} is negative"
-    return x, a, clip_min, nodes, why
+def _number(value):
+    """The float of a constant of one element, or None."""
+    c = g.constant(value)
+    return None if c is None or c.size != 1 else float(c.reshape(()))
 
 
-def concat_broadcast(graph, names, value, count, axis, base, dims, dtype):
+def _squares(node, m):
+    """Whether a Mul / Pow squares its first input."""
+    return node.inputs[0] is node.inputs[1] if node.op_type == "Mul" else \
+        _number(node.inputs[1]) == 2.0
+
+
+def _clip_min(node):
+    """The lower bound of a Clip with none above (or one of 3e38 and more), or of a Max by
+    a constant; None otherwise."""
+    if node.op_type == "Max":
+        if len(node.inputs) != 2:
+            return None
+        c1 = g.constant(node.inputs[1])
+        return _number(node.inputs[1] if c1 is not None else node.inputs[0])
+    lo, hi = _clip_bound(node, "min", 1), _clip_bound(node, "max", 2)
+    return None if lo is None or (hi is not None and hi < 3e38) else lo
+
+
+def _clip_bound(node, attr, i):
+    """A Clip's bound: its attribute (before opset 11) or its input i, or None."""
+    if attr in node.attributes:
+        return node.attributes.get_float(attr)
+    return _number(node.inputs[i]) if len(node.inputs) > i else None
+
+
+def concat_broadcast(b, value, count, axis, base, dims, dtype):
     """`value` (size 1 along `axis`) repeated `count` times along it by Concat nodes only:
     32 copies at a time, as NNIE's concat_boardcast does, generalised to any count by
     its base-32 digits. Returns (nodes, output value)."""
@@ -358,8 +283,8 @@ def concat_broadcast(graph, names, value, count, axis, base, dims, dtype):
         if n:
             d = list(dims)
             d[axis] = size * 32
-            cat = _node(graph, "Concat", [block] * 32, names(f"{base}/x{size * 32}"),
-                        {"axis": axis}, out_dims=d, dtype=dtype)
+            cat = b.node("Concat", [block] * 32, {"axis": axis}, name=f"{base}/x{size * 32}",
+                         shape=d, dtype=dtype)
             nodes.append(cat)
             block, size = cat.outputs[0], size * 32
     parts = [blk for blk, _, digit in levels for _ in range(digit)]
@@ -367,15 +292,16 @@ def concat_broadcast(graph, names, value, count, axis, base, dims, dtype):
         return nodes, parts[0]
     d = list(dims)
     d[axis] = count
-    cat = _node(graph, "Concat", parts, names(f"{base}/x{count}"), {"axis": axis},
-                out_dims=d, dtype=dtype)
+    cat = b.node("Concat", parts, {"axis": axis}, name=f"{base}/x{count}", shape=d,
+                 dtype=dtype)
     nodes.append(cat)
     return nodes, cat.outputs[0]
 
 
 class L2Norm(Rule):
-    """L2 normalisation of [N, C] features -> ops the target's NPU has (Mul, a 1x1 Conv
-    summing the squares, Sqrt, Clip, Div; Concat broadcasting without broadcast)."""
+    """x / sqrt(sum(x^2) + a) or x / ReduceL2(x), maybe clipped below, of [N, C] features
+    -> ops the target's NPU has (Mul, a 1x1 Conv summing the squares, Sqrt, Clip, Div;
+    Concat broadcasting without broadcast). Anchored at the Div."""
     name = "l2norm"
 
     def __init__(self, target):
@@ -383,86 +309,92 @@ class L2Norm(Rule):
         self.broadcast = getattr(target, "broadcast", True)
         self.needed = ["Mul", "Sqrt", "Div"] + ([] if self.broadcast else ["Concat"])
 
-    def match(self, node):
-        if g.is_op(node, "LpNormalization"):
-            p = node.attributes.get_int("p", 2)
-            axis = node.attributes.get_int("axis", -1)
-            xd = _dims(node.inputs[0])
-            why = None
-            if p != 2:
-                why = f"p={p}: only the L2 norm is rebuilt"
-            elif xd is None or len(xd) != 2:
-                why = "only [N, C] features are rebuilt"
-            elif axis % 2 != 1:
-                why = f"axis={axis} is not the feature axis 1"
-            found = (node.inputs[0], 0.0, None, [node], why)
-        elif g.is_op(node, "Div"):
-            found = _norm_pattern(node)
-            if found is None:
-                return None
-        else:
-            return None
-        return dict(zip(("x", "a", "clip_min", "nodes", "why"), found), node=node)
+    def pattern(self, p):
+        total = p.either(
+            p.op("ReduceSumSquare", "x", "_?", name="reduce"),
+            p.op("ReduceSum", p.op("Mul|Pow", "x", "_", name="square", where=_squares), "_?",
+                 name="reduce"))
+        norm = p.either(
+            p.op("ReduceL2", "x", "_?", name="reduce"),
+            p.op("Sqrt", p.maybe("Add", total, "a", name="plus_a",
+                                 where=lambda node, m: _number(m.a) is not None), name="sqrt"))
+        norm = p.maybe("Clip|Max", norm, "_?", "_?", name="clip",
+                       where=lambda node, m: _clip_min(node) is not None)
+        return p.op("Div", "x", norm, name="div")
 
-    def check(self, found):
-        target, why = self.target, found["why"]
+    def form(self, m):
+        """(a, the lower bound or None, why this form is not rebuilt or None)."""
+        a = _number(m.a) if m.a is not None else 0.0
+        why = _reduce_reason(m.reduce) or (f"a = {a} is negative" if a < 0 else None)
+        return a, _clip_min(m.clip) if m.clip is not None else None, why
+
+    def check(self, m):
+        target = self.target
+        _, clip_min, why = self.form(m)
         if why is None:
             missing = [op for op in self.needed if not target.npu_runs(op)]
-            if found["clip_min"] is not None and not target.npu_runs("Clip"):
+            if clip_min is not None and not target.npu_runs("Clip"):
                 missing.append("Clip")
             if missing:
                 why = (f"target {target.name!r}'s NPU has no {', '.join(missing)}: the norm "
                        "stays as it is (on the CPU)")
-        xd = _dims(found["x"])
-        if why is None and xd[1] is None:
+        if why is None and _dims(m.x)[1] is None:
             why = "the feature size is not known"
-        if why is None and any(g.marks_of(n) for n in found["nodes"]):
+        if why is None and any(g.marks_of(n) for n in m.nodes):
             why = "a node of it carries a mark: left as the user placed it"
         return why
 
-    def rewrite(self, builder, found):
-        node, x, a, clip_min, nodes = (found[k] for k in ("node", "x", "a", "clip_min",
-                                                          "nodes"))
-        graph, names, broadcast = node.graph, builder.names, self.broadcast
-        xd = _dims(x)
-        c = xd[1]
+    def rewrite(self, b, m):
+        a, clip_min, _ = self.form(m)
+        x, base = m.x, m.anchor.name
+        n, c = _dims(x)
         dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
         npdt = dtype.numpy()
-        base = node.name
-        four = [xd[0], c, 1, 1]
-        shape = g.initializer(graph, np.asarray([-1, c, 1, 1], np.int64), f"{base}.nchw")
-        x4 = _node(graph, "Reshape", [x, shape], names(f"{base}/feat_nchw"), out_dims=four,
-                   dtype=dtype)
-        sq = _node(graph, "Mul", [x4.outputs[0], x4.outputs[0]], names(f"{base}/square"),
-                   out_dims=four, dtype=dtype)
-        ones = g.initializer(graph, np.ones((1, c, 1, 1), npdt), f"{base}.sum_w")
-        bias = g.initializer(graph, np.full((1,), a, npdt), f"{base}.plus_a")
-        total = _node(graph, "Conv", [sq.outputs[0], ones, bias], names(f"{base}/sum_conv"),
-                      {"kernel_shape": [1, 1]}, out_dims=[xd[0], 1, 1, 1], dtype=dtype)
-        root = _node(graph, "Sqrt", [total.outputs[0]], names(f"{base}/sqrt"),
-                     out_dims=[xd[0], 1, 1, 1], dtype=dtype)
-        new = [x4, sq, total, root]
-        norm = root.outputs[0]
+        four, one = [n, c, 1, 1], [n, 1, 1, 1]
+        shape = b.initializer(np.asarray([-1, c, 1, 1], np.int64), f"{base}.nchw")
+        x4 = b.node("Reshape", [x, shape], name=f"{base}/feat_nchw", shape=four, dtype=dtype)
+        sq = b.node("Mul", [x4.outputs[0], x4.outputs[0]], name=f"{base}/square", shape=four,
+                    dtype=dtype)
+        ones = b.initializer(np.ones((1, c, 1, 1), npdt), f"{base}.sum_w")
+        bias = b.initializer(np.full((1,), a, npdt), f"{base}.plus_a")
+        total = b.node("Conv", [sq.outputs[0], ones, bias], {"kernel_shape": [1, 1]},
+                       name=f"{base}/sum_conv", shape=one, dtype=dtype)
+        norm = b.node("Sqrt", [total.outputs[0]], name=f"{base}/sqrt", shape=one,
+                      dtype=dtype).outputs[0]
         if clip_min is not None:
-            lo = g.initializer(graph, np.asarray(clip_min, npdt), f"{base}.min")
-            clip = _node(graph, "Clip", [norm, lo], names(f"{base}/clip"),
-                         out_dims=[xd[0], 1, 1, 1], dtype=dtype)
-            new.append(clip)
-            norm = clip.outputs[0]
-        if not broadcast:
-            cats, norm = concat_broadcast(graph, names, norm, c, 1, f"{base}/norm", four, dtype)
-            new.extend(cats)
-        div = _node(graph, "Div", [x4.outputs[0], norm], names(f"{base}/divide"),
-                    out_dims=four, dtype=dtype)
-        flat = _node(graph, "Flatten", [div.outputs[0]], names(f"{base}/flatten"),
-                     {"axis": 1}, out_dims=[xd[0], c], dtype=dtype)
-        new += [div, flat]
-        graph.insert_before(node, new)
-        g.take_over(node.outputs[0], flat.outputs[0])
-        g.drop_dead(graph, nodes)
-        return (f"{node.name} -> {len(new)} nodes (a={a:g}"
-                + (f", min {clip_min:g}" if clip_min is not None else "")
-                + (", concat broadcast" if not broadcast else "") + ")")
+            lo = b.initializer(np.asarray(clip_min, npdt), f"{base}.min")
+            norm = b.node("Clip", [norm, lo], name=f"{base}/clip", shape=one,
+                          dtype=dtype).outputs[0]
+        if not self.broadcast:
+            _, norm = concat_broadcast(b, norm, c, 1, f"{base}/norm", four, dtype)
+        div = b.node("Div", [x4.outputs[0], norm], name=f"{base}/divide", shape=four,
+                     dtype=dtype)
+        flat = b.node("Flatten", [div.outputs[0]], {"axis": 1}, name=f"{base}/flatten",
+                      shape=[n, c], dtype=dtype)
+        return flat.outputs[0], (
+            f"{base} -> {len(b.made)} nodes (a={a:g}"
+            + (f", min {clip_min:g}" if clip_min is not None else "")
+            + (", concat broadcast" if not self.broadcast else "") + ")")
+
+
+class LpNormToOps(L2Norm):
+    """LpNormalization (p=2) of [N, C] features over axis 1 -> the ops L2Norm rebuilds."""
+
+    def pattern(self, p):
+        return p.op("LpNormalization", "x", name="lp")
+
+    def form(self, m):
+        p = m.lp.attributes.get_int("p", 2)
+        axis = m.lp.attributes.get_int("axis", -1)
+        xd = _dims(m.x)
+        why = None
+        if p != 2:
+            why = f"p={p}: only the L2 norm is rebuilt"
+        elif xd is None or len(xd) != 2:
+            why = "only [N, C] features are rebuilt"
+        elif axis % 2 != 1:
+            why = f"axis={axis} is not the feature axis 1"
+        return 0.0, None, why
 
 
 def restruct_pass(name, target):
@@ -472,7 +404,7 @@ def restruct_pass(name, target):
     if name == "merge_linear":
         return RulePass(name, [MergeLinear()], restart=True)
     if name == "l2norm":
-        return RulePass(name, [L2Norm(target)])
+        return RulePass(name, [L2Norm(target), LpNormToOps(target)])
     if name == "fc_to_conv":
         return RulePass(name, [FcToConv(target)])
     raise ConversionError(f"unknown restruct pass {name!r} (known: {', '.join(ORDER)})")

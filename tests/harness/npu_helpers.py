@@ -81,3 +81,39 @@ def checked(lowered):
     proto = ir.serde.serialize_model(lowered)
     onnx.checker.check_model(proto, full_check=False)
     return proto
+
+
+def rewritten(model, *rules, restart=False):
+    """(PassResult, ir.Model): `rules` run as one RulePass over `model` (a ModelProto or
+    bytes) made ready as lowering makes it."""
+    from paddle_npu.npu.passes import RulePass
+    from paddle_npu.npu.pipeline import prepare
+
+    m = prepare(model)
+    return RulePass(rules[0].name, rules, restart=restart)(m), m
+
+
+def same_numbers(before, after, feeds):
+    """onnxruntime computes the same outputs on `before` (a ModelProto, bytes or an
+    ir.Model) and on `after` (a rewritten ir.Model, its primitives emulated), which passes
+    onnx.checker."""
+    from paddle_npu.npu.emulation import emulate
+
+    want = []
+    for m in (before, after):
+        if isinstance(m, ir.Model):
+            if any(n.domain == DOMAIN for n in m.graph):
+                emulate(m)
+            m.ir_version = max(m.ir_version, 10)
+        data = serialized(m) if not isinstance(m, bytes) else m
+        onnx.checker.check_model(onnx.load_from_string(data))
+        want.append(run_onnx(data, feeds)[1])
+    (want, got) = want
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, f"output {i}")
+
+
+def readers(value):
+    """The names of the nodes reading `value`."""
+    return [u.name for u, _ in value.uses()]
