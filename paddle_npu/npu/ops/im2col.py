@@ -129,11 +129,7 @@ class Im2Col(Primitive):
 
     With `blocks_first` as well, Y is [N, ceil(C / B), OH*OW, KH*KW*B]: block b's rows on
     their own, every block B channels (the last filled up with zero channels), each tap by
-    tap as above: the rows of a stack of alike tiles, one block each (VMM with a stacked W).
-
-    With `columns` [start, count], Y is only those columns of the rows, [N, OH*OW, count]:
-    what one band of array tiles reads (the row_bands pass gives each band of a layer its
-    own, so that no band's rows are cut out of the whole layer's, a copy of all of them)."""
+    tap as above: the rows of a stack of alike tiles, one block each (VMM with a stacked W)."""
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),)
     outputs = (Arg("Y", "rows [N, OH*OW, C*KH*KW] ([N, blocks, OH*OW, KH*KW*B] blocks first)"),)
@@ -142,8 +138,6 @@ class Im2Col(Primitive):
                                      "channels, each tap by tap", 0),
         Attr("blocks_first", "int", "1: each channel_block's rows on their own (a leading "
                                     "axis of blocks)", 0),
-        Attr("columns", "ints", "[start, count]: only those columns of the rows ([0, 0]: all "
-                                "of them)", [0, 0]),
     ) + LAYOUT_ATTRS
 
     @classmethod
@@ -159,9 +153,6 @@ class Im2Col(Primitive):
             block = a["channel_block"]
             return [[n, -(-c // block), rows, kh * kw * block]]
         cols = c * kh * kw if isinstance(c, int) else None
-        if column_range(a):
-            check_columns(a, cols if rows is not None else None)
-            cols = a["columns"][1]
         return [[n, rows, cols]]
 
     @classmethod
@@ -170,11 +161,6 @@ class Im2Col(Primitive):
         h, w = _height_width(in_shapes, a)
         nhwc = "nhwc_" if is_nhwc(a) else ""
         channels = image_dims(in_shapes[0], a)[1] if in_shapes and in_shapes[0] else None
-        if column_range(a):
-            start, count = a["columns"]
-            return f"columns_{nhwc}{h}x{w}_c{channels}_" + config_tag(
-                a["kernel_shape"], a["strides"], a["pads"], a["dilations"]) + \
-                f"_b{a['channel_block']}_{start}_{count}"
         # Every node of an overload calls one function, so the name holds all its body bakes
         # in. The channel count is baked into an nhwc body (its pixels are Reshapes to C
         # values) and into a few-channel picture's one-hot Conv (float32_body); an nchw
@@ -276,9 +262,7 @@ class Im2Col(Primitive):
     def body(cls, b, attrs, in_shapes):
         overload = cls.overload(attrs, in_shapes)
         channels = image_dims(in_shapes[0], attrs)[1]
-        if overload.startswith("columns"):
-            cls._columns_body(b, attrs, *_height_width(in_shapes, attrs), channels)
-        elif overload.startswith("pointwise"):
+        if overload.startswith("pointwise"):
             cls._pointwise_body(b, attrs, channels)
         elif overload.startswith("fixed_nhwc"):
             cls._nhwc_body(b, attrs, channels)
@@ -297,7 +281,7 @@ class Im2Col(Primitive):
         it. A network's first layer gathers the largest image: the Conv is faster there than
         the Pad, Einsum and Gather of the body."""
         channels = image_dims(in_shapes[0], attrs)[1]
-        if column_range(attrs) or not _one_hot(attrs, in_shapes, channels):
+        if not _one_hot(attrs, in_shapes, channels):
             cls.body(b, attrs, in_shapes)
             return
         (kh, kw), block = attrs["kernel_shape"], attrs["channel_block"]
@@ -368,44 +352,6 @@ class Im2Col(Primitive):
         cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
-    def _columns_body(cls, b, attrs, h, w, channels):
-        """A range of the rows' columns (`columns`), image size fixed: the padded image's
-        pixels channels-last (as the fixed-size body has them; the same nodes in every band's
-        body, which onnxruntime merges), then one Gather of just the range's values, by a
-        table made here. The pixels are read as runs of g values, the most that each run of
-        g columns finds side by side in every window (tap by tap: a band of 256 columns of
-        a 3x3 kernel over 96 channels reads runs of 32)."""
-        start, count = attrs["columns"]
-        pt, pl, pb, pr = attrs["pads"]
-        oh, ow = output_size(attrs, h, w)
-        rows, cols = window_coords(attrs, oh, ow)                # in the padded image
-        pixel = rows * (w + pl + pr) + cols                      # [OH, OW, KH, KW]
-        first = pixel[:, :, :1, :1].reshape(-1, 1)              # [OH*OW, 1]: window's first
-        taps = (pixel[0, 0] - pixel[0, 0, 0, 0]).reshape(-1)    # [KH*KW]: from the first
-        source = column_source(channels, len(taps), attrs["channel_block"])
-        source = source[start:start + count]                    # column j: c * taps + tap
-        rows_term = first * channels            # values of the pixels [N, Hp*Wp, C], flat
-        cols_term = taps[source % len(taps)] * channels + source // len(taps)
-        size = (h + pt + pb) * (w + pl + pr) * channels
-        run = _run_length(rows_term, cols_term, size)
-        if is_nhwc(attrs):      # the padded image [N, Hp, Wp, C] read as runs: one Reshape
-            x = b.op("Pad", "X", b.const([0, pt, pl, 0, 0, pb, pr, 0])) \
-                if any(attrs["pads"]) else "X"
-            values = b.op("Reshape", x, b.const([0, -1, run]))
-        else:
-            pixels = cls._nchw_pixels(b, attrs, channels)
-            values = pixels if run == channels else \
-                b.op("Reshape", pixels, b.const([0, -1, run]))
-        if count == run:        # one run a window: a table [OH*OW] gives the rows as they are
-            b.op("Gather", values, index_table(b, rows_term // run, cols_term[:1] // run,
-                                               [oh * ow]), axis=1, out="Y")
-            return
-        table = index_table(b, rows_term // run, cols_term[None, ::run] // run,
-                            [oh * ow, count // run])
-        b.op("Reshape", b.op("Gather", values, table, axis=1), b.const([0, oh * ow, count]),
-             out="Y")
-
-    @classmethod
     def _generic_body(cls, b, attrs, channels):
         """The receptive fields as one index table into the padded image (a few small ops on
         the attributes and the image's height and width), gathered channels-last: whole
@@ -448,8 +394,6 @@ class Im2Col(Primitive):
         x = as_nchw(inputs[0], a)
         n, c, h, w = x.shape
         check_block(a, c, h, w)
-        if column_range(a):
-            check_columns(a, c * int(np.prod(a["kernel_shape"])))
         block = a["channel_block"]
         if a["blocks_first"]:           # the channels filled up to whole blocks, then split
             count = -(-c // block)
@@ -484,9 +428,6 @@ class Im2Col(Primitive):
             for i, j, rows, cols in taps:
                 out[:, :, :, :, i, j] = xp[:, :, rows, cols].transpose(0, 2, 3, 1)
         rows = out.reshape(n, oh * ow, c * kh * kw)
-        if column_range(a):         # only those columns are made (and counted)
-            start, count = a["columns"]
-            rows = np.ascontiguousarray(rows[..., start:start + count])
         array.moved_elements += rows.size
         return [rows]
 
@@ -537,35 +478,6 @@ def check_block(a, channels, h, w):
                          f"fixed (got {channels}, {h}, {w})")
     if a["blocks_first"] and not block:
         raise ValueError("blocks_first needs a channel_block")
-
-
-def column_range(a):
-    """Whether an Im2Col makes a range of the rows' columns only."""
-    return list(a.get("columns") or [0, 0]) != [0, 0]
-
-
-def check_columns(a, total):
-    """Raises on a column range outside the rows (total: their columns, None when the image's
-    channels, height or width are open: a range needs them fixed)."""
-    start, count = a["columns"]
-    if a.get("blocks_first") or count < 1 or start < 0 or not isinstance(total, int) or \
-            start + count > total:
-        raise ValueError(f"columns {[start, count]} is no range of the rows' {total} columns "
-                         f"(a range needs the image's size fixed; a blocks_first Im2Col has "
-                         f"none)")
-
-
-def _run_length(rows_term, cols_term, size):
-    """The longest run g of values side by side that every g columns of a range read, in
-    every window (the elements rows_term + cols_term, each run's first a multiple of g), g
-    dividing the image's `size` elements."""
-    count = len(cols_term)
-    for g in sorted((d for d in range(2, count + 1) if count % d == 0), reverse=True):
-        runs = cols_term.reshape(-1, g)
-        if size % g == 0 and not (rows_term % g).any() and not (runs[:, 0] % g).any() and \
-                (runs == runs[:, :1] + np.arange(g)).all():
-            return g
-    return 1
 
 
 def window_coords(a, oh, ow):
