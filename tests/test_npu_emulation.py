@@ -1,6 +1,9 @@
 """How onnxruntime emulates a lowered model (npu/emulation/): exact (float64) sums, as the
 NumPy reference, or float32 sums; the NPU program the same under either, and `verify`
 judging the emulation a model carries while reporting how far the other one is."""
+import ast
+import pathlib
+
 import numpy as np
 import onnx
 import pytest
@@ -9,8 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 from npu_helpers import program, serialized
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
-from paddle_npu.npu import DOMAIN, lower, verify
+from paddle_npu.npu import DOMAIN, all_primitives, lower, ops, verify
 from paddle_npu.npu.emulation import KEY, emulate
+from paddle_npu.npu.emulation.registry import all_emulations
 from paddle_npu.npu.verifier import render, seeded_inputs
 
 K, M = 128, 4
@@ -148,3 +152,19 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "agrees: no farther from the model computed in float64" in res.stdout
     assert "float32 (not judged): " in res.stdout
+
+
+def test_every_primitive_has_an_emulation_and_the_operator_set_imports_none():
+    """The NPU program's primitives (ops/) are what the chip runs; how onnxruntime runs them
+    is the emulation's (emulation/, one module of bodies per ops/ module): every primitive
+    has one, and no module of ops/ imports the emulation or onnx."""
+    assert set(all_emulations()) == set(all_primitives())
+    folder = pathlib.Path(ops.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any("emulation" in n or n.split(".")[0] == "onnx" for n in names), \
+                (path.name, names)
+        assert (folder.parent / "emulation" / path.name).exists() or path.name in (
+            "__init__.py", "base.py"), path.name

@@ -16,6 +16,7 @@ from onnx import helper
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
 from paddle_npu.npu import lower
+from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
 from paddle_npu.npu.passes import with_input_shapes
@@ -35,12 +36,12 @@ PTQ_FIXTURES = os.path.join(ROOT, "tests", "data", "paddleslim_ptq")
 def run_primitive(op, inputs, attrs, out_type):
     """onnxruntime running one primitive through its function body (an input None: left
     out, an optional one's empty name)."""
-    prim = get_primitive(op)
+    emulated = emulation_of_op(op)
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     shapes = [None if a is None else list(a.shape) for a in inputs]
     node = helper.make_node(op, names, ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, shapes)
-    f = prim.function_proto(17, attrs, shapes)
+    node.overload = emulated.overload(attrs, shapes)
+    f = emulated.function_proto(17, attrs, shapes)
     fed = {n: a for n, a in zip(names, inputs) if a is not None}
     g = helper.make_graph(
         [node], "t",

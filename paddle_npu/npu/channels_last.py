@@ -104,14 +104,12 @@ class ChannelsLast(Pass):
         n, c, h, w = g.dims(node.outputs[0])
         if len(g.dims(x)) == 4:
             node.attributes["perm"] = ir.AttrInt64s("perm", [0, 3, 1, 2])
-            node.overload = _overload(node)
             return x
         image = g.make_node(DOMAIN, "DimTransform", [x],
                             {"perm": [0, 1, 2], "shape": [0, h, w, c]},
                             self.builder.names(f"{node.name}/rows"), dtype=x.dtype,
                             shape=[n, h, w, c])
         g.copy_annotations(node, image)
-        image.overload = _overload(image)
         node.graph.insert_before(node, image)
         replaced.append(image)                  # goes if nothing reads it
         return image.outputs[0]
@@ -139,7 +137,6 @@ class ChannelsLast(Pass):
         node.replace_input_with(0, r)
         node.attributes["layout"] = ir.AttrString("layout", "nhwc")
         node.attributes["image_size"] = ir.AttrInt64s("image_size", [h, w])
-        node.overload = _overload(node)
         result.fired.append(f"{node.name} reads rows")
 
     def _drop(self, node, rows, replaced, result):
@@ -158,7 +155,6 @@ class ChannelsLast(Pass):
         """A move to rows [N, H*W, C] (ConvTranspose's input): a reshape of the rows."""
         node.replace_input_with(0, rows[node.inputs[0]])
         node.attributes["perm"] = ir.AttrInt64s("perm", [0, 1, 2, 3])
-        node.overload = _overload(node)
         result.fired.append(f"{node.name} reshapes the rows")
 
     def _window(self, node, rows, replaced, result):
@@ -194,8 +190,6 @@ class ChannelsLast(Pass):
         new.outputs[0].type = node.outputs[0].type
         new.outputs[0].shape = ir.Shape(shape)
         g.copy_annotations(node, new)
-        if node.domain == DOMAIN:
-            new.overload = _overload(new)
         node.graph.insert_before(node, new)
         replaced.append(node)
         return new
@@ -216,7 +210,6 @@ class ChannelsLast(Pass):
             if g.source(back) is None:
                 g.set_source(back, r.producer().name, r.producer().op_type)
             back.name = self.builder.names(f"{g.source(back)}/to_nchw")
-            back.overload = _overload(back)
             graph.insert_after(r.producer(), back)
             g.take_over(v, back.outputs[0])
             added += 1
@@ -470,10 +463,6 @@ def _constant_rows(c, size):
 def _attrs(node):
     prim = get_primitive(node.op_type)
     return prim.attrs_of({k: a.value for k, a in node.attributes.items()})
-
-
-def _overload(node):
-    return get_primitive(node.op_type).overload(_attrs(node), [g.dims(v) for v in node.inputs])
 
 
 def tensors_as_nchw(model_proto, tensors):

@@ -29,7 +29,7 @@ from ..onnx_io import infer_shapes, load_model, to_proto
 from ..optimize import fold_constants
 from . import graph as g
 from .mappers.layout import reshape_spec
-from .ops import DOMAIN, get_primitive
+from .ops import DOMAIN
 
 
 @dataclass
@@ -506,7 +506,6 @@ class FuseLayerNorm(Rule):
         attrs = {"axis": axis, "epsilon": found["eps"]}
         ln = builder.node("LayerNorm", [x] + params, attrs, name=f"{div.name}/layer_norm",
                           shape=g.dims(x), domain=DOMAIN)
-        ln.overload = get_primitive("LayerNorm").overload(attrs, [g.dims(v) for v in ln.inputs])
         g.set_source(ln, div.name, "LayerNormalization")
         graph.insert_before(found["nodes"][-1], ln)
         g.inherit_marks(found["nodes"], [ln])
@@ -554,7 +553,6 @@ class MergeDimTransforms(Rule):
         merged = builder.node("DimTransform", [first.inputs[0]], attrs,
                               name=f"{second.name}/merged", shape=g.dims(second.outputs[0]),
                               dtype=second.outputs[0].dtype, domain=DOMAIN)
-        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(first.inputs[0])])
         g.copy_annotations(second, merged)
         second.graph.insert_before(second, merged)
         g.take_over(second.outputs[0], merged.outputs[0])

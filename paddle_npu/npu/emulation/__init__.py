@@ -16,13 +16,18 @@ the bodies its nodes call:
              models; `verify` reports how far it is on each.
 
 Integer primitives compute in integers under either (bit for bit the reference's).
-This module is light (the command line reads EMULATIONS); the bodies load on first use.
+Each primitive's bodies are in the module named as its ops/ module (emulation/vmm.py for
+ops/vmm.py), registered by `body.emulates`. This module is light (the command line reads
+EMULATIONS); the bodies load on first use.
 """
 from ...errors import ConversionError
 
 EMULATIONS = ("exact", "float32")
 DEFAULT = "exact"
 KEY = "paddle_npu.emulation"        # the model's metadata naming the emulation attached
+# The opset the function bodies are written against, the least a lowered model imports:
+# CastLike; Unsqueeze axes and Pad pads as inputs; Constant value_ints
+MIN_BODY_OPSET = 15
 
 
 def check_emulation(emulation):

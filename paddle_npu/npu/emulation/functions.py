@@ -2,17 +2,18 @@
 import onnx_ir as ir
 
 from .. import graph as g
-from ..ops import DOMAIN, VERSION, get_primitive
-from ..ops.base import float32_overload
+from ..ops import DOMAIN, VERSION
 from ..passes import Pass
+from .body import float32_overload
+from .registry import emulation_of_op
 
 
 def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
-    `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
-    attached before are replaced. float32: nodes whose primitive has a float32 body and whose
-    inputs are all float32 call it (`Primitive.float32_body`)."""
+    `Emulated.input_attrs` reads from the inputs); import the NPU domain. Functions attached
+    before are replaced. float32: nodes whose emulation has a float32 body and whose inputs
+    are all float32 call it (`Emulated.float32_body`)."""
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
         del model.functions[key]
@@ -20,17 +21,17 @@ def attach_functions(model, float32=False):
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.domain != DOMAIN:
             continue
-        prim = get_primitive(node.op_type)
+        emulated = emulation_of_op(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
-        attrs.update(prim.input_attrs(node.inputs))
+        attrs.update(emulated.input_attrs(node.inputs))
         shapes = [g.dims(v) for v in node.inputs]
         fast = float32 and sums_in_float32(node)
-        overload = prim.overload(attrs, shapes)
+        overload = emulated.overload(attrs, shapes)
         node.overload = float32_overload(overload) if fast else overload
         if (node.op_type, node.overload) in done:
             continue
         done.add((node.op_type, node.overload))
-        proto = prim.function_proto(opset, attrs, shapes, float32=fast)
+        proto = emulated.function_proto(opset, attrs, shapes, float32=fast)
         function = ir.serde.deserialize_function(proto)
         model.functions[function.identifier()] = function
     if done:
@@ -44,10 +45,10 @@ def summing_nodes(graph):
 
 
 def sums_in_float32(node):
-    """Whether a node of the NPU domain can call its primitive's float32 body: it has one
+    """Whether a node of the NPU domain can call its emulation's float32 body: it has one
     and every input is float32."""
-    prim = get_primitive(node.op_type)
-    return prim is not None and prim.float32_body is not None and all(
+    emulated = emulation_of_op(node.op_type)
+    return emulated is not None and emulated.float32_body is not None and all(
         v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
 
 
