@@ -10,7 +10,7 @@ them), whose classmethods give
     overload(attrs, in_shapes)   the name of the body a node needs: "" by default; a body
                                  that references the node's attributes (`Ref`, `Body.attr`)
                                  serves every node of its overload
-    input_attrs(inputs)          what a body specialises on that follows from the node's
+    input_attrs(inputs, images)  what a body specialises on that follows from the node's
                                  inputs, not from its attributes
 
 The bodies are written against one opset (MIN_BODY_OPSET .. the model's), using only ops
@@ -62,11 +62,11 @@ class Emulated:
         return ""
 
     @classmethod
-    def input_attrs(cls, inputs):
+    def input_attrs(cls, inputs, images=()):
         """Facts a node's body specialises on that follow from its inputs (`inputs`: the
-        node's onnx_ir values: a constant's values, an element type), keyed with a leading
-        "_": they are not attributes of the NPU program, only of the function body. {} by
-        default."""
+        node's onnx_ir values: a constant's values, an element type; `images`: the values
+        onnxruntime is to run as images, image_rows.py), keyed with a leading "_": they are
+        not attributes of the NPU program, only of the function body. {} by default."""
         return {}
 
     @classmethod

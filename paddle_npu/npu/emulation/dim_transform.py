@@ -30,7 +30,7 @@ class DimTransform(Emulated):
     X's axis 0 moves behind the others (`_moves_axis0_last`)."""
 
     @classmethod
-    def input_attrs(cls, inputs):
+    def input_attrs(cls, inputs, images=()):
         return float_input_attrs(inputs)
 
     @classmethod

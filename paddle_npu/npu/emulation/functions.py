@@ -6,24 +6,27 @@ from ..ops import DOMAIN, VERSION
 from ..passes import Pass
 from .body import float32_overload
 from .registry import emulation_of_op
+from .image_rows import image_rows
 
 
 def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
-    `Emulated.input_attrs` reads from the inputs); import the NPU domain. Functions attached
+    `Emulated.input_attrs` reads from the inputs, and on the values the main graph's 1x1
+    layers are to read as images: image_rows); import the NPU domain. Functions attached
     before are replaced. float32: nodes whose emulation has a float32 body and whose inputs
     are all float32 call it (`Emulated.float32_body`)."""
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
         del model.functions[key]
+    images = image_rows(model.graph)
     done = set()
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.domain != DOMAIN:
             continue
         emulated = emulation_of_op(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
-        attrs.update(emulated.input_attrs(node.inputs))
+        attrs.update(emulated.input_attrs(node.inputs, images))
         shapes = [g.dims(v) for v in node.inputs]
         fast = float32 and sums_in_float32(node)
         overload = emulated.overload(attrs, shapes)

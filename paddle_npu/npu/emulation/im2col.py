@@ -66,7 +66,7 @@ class Im2Col(Emulated):
         return pixels[1:]
 
     @classmethod
-    def input_attrs(cls, inputs):
+    def input_attrs(cls, inputs, images=()):
         """{"_float": True} when X is float32 or float64: the fixed-size bodies then swap
         taps and channels with an Einsum, not a Transpose: onnxruntime's Einsum is the
         faster of the two there (it has no int8 kernel: an int8 image keeps the Transpose).

@@ -32,7 +32,7 @@ class AxisResample(Emulated):
     for a float X repeated along its last axis)."""
 
     @classmethod
-    def input_attrs(cls, inputs):
+    def input_attrs(cls, inputs, images=()):
         return float_input_attrs(inputs)
 
     @classmethod

@@ -3,7 +3,6 @@ import math
 
 import numpy as np
 
-from ..graph import is_image_rows
 from .body import DOUBLE, Emulated, emulates
 
 
@@ -21,8 +20,8 @@ class VMM(Emulated):
     A stack W [T, R, M] is one batched MatMul: no rows sliced per tile, and one node instead
     of one per tile (thousands for the per-channel plan).
 
-    An X the layout pass keeps as an image's rows [N, H, W, C] (a 1x1 layer's input) gets
-    a float32 body that is a 1x1 Conv between two
+    An X onnxruntime is to run as an image [N, H, W, C] (image_rows.py: a 1x1 layer's rows
+    next to depthwise or pooling layers) gets a float32 body that is a 1x1 Conv between two
     transposes, which onnxruntime cancels against its neighbours' (DepthwiseConv's, Pool's,
     the other such VMMs') and runs in its blocked layout, as it runs the Conv the layer came
     from (a MatMul there is slower)."""
@@ -32,7 +31,7 @@ class VMM(Emulated):
         """"whole" when the array reads all of X's columns, "rows_<offset>_<R>_rank<n>" when
         the columns it reads are known at lowering (the Slice bounds one per axis of X),
         else "" (the slice computed at every run); "stack" for a stack. "_image" follows
-        when X is an image's rows (input_attrs): the float32 body is a 1x1 Conv."""
+        when X is run as an image (input_attrs): the float32 body is a 1x1 Conv."""
         if len(in_shapes[1]) == 3:
             cls.primitive.check_stack(attrs, in_shapes[0], in_shapes[1])
             return "stack"
@@ -50,17 +49,17 @@ class VMM(Emulated):
         return name + f"_of{total}" if cls._aligned(attrs, in_shapes) else name
 
     @classmethod
-    def input_attrs(cls, inputs):
+    def input_attrs(cls, inputs, images=()):
         """{"_blocks": (n, k, m)} when W is a constant made of n diagonal blocks of k rows by
-        m columns, zero elsewhere (`diagonal_blocks`); {"_image": True} when X is an image's
-        rows [N, H, W, C] (graph.is_image_rows) and W a tile [R, M]; else {}."""
+        m columns, zero elsewhere (`diagonal_blocks`); {"_image": True} when X is one of
+        `images` (image_rows.py) and W a tile [R, M]; else {}."""
         w = inputs[1] if len(inputs) > 1 else None
         if w is None or w.const_value is None:
             return {}
         blocks = diagonal_blocks(w.const_value.numpy())
         if blocks is not None:
             return {"_blocks": blocks}
-        return {"_image": True} if is_image_rows(inputs[0]) and len(w.shape) == 2 else {}
+        return {"_image": True} if inputs[0] in images and len(w.shape) == 2 else {}
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
