@@ -262,6 +262,41 @@ def test_int16_keeps_values_past_the_calibrated_range():
     assert cos[16] > 0.99999 and cos[8] < 0.999
 
 
+def test_int16_layers_quantise_their_images_and_im2col_moves_int16():
+    """A 16-bit layer quantises its image before Im2Col, as an 8-bit one does (Im2Col only
+    moves values and pads zeros, and Quantize(0) = 0): Im2Col moves int16, an NCHW picture's
+    and an nhwc image's rows, padded in int32 in the function bodies (onnxruntime's Pad has
+    no int16 kernel); onnxruntime equals the NumPy reference bit for bit."""
+    rng = np.random.default_rng(16)
+
+    def weight(m, c):
+        return (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="first", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="second", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], strides=[2, 2])]
+    m = model(nodes, [("x", [1, 3, 8, 8])], [("y", None)],
+              [("w1", weight(8, 3)), ("w2", weight(4, 8))])
+    onnx_bytes = serialized(m)
+    feeds = {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    lowered = quantized_lower(onnx_bytes, calibrate(onnx_bytes, feeds), 16)[0]
+    im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
+    assert [n.attributes.get_string("layout", "nchw") for n in im2col] == ["nchw", "nhwc"]
+    for n in im2col:
+        assert n.inputs[0].dtype == ir.DataType.INT16
+        assert n.inputs[0].producer().op_type == "Quantize"
+    proto = ir.serde.serialize_model(lowered)
+    for f in (f for f in proto.functions if f.name == "Im2Col"):
+        made = {o: node for node in f.node for o in node.output}
+        pads = [node for node in f.node if node.op_type == "Pad"]
+        assert pads and all(made[node.input[0]].op_type == "Cast" for node in pads)
+    for i in range(2):
+        x = {"x": feeds["x"][i:i + 1]}
+        assert np.array_equal(_ort(proto, x)[0], Reference(proto, None).run(x)[0])
+
+
 def _two_windows(window, groups=1, wide=8, thin=2, outs=2, size=4):
     """Two Convs of one window (`window`: Conv attributes) and `groups` on images of one size,
     `wide` and `thin` channels, both the rows of a 1x1 Conv before them (nhwc Im2Cols):

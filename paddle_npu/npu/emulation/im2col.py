@@ -1,6 +1,6 @@
 """Im2Col's function bodies: gathers of an image's pixels by index tables made at lowering."""
 import numpy as np
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from ..ops.im2col import column_source, image_dims, is_nhwc, output_size
 from .body import Emulated, config_tag, emulates, float_input_attrs
@@ -38,7 +38,8 @@ class Im2Col(Emulated):
     """The rows gathered from the (padded) image by one Gather of whole pixels (or of whole
     blocks of channels) per window tap, by an index table computed at lowering where the
     image's height and width are fixed (`index_table`), at run time where they are not
-    (`_generic_body`)."""
+    (`_generic_body`). An int16 image is padded in int32 (onnxruntime's Pad has no int16
+    kernel): the same integers."""
 
     @classmethod
     def overload(cls, attrs, in_shapes):
@@ -49,9 +50,10 @@ class Im2Col(Emulated):
         # Every node of an overload calls one function, so the name holds all its body bakes
         # in. The channel count is baked into an nhwc body (its pixels are Reshapes to C
         # values) and into a few-channel picture's one-hot Conv (float32_body); an nchw
-        # gather of whole pixels leaves it open.
+        # gather of whole pixels leaves it open. An int16 image's body pads in int32.
         pixels = "_einsum_pixels" if _pixels_by_einsum({**attrs, **a}, channels) else ""
         channel_tag = f"c{channels}_" if nhwc or pixels else ""
+        pixels += "_int16" if attrs.get("_int16") else ""
         if list(a["kernel_shape"]) == [1, 1] and not any(a["pads"]) and not a["blocks_first"]:
             sh, sw = a["strides"]
             size = f"_{h}x{w}" if nhwc and (sh, sw) != (1, 1) else ""
@@ -70,7 +72,11 @@ class Im2Col(Emulated):
         """{"_float": True} when X is float32 or float64: the fixed-size bodies then swap
         taps and channels with an Einsum, not a Transpose: onnxruntime's Einsum is the
         faster of the two there (it has no int8 kernel: an int8 image keeps the Transpose).
-        A picture's few channels move channels-last by one too (_pixels_by_einsum)."""
+        A picture's few channels move channels-last by one too (_pixels_by_einsum).
+        {"_int16": True} when X is int16: the bodies pad it in int32 (`pad`)."""
+        x = inputs[0] if inputs else None
+        if x is not None and x.dtype is not None and int(x.dtype) == TensorProto.INT16:
+            return {"_int16": True}
         return float_input_attrs(inputs)
 
     @staticmethod
@@ -219,7 +225,7 @@ class Im2Col(Emulated):
         """An NCHW image padded (`fill` zero channels after its own), its pixels
         channels-last: [N, Hp*Wp, C + fill], what a window table indexes."""
         (pt, pl, pb, pr) = attrs["pads"]
-        x = b.op("Pad", "X", b.const([0, 0, pt, pl, 0, fill, pb, pr])) \
+        x = pad(b, "X", b.const([0, 0, pt, pl, 0, fill, pb, pr]), attrs.get("_int16")) \
             if any(attrs["pads"]) or fill else "X"
         xp = b.op("Reshape", x, b.const([0, 0, -1]))                         # [N, C, Hp*Wp]
         return cls._channels_last(b, attrs, xp, channels)
@@ -233,7 +239,8 @@ class Im2Col(Emulated):
         (_, pl, _, pr) = attrs["pads"]
         oh, ow = output_size(attrs, h, w)
         rows, cols = window_coords(attrs, oh, ow)               # in the padded image
-        pixels = padded_pixels(b, "X", channels, attrs["pads"], _channel_fill(attrs, channels))
+        pixels = padded_pixels(b, "X", channels, attrs["pads"], _channel_fill(attrs, channels),
+                               attrs.get("_int16"))
         cls._gather(b, attrs, pixels, rows * (w + pl + pr), cols, channels)
 
     @classmethod
@@ -264,7 +271,8 @@ class Im2Col(Emulated):
         index = b.op("Reshape", index, b.const([-1]))              # [OH*OW*KH*KW]
 
         pads = b.op("Concat", pair0, before, pair0, after, axis=0)
-        xp = b.op("Reshape", b.op("Pad", "X", pads), b.const([0, 0, -1]))   # [N, C, Hp*Wp]
+        xp = b.op("Reshape", pad(b, "X", pads, attrs.get("_int16")),
+                  b.const([0, 0, -1]))                                      # [N, C, Hp*Wp]
         g = b.op("Gather", cls._channels_last(b, attrs, xp, channels), index, axis=1)
         out_rows = b.op("ReduceProd", o, keepdims=1)                            # [OH*OW]
         taps = b.op("ReduceProd", k, keepdims=1)                                # [KH*KW]
@@ -273,12 +281,21 @@ class Im2Col(Emulated):
         b.op("Reshape", t, b.op("Concat", i0, out_rows, b.const([-1]), axis=0), out="Y")
 
 
-def padded_pixels(b, image, channels, pads, fill=0):
+def pad(b, x, pads, int16=False):
+    """Pad(x, pads) with zeros; an int16 x padded in int32, onnxruntime's Pad having no int16
+    kernel (the same integers)."""
+    if not int16:
+        return b.op("Pad", x, pads)
+    wide = b.op("Pad", b.op("Cast", x, to=TensorProto.INT32), pads)
+    return b.op("Cast", wide, to=TensorProto.INT16)
+
+
+def padded_pixels(b, image, channels, pads, fill=0, int16=False):
     """An nhwc image [N, H, W, C] padded (`pads` as a window's), with `fill` zero channels
     after its own: the pixels [N, Hp*Wp, C + fill] a window table indexes."""
     pt, pl, pb, pr = pads
     if any(pads) or fill:
-        image = b.op("Pad", image, b.const([0, pt, pl, 0, 0, pb, pr, fill]))
+        image = pad(b, image, b.const([0, pt, pl, 0, 0, pb, pr, fill]), int16)
     return b.op("Reshape", image, b.const([0, -1, channels + fill]))
 
 
