@@ -46,17 +46,19 @@ def test_swish_body_and_reference_agree():
 
     from npu_helpers import serialized
     from paddle_npu.compare import run_onnx
+    from paddle_npu.npu.emulation.registry import emulation_of_op
     from paddle_npu.npu.ops import get_primitive
     from paddle_npu.npu import Reference
 
     prim = get_primitive("Lut")
+    emulated = emulation_of_op("Lut")
     node = helper.make_node("Lut", ["x"], ["y"], domain=DOMAIN, function="swish", name="lut")
-    node.overload = prim.overload({"function": "swish"}, [[4, 6]])
+    node.overload = emulated.overload({"function": "swish"}, [[4, 6]])
     graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", 1, [4, 6])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                 helper.make_opsetid(DOMAIN, 1)],
-                          functions=[prim.function_proto(17, {"function": "swish"}, [[4, 6]])])
+                          functions=[emulated.function_proto(17, {"function": "swish"}, [[4, 6]])])
     x = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
     _, (got,) = run_onnx(serialized(m), {"x": x})
     (ref,) = Reference(serialized(m), None).run({"x": x})

@@ -9,8 +9,10 @@ from onnx import helper
 from npu_helpers import assert_close, checked, model, on_arrays, serialized, three_way
 from paddle_npu.compare import agreement
 from paddle_npu.npu import DOMAIN, get_primitive, lower
-from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.vmm import diagonal_blocks
+from paddle_npu.npu.emulation import MIN_BODY_OPSET
+from paddle_npu.npu.emulation.registry import emulation_of_op
+from paddle_npu.npu.emulation.vmm import diagonal_blocks
+from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.target import Target
 from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
 from test_npu_ops import run_primitive
@@ -18,6 +20,7 @@ from test_npu_ops import run_primitive
 BIG = on_arrays(Target("big", rows=256, cols=256))   # depthwise Convs on tiles
 
 VMM = get_primitive("VMM")
+EMULATED_VMM = emulation_of_op("VMM")
 
 
 def block_tile(n, k, m, seed=0):
@@ -44,7 +47,7 @@ def test_block_body_matches_the_reference(n, k, m, off, extra, float32):
     shapes = [list(x.shape), list(w.shape)]
     attrs = {"row_offset": off}
     derived = {"_blocks": (n, k, m)}      # as functions.attach_functions finds them
-    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    fn = EMULATED_VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
     assert f"blocks{n}x{k}x{m}" in fn.overload
     assert not any(node.op_type == "MatMul" and "W" in node.input for node in fn.node)
     got = run_primitive("VMM", [x, w], attrs, consts=(1,), float32=float32, shapes=shapes,
@@ -162,19 +165,20 @@ def test_im2col_of_floats_swaps_taps_and_channels_with_an_einsum(layout, kernel,
     x = np.random.default_rng(4).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads}
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     if layout == "nhwc":
         attrs = dict(attrs, layout="nhwc", image_size=[h, w])
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     shapes = [list(x.shape)]
-    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
+    fn = emulated.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
     assert fn.overload.endswith("_einsum")
     assert {"Einsum"} <= {node.op_type for node in fn.node}
     # only the NCHW image itself is moved channels-last by a Transpose
     assert [node.op_type for node in fn.node].count("Transpose") == (layout == "nchw")
     got = run_primitive("Im2Col", [x], attrs, shapes=shapes, derived={"_float": True})
     np.testing.assert_array_equal(got, want)
-    plain = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    plain = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes)
     assert "Einsum" not in {node.op_type for node in plain.node}
 
 
@@ -195,17 +199,18 @@ def test_a_pictures_few_channels_move_channels_last_with_an_einsum(kernel, strid
     x = np.random.default_rng(5).standard_normal((n, channels, h, w)).astype(np.float32)
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "channel_block": block}
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     shapes = [list(x.shape) if known else [n, channels, "h", "w"]]
     few = channels < 8
-    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
+    fn = emulated.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, shapes)
     moves = [node for node in fn.node if node.op_type in ("Einsum", "Transpose")]
     assert [(node.op_type, onnx.helper.get_attribute_value(node.attribute[0]))
             for node in moves][0] == (("Einsum", b"ncp->npc") if few else ("Transpose", [0, 2, 1]))
     assert fn.overload.endswith("einsum_pixels") == few
     got = run_primitive("Im2Col", [x], attrs, shapes=shapes, derived={"_float": True})
     np.testing.assert_array_equal(got, want)
-    plain = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)      # an int8 image's
+    plain = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes)      # an int8 image's
     assert "Einsum" not in {node.op_type for node in plain.node}
     assert plain.overload != fn.overload or not few
 
@@ -228,9 +233,11 @@ def test_a_pictures_float32_im2col_is_a_one_hot_conv(kernel, stride, pads, dilat
     attrs = {"kernel_shape": kernel, "strides": stride, "pads": pads, "dilations": dilations,
              "channel_block": block}
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     derived = {"_float": True}
-    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [list(x.shape)], float32=True)
+    fn = emulated.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [list(x.shape)],
+                                 float32=True)
     assert ("Conv" in {node.op_type for node in fn.node}) == one_hot
     got = run_primitive("Im2Col", [x], attrs, float32=True, derived=derived)
     np.testing.assert_array_equal(got, want)
@@ -273,7 +280,7 @@ def test_block_tiles_on_the_grid_of_x_reshape_all_of_x(n, k, m, off, extra, alig
     x = np.random.default_rng(2).standard_normal((1, 6, off + n * k + extra)).astype(np.float32)
     shapes, attrs = [list(x.shape), list(w.shape)], {"row_offset": off}
     derived = {"_blocks": (n, k, m)}
-    fn = VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
+    fn = EMULATED_VMM.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, shapes, float32=float32)
     reads_x = [node.op_type for node in fn.node if node.input[:1] == ["X"]]
     assert reads_x == (["Reshape"] if aligned else ["Slice"])
     assert (f"_of{x.shape[-1]}" in fn.overload) == aligned

@@ -13,7 +13,7 @@ from paddle_npu.npu import DOMAIN, lower
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.channels_last import ChannelsLast
 from paddle_npu.npu.context import LowerContext
-from paddle_npu.npu.emulation import emulate
+from paddle_npu.npu.emulation.functions import emulate
 from paddle_npu.npu.pipeline import MIN_IR_VERSION, passes, prepare
 from paddle_npu.npu.quant.accuracy import layer_report
 from paddle_npu.npu.quant.calibrate import calibrate

@@ -1,6 +1,9 @@
 """How onnxruntime emulates a lowered model (npu/emulation/): exact (float64) sums, as the
 NumPy reference, or float32 sums; the NPU program the same under either, and `verify`
 judging the emulation a model carries while reporting how far the other one is."""
+import ast
+import pathlib
+
 import numpy as np
 import onnx
 import pytest
@@ -9,8 +12,10 @@ from onnx import TensorProto, helper, numpy_helper
 from npu_helpers import program, serialized
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
-from paddle_npu.npu import DOMAIN, lower, verify
-from paddle_npu.npu.emulation import KEY, emulate
+from paddle_npu.npu import DOMAIN, all_primitives, lower, ops, verify
+from paddle_npu.npu.emulation import KEY
+from paddle_npu.npu.emulation.functions import emulate
+from paddle_npu.npu.emulation.registry import all_emulations
 from paddle_npu.npu.verifier import render, seeded_inputs
 
 K, M = 128, 4
@@ -153,11 +158,7 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
 def test_only_the_emulation_and_verify_run_onnxruntime():
     """No stage-2 module outside emulation/ and verify (verifier.py, float64.py) imports
     onnxruntime or the runner of paddle_npu.compare: lowering never runs the emulator."""
-    import ast
-    import pathlib
-
-    import paddle_npu.npu as npu
-    root = pathlib.Path(npu.__file__).parent
+    root = pathlib.Path(ops.__file__).parent.parent
     runs = []
     for path in sorted(root.rglob("*.py")):
         where = path.relative_to(root).as_posix()
@@ -171,3 +172,19 @@ def test_only_the_emulation_and_verify_run_onnxruntime():
                     {a.name for a in node.names} & {"run_onnx", "run_onnx_on"}:
                 runs.append(where)
     assert runs == []
+
+
+def test_every_primitive_has_an_emulation_and_the_operator_set_imports_none():
+    """The NPU program's primitives (ops/) are what the chip runs; how onnxruntime runs them
+    is the emulation's (emulation/, one module of bodies per ops/ module): every primitive
+    has one, and no module of ops/ imports the emulation or onnx."""
+    assert set(all_emulations()) == set(all_primitives())
+    folder = pathlib.Path(ops.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any("emulation" in n or n.split(".")[0] == "onnx" for n in names), \
+                (path.name, names)
+        assert (folder.parent / "emulation" / path.name).exists() or path.name in (
+            "__init__.py", "base.py"), path.name

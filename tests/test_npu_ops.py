@@ -11,9 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, all_primitives, get_primitive
+from paddle_npu.npu.emulation import MIN_BODY_OPSET
 from paddle_npu.npu.emulation.functions import attach_functions
-from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.im2col import TABLE_LIMIT, column_source
+from paddle_npu.npu.emulation.im2col import TABLE_LIMIT
+from paddle_npu.npu.emulation.registry import emulation_of_op
+from paddle_npu.npu.ops import ArrayModel
+from paddle_npu.npu.ops.im2col import column_source
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -23,7 +26,7 @@ def run_primitive(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), float
                   shapes=None, derived=None):
     """onnxruntime on a one-node model calling the primitive's function body (`float32`: its
     float32 body; `shapes`: the input shapes the body is made for, default the inputs';
-    `derived`: what `Primitive.input_attrs` found, for the body only)."""
+    `derived`: what `Emulated.input_attrs` found, for the body only)."""
     m, feeds = primitive_model(op_type, inputs, attrs, opset, consts, float32, shapes, derived)
     return run_onnx(m.SerializeToString(), feeds)[1][0]
 
@@ -32,10 +35,11 @@ def primitive_model(op_type, inputs, attrs, opset=MIN_BODY_OPSET, consts=(), flo
                     shapes=None, derived=None):
     """The one-node model `run_primitive` runs, and its feeds (inputs not in `consts`)."""
     prim = get_primitive(op_type)
+    emulated = emulation_of_op(op_type)
     names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
     shapes = shapes or [None if x is None else list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
-    fn = prim.function_proto(opset, {**attrs, **(derived or {})}, shapes, float32=float32)
+    fn = emulated.function_proto(opset, {**attrs, **(derived or {})}, shapes, float32=float32)
     node.overload = fn.overload
     feeds = {n: x for n, x, k in zip(names, inputs, range(len(inputs)))
              if x is not None and k not in consts}
@@ -63,8 +67,9 @@ def test_every_primitive_has_a_complete_schema():
         assert s["doc"] and s["inputs"] and s["outputs"]
         for a in s["inputs"] + s["outputs"] + s["attributes"]:
             assert a["doc"], (name, a["name"])
-        for hook in ("infer", "body", "reference"):
+        for hook in ("infer", "reference"):
             assert callable(getattr(p, hook)), (name, hook)
+        assert callable(emulation_of_op(name).body), name      # onnxruntime runs every one
 
 
 def conv_by_loops(x, w, stride, pads, dil):
@@ -118,14 +123,15 @@ def test_im2col_body_reference_and_formula_agree(case):
 
 def _im2col_model(attrs, shape):
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     node = helper.make_node("Im2Col", ["x"], ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, [shape])
+    node.overload = emulated.overload(attrs, [shape])
     graph = helper.make_graph(
         [node], "p", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", MIN_BODY_OPSET),
                                                 helper.make_opsetid(DOMAIN, VERSION)],
-                          functions=[prim.function_proto(MIN_BODY_OPSET, attrs, [shape])])
+                          functions=[emulated.function_proto(MIN_BODY_OPSET, attrs, [shape])])
     m.ir_version = 10
     return m
 
@@ -173,11 +179,12 @@ def test_im2col_reads_an_nhwc_image_as_it_reads_the_nchw_one(case):
     x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     nhwc = dict(attrs, layout="nhwc", image_size=[h, w])
     rows = as_rows(x)
     assert prim.infer([list(rows.shape)], nhwc)[0] == list(want.shape)
-    assert prim.overload(nhwc, [["N", h, w, c]]).startswith(("pointwise_nhwc", "fixed_nhwc"))
+    assert emulated.overload(nhwc, [["N", h, w, c]]).startswith(("pointwise_nhwc", "fixed_nhwc"))
     np.testing.assert_array_equal(prim.reference(ArrayModel(8, 8), [rows], nhwc)[0], want)
     np.testing.assert_array_equal(run_primitive("Im2Col", [rows], nhwc), want)
 
@@ -192,11 +199,12 @@ def test_im2col_channel_blocks_reorder_the_columns(case, data):
     x = np.random.default_rng(1).standard_normal((n, c, h, w)).astype(np.float32)
     attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d}
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     plain = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     want = plain[..., column_source(c, k[0] * k[1], block)]
     nhwc = assert_im2col_gives(x, dict(attrs, channel_block=block), want)
     if block == c:          # tap by tap: the gather's own order, nothing moved after it
-        fn = prim.function_proto(MIN_BODY_OPSET, nhwc, [[n, h, w, c]])
+        fn = emulated.function_proto(MIN_BODY_OPSET, nhwc, [[n, h, w, c]])
         assert not {"Transpose", "Einsum"} & {node.op_type for node in fn.node}
 
 
@@ -238,9 +246,10 @@ def test_im2col_bodies_of_other_channel_counts_are_other_functions():
     other channel counts call different functions (a model's depthwise layers of 120 and
     240 channels in blocks of 10 once shared one, and gathered past the image's end)."""
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     a = dict(kernel_shape=[5, 5], pads=[2] * 4, channel_block=10, layout="nhwc",
              image_size=[4, 4])
-    assert prim.overload(a, [[1, 4, 4, 120]]) != prim.overload(a, [[1, 4, 4, 240]])
+    assert emulated.overload(a, [[1, 4, 4, 120]]) != emulated.overload(a, [[1, 4, 4, 240]])
     for c in (120, 240):
         x = np.random.default_rng(c).standard_normal((1, 4, 4, c)).astype(np.float32)
         np.testing.assert_array_equal(run_primitive("Im2Col", [x], a),
@@ -331,6 +340,7 @@ def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block, first):
     megabytes of table; it still gathers what the reference does. Below the limit it holds
     the table itself."""
     prim = get_primitive("Im2Col")
+    emulated = emulation_of_op("Im2Col")
     attrs = {"kernel_shape": [3, 3], "strides": [2, 1], "pads": [1, 2, 1, 0],
              "dilations": [1, 2]}
     assert 640 * 640 * 9 > TABLE_LIMIT >= 160 * 160 * 9
@@ -348,7 +358,7 @@ def test_im2col_keeps_a_big_index_table_out_of_the_model(layout, block, first):
         if layout == "nhwc":
             a.update(layout="nhwc", image_size=[size, size])
             x = as_rows(x)
-        fn = prim.function_proto(MIN_BODY_OPSET, a, [list(x.shape)])
+        fn = emulated.function_proto(MIN_BODY_OPSET, a, [list(x.shape)])
         assert fn.overload.startswith(f"fixed_{layout + '_' if layout == 'nhwc' else ''}"
                                       f"{size}x{size}_")
         assert biggest_constant(fn) == held
@@ -436,8 +446,9 @@ def test_vmm_body_per_overload(off, cols, overload, nodes, float32):
     w = rng.standard_normal((5, 4)).astype(np.float32)
     shapes = [[2, 3, cols], [5, 4]]
     prim = get_primitive("VMM")
-    assert prim.overload({"row_offset": off}, shapes) == overload
-    fn = prim.function_proto(MIN_BODY_OPSET, {"row_offset": off}, shapes, float32=float32)
+    emulated = emulation_of_op("VMM")
+    assert emulated.overload({"row_offset": off}, shapes) == overload
+    fn = emulated.function_proto(MIN_BODY_OPSET, {"row_offset": off}, shapes, float32=float32)
     assert len(fn.node) == nodes + (0 if float32 else 3)       # the exact body's 3 casts
     want = x[..., off:off + 5].astype(np.float64) @ w.astype(np.float64)
     got = run_primitive("VMM", [x, w], {"row_offset": off}, consts=(1,), float32=float32,
@@ -447,7 +458,7 @@ def test_vmm_body_per_overload(off, cols, overload, nodes, float32):
     if overload.startswith("rows"):
         flat = run_primitive("VMM", [x[0], w], {"row_offset": off}, consts=(1,),
                              float32=float32)
-        assert prim.overload({"row_offset": off}, [[3, cols], [5, 4]]) == "rows_2_5_rank2"
+        assert emulated.overload({"row_offset": off}, [[3, cols], [5, 4]]) == "rows_2_5_rank2"
         assert agreement(flat, want[0])["rel_diff"] <= (1e-6 if float32 else 1e-7)
 
 
@@ -495,7 +506,7 @@ def test_add_in_tile_exact_body_casts_only_past_two_addends(layout, bias, casts)
     b = rng.standard_normal(width).astype(np.float32) if bias else None
     attrs = {"offsets": [o for o, _ in layout], "width": width}
     shapes = [None if b is None else [width]] + [list(p.shape) for p in parts]
-    fn = get_primitive("AddInTile").function_proto(MIN_BODY_OPSET, attrs, shapes)
+    fn = emulation_of_op("AddInTile").function_proto(MIN_BODY_OPSET, attrs, shapes)
     assert any(n.op_type == "Cast" for n in fn.node) == casts
     want = np.zeros((2, 3, width))
     for (o, w), p in zip(layout, parts):
@@ -535,12 +546,13 @@ def test_add_in_tile_places_a_stack_of_tiles(layout, ops, bias, float32):
         want += b
     attrs = {"offsets": offsets, "width": width, "stacked": stacked}
     prim = get_primitive("AddInTile")
+    emulated = emulation_of_op("AddInTile")
     shapes = [None if b is None else [width]] + [list(p.shape) for p in parts]
     assert prim.infer(shapes, attrs)[0] == [2, 3, width]
     array = ArrayModel(4, 4)
     ref = prim.reference(array, [b] + parts, attrs)[0]
     np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
+    fn = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
     assert ops in {n.op_type for n in fn.node}
     got = run_primitive("AddInTile", [b] + parts, attrs, float32=float32)
     if float32:
@@ -563,7 +575,7 @@ def test_add_in_tile_float32_body_of_every_column(partials, ops):
     one partial, an Add (onnxruntime's Sum of a broadcast bias is slower, and a MatMul +
     Add is one Gemm to it)."""
     shapes = [[6]] + [[1, 4, 6]] * partials
-    fn = get_primitive("AddInTile").function_proto(MIN_BODY_OPSET, {"width": 6}, shapes,
+    fn = emulation_of_op("AddInTile").function_proto(MIN_BODY_OPSET, {"width": 6}, shapes,
                                                    float32=True)
     assert [n.op_type for n in fn.node] == ops
 
@@ -654,7 +666,7 @@ def test_col2im_exact_body_casts_only_past_two_addends(k, s, bias, casts):
     b = rng.standard_normal(m).astype(np.float32) if bias else None
     out = [(image[a] - 1) * s[a] + k[a] for a in range(2)]
     attrs = {"image_shape": image, "output_shape": out, "kernel_shape": k, "strides": s}
-    fn = get_primitive("Col2Im").function_proto(
+    fn = emulation_of_op("Col2Im").function_proto(
         MIN_BODY_OPSET, attrs, [list(x.shape), None if b is None else [m]])
     assert any(n.op_type == "Cast" for n in fn.node) == casts
     want, _ = col2im_by_loops(x, b, image, out, k, s, [0, 0], [1, 1])
@@ -665,10 +677,10 @@ def test_col2im_exact_body_casts_only_past_two_addends(k, s, bias, casts):
 def test_bodies_write_their_outputs_without_a_copy():
     """A body's last op writes the function output itself: no Identity is left to inline
     at every call, unless the output is an input as it is."""
-    lut = get_primitive("Lut").function_proto(
+    lut = emulation_of_op("Lut").function_proto(
         MIN_BODY_OPSET, {"function": "sigmoid", "alpha": 0.0, "beta": 0.0}, [[2, 3]])
     assert [n.op_type for n in lut.node] == ["Sigmoid"] and list(lut.node[0].output) == ["Y"]
-    add = get_primitive("AddInTile")
+    add = emulation_of_op("AddInTile")
     one = add.function_proto(MIN_BODY_OPSET, {"offsets": [0], "width": 3}, [None, [2, 3]])
     assert [n.op_type for n in one.node] == ["Identity"]          # Y is P0 as it is
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -752,8 +764,9 @@ def test_moves_inline_only_what_the_call_needs(op_type, dims, shapes, attrs, ove
     x = np.arange(int(np.prod(dims)), dtype=np.float32).reshape(dims)
     shapes = shapes or [dims]
     prim = get_primitive(op_type)
-    assert prim.overload(attrs, shapes) == overload
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes)
+    emulated = emulation_of_op(op_type)
+    assert emulated.overload(attrs, shapes) == overload
+    fn = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes)
     assert [n.op_type for n in fn.node] == ops
     want = prim.reference(ArrayModel(4, 4), [x], attrs)[0]
     got = run_primitive(op_type, [x], attrs, shapes=shapes)
@@ -896,7 +909,8 @@ def test_vector_float32_bodies_sum_in_float32_and_agree(op_type, attrs, shapes):
     rng = np.random.default_rng(5)
     inputs = [(rng.standard_normal(s) * 3 + 1).astype(np.float32) for s in shapes]
     prim = get_primitive(op_type)
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=True)
+    emulated = emulation_of_op(op_type)
+    fn = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=True)
     assert not any(a.i == TensorProto.DOUBLE for n in fn.node for a in n.attribute
                    if a.name == "to")
     want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
@@ -919,7 +933,8 @@ def test_vector_bodies_make_constants_in_the_type_they_sum_in(op_type, attrs, sh
     rng = np.random.default_rng(8)
     inputs = [(rng.standard_normal(s) * 2 + 1).astype(np.float32) for s in shapes]
     prim = get_primitive(op_type)
-    fn = prim.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
+    emulated = emulation_of_op(op_type)
+    fn = emulated.function_proto(MIN_BODY_OPSET, attrs, shapes, float32=float32)
     constants = {o for n in fn.node if n.op_type == "Constant" for o in n.output}
     assert not [n for n in fn.node if n.op_type in ("Cast", "CastLike")
                 and n.input[0] in constants]
@@ -961,7 +976,8 @@ def test_layer_norm_float32_body_from_opset_17_is_one_node(attrs, shapes, ops):
     inputs = [None if s is None else (rng.standard_normal(s) * 2 + 1).astype(np.float32)
               for s in shapes]
     prim = get_primitive("LayerNorm")
-    fn = prim.function_proto(17, attrs, [None if x is None else list(x.shape) for x in inputs],
+    emulated = emulation_of_op("LayerNorm")
+    fn = emulated.function_proto(17, attrs, [None if x is None else list(x.shape) for x in inputs],
                              float32=True)
     if ops is None:
         assert "LayerNormalization" not in [n.op_type for n in fn.node]
@@ -970,44 +986,3 @@ def test_layer_norm_float32_body_from_opset_17_is_one_node(attrs, shapes, ops):
     want = prim.reference(ArrayModel(8, 8), inputs, attrs)[0]
     got = run_primitive("LayerNorm", inputs, attrs, opset=17, float32=True)
     assert got.shape == want.shape and agreement(got, want)["rel_diff"] <= 1e-6
-
-
-@SETTINGS
-@given(im2col_cases(), st.data())
-def test_im2col_columns_give_a_range_of_the_rows(case, data):
-    """columns [start, count]: those columns of the rows (in any channel_block's order), in
-    the reference and in the body (a fixed NCHW or nhwc image), which gathers runs of values
-    side by side where every window has them."""
-    n, c, h, w, k, s, p, d = case
-    block = data.draw(st.sampled_from([0, c, max(1, c // 2)]))
-    total = c * k[0] * k[1]
-    start = data.draw(st.integers(0, total - 1))
-    count = data.draw(st.integers(1, total - start))
-    x = np.random.default_rng(3).standard_normal((n, c, h, w)).astype(np.float32)
-    attrs = {"kernel_shape": k, "strides": s, "pads": p, "dilations": d,
-             "channel_block": block}
-    prim = get_primitive("Im2Col")
-    rows = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
-    band = dict(attrs, columns=[start, count])
-    assert prim.infer([list(x.shape)], band)[0] == [n, rows.shape[1], count]
-    array = ArrayModel(8, 8)
-    assert_im2col_gives(x, band, rows[..., start:start + count])
-    prim.reference(array, [x], band)
-    assert array.moved_elements == n * rows.shape[1] * count
-
-
-def test_im2col_columns_of_a_band_read_runs_of_channels():
-    """A 3x3 band of 256 columns over 96 channels (an nhwc image, tap by tap) gathers runs of
-    32 channels: one Gather of [OH*OW, 8] blocks; out-of-range columns are refused."""
-    x = np.random.default_rng(4).standard_normal((1, 96, 6, 6)).astype(np.float32)
-    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channel_block": 96,
-             "columns": [256, 256]}
-    rows = get_primitive("Im2Col").reference(
-        ArrayModel(8, 8), [x], dict(attrs, columns=[0, 0]))[0]
-    nhwc = assert_im2col_gives(x, attrs, rows[..., 256:512])
-    fn = get_primitive("Im2Col").function_proto(MIN_BODY_OPSET, nhwc, [[1, 6, 6, 96]])
-    shapes = [list(numpy_helper.to_array(n.attribute[0].t).shape) for n in fn.node
-              if n.op_type == "Constant" and n.attribute[0].t.data_type == TensorProto.INT32]
-    assert shapes == [[36, 8]]
-    with pytest.raises(ValueError, match="no range of the rows' 864 columns"):
-        get_primitive("Im2Col").infer([[1, 96, 6, 6]], dict(attrs, columns=[800, 100]))

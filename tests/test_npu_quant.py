@@ -16,6 +16,7 @@ from onnx import helper
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
 from paddle_npu.npu import lower
+from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
 from paddle_npu.npu.passes import with_input_shapes
@@ -35,12 +36,12 @@ PTQ_FIXTURES = os.path.join(ROOT, "tests", "data", "paddleslim_ptq")
 def run_primitive(op, inputs, attrs, out_type):
     """onnxruntime running one primitive through its function body (an input None: left
     out, an optional one's empty name)."""
-    prim = get_primitive(op)
+    emulated = emulation_of_op(op)
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     shapes = [None if a is None else list(a.shape) for a in inputs]
     node = helper.make_node(op, names, ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, shapes)
-    f = prim.function_proto(17, attrs, shapes)
+    node.overload = emulated.overload(attrs, shapes)
+    f = emulated.function_proto(17, attrs, shapes)
     fed = {n: a for n, a in zip(names, inputs) if a is not None}
     g = helper.make_graph(
         [node], "t",
@@ -259,6 +260,41 @@ def test_int16_keeps_values_past_the_calibrated_range():
             (32767 if bits == 16 else 127), rel=1e-6)
         cos[bits] = _cosine(_ort(ir.serde.serialize_model(lowered), x)[0], want)
     assert cos[16] > 0.99999 and cos[8] < 0.999
+
+
+def test_int16_layers_quantise_their_images_and_im2col_moves_int16():
+    """A 16-bit layer quantises its image before Im2Col, as an 8-bit one does (Im2Col only
+    moves values and pads zeros, and Quantize(0) = 0): Im2Col moves int16, an NCHW picture's
+    and an nhwc image's rows, padded in int32 in the function bodies (onnxruntime's Pad has
+    no int16 kernel); onnxruntime equals the NumPy reference bit for bit."""
+    rng = np.random.default_rng(16)
+
+    def weight(m, c):
+        return (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="first", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="second", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1], strides=[2, 2])]
+    m = model(nodes, [("x", [1, 3, 8, 8])], [("y", None)],
+              [("w1", weight(8, 3)), ("w2", weight(4, 8))])
+    onnx_bytes = serialized(m)
+    feeds = {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    lowered = quantized_lower(onnx_bytes, calibrate(onnx_bytes, feeds), 16)[0]
+    im2col = [n for n in lowered.graph if n.op_type == "Im2Col"]
+    assert [n.attributes.get_string("layout", "nchw") for n in im2col] == ["nchw", "nhwc"]
+    for n in im2col:
+        assert n.inputs[0].dtype == ir.DataType.INT16
+        assert n.inputs[0].producer().op_type == "Quantize"
+    proto = ir.serde.serialize_model(lowered)
+    for f in (f for f in proto.functions if f.name == "Im2Col"):
+        made = {o: node for node in f.node for o in node.output}
+        pads = [node for node in f.node if node.op_type == "Pad"]
+        assert pads and all(made[node.input[0]].op_type == "Cast" for node in pads)
+    for i in range(2):
+        x = {"x": feeds["x"][i:i + 1]}
+        assert np.array_equal(_ort(proto, x)[0], Reference(proto, None).run(x)[0])
 
 
 def _two_windows(window, groups=1, wide=8, thin=2, outs=2, size=4):

@@ -13,8 +13,10 @@ from onnx import helper
 from npu_helpers import assert_close, checked, model, npu_ops, op_types, serialized, three_way
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, get_primitive, lower
-from paddle_npu.npu.ops import ArrayModel, MIN_BODY_OPSET
-from paddle_npu.npu.ops.resample import repeats
+from paddle_npu.npu.emulation import MIN_BODY_OPSET
+from paddle_npu.npu.emulation.registry import emulation_of_op
+from paddle_npu.npu.emulation.resample import repeats
+from paddle_npu.npu.ops import ArrayModel
 from test_npu_ops import run_primitive
 
 
@@ -391,8 +393,9 @@ def test_a_weighted_resample_sums_in_float32_tap_by_tap(shape, axis, taps):
              "weights": [float(v) for v in w.ravel()], "taps": taps}
     x = rng.standard_normal(shape).astype(np.float32)
     prim = get_primitive("AxisResample")
+    emulated = emulation_of_op("AxisResample")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
-    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, [shape], float32=True)
+    fn = emulated.function_proto(MIN_BODY_OPSET, {**attrs, "_float": True}, [shape], float32=True)
     assert sorted(n.op_type for n in fn.node if n.op_type != "Constant") == \
         ["Gather"] * taps + ["Mul"] * taps + ["Sum"]
     got = run_primitive("AxisResample", [x], attrs, float32=True, derived={"_float": True})
@@ -417,9 +420,10 @@ def test_a_pick_repeating_the_last_axis_runs_as_a_nearest_resize(shape, axis, in
     attrs = {"axis": axis, "indices": [int(i) for i in indices]}
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     prim = get_primitive("AxisResample")
+    emulated = emulation_of_op("AxisResample")
     want = prim.reference(ArrayModel(8, 8), [x], attrs)[0]
     derived = {"_float": True} if floats else {}
-    fn = prim.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [shape])
+    fn = emulated.function_proto(MIN_BODY_OPSET, {**attrs, **derived}, [shape])
     body = [n.op_type for n in fn.node if n.op_type != "Constant"]
     assert body == (["Resize"] if resize and floats else ["Gather"])
     assert fn.overload.endswith("_resize") == (resize and floats)

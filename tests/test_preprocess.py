@@ -20,6 +20,7 @@ from paddle_npu.cli import main
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, Reference, get_primitive, lower
+from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.preprocess_fusion import fuse_preprocess
 from paddle_npu.preprocess import PreprocessSpec, affine, describe, lut_tables
@@ -460,10 +461,11 @@ def test_lowered_model_three_ways(build, mode):
 def run_primitive(op_type, inputs, attrs, consts=(), out_dtype=np.float32):
     """onnxruntime on a one-node model calling the primitive's function body."""
     prim = get_primitive(op_type)
+    emulated = emulation_of_op(op_type)
     names = [f"i{k}" for k in range(len(inputs))]
     shapes = [list(x.shape) for x in inputs]
     node = helper.make_node(op_type, names, ["y"], domain=DOMAIN, **attrs)
-    node.overload = prim.overload(attrs, shapes)
+    node.overload = emulated.overload(attrs, shapes)
     feeds = {n: x for k, (n, x) in enumerate(zip(names, inputs)) if k not in consts}
     inits = [numpy_helper.from_array(x, n) for k, (n, x) in enumerate(zip(names, inputs))
              if k in consts]
@@ -474,7 +476,7 @@ def run_primitive(op_type, inputs, attrs, consts=(), out_dtype=np.float32):
         initializer=inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15),
                                                 helper.make_opsetid(DOMAIN, 1)],
-                          functions=[prim.function_proto(15, attrs, shapes)])
+                          functions=[emulated.function_proto(15, attrs, shapes)])
     m.ir_version = 10
     return run_onnx(m.SerializeToString(), feeds)[1][0]
 

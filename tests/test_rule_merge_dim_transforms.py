@@ -5,7 +5,7 @@ import onnx_ir as ir
 from npu_helpers import readers, same_numbers
 from paddle_npu.npu import DOMAIN
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.ops import VERSION, get_primitive
+from paddle_npu.npu.ops import VERSION
 from paddle_npu.npu.passes import MergeDimTransforms, RulePass
 
 FLOAT = ir.DataType.FLOAT
@@ -14,7 +14,6 @@ FLOAT = ir.DataType.FLOAT
 def _dim_transform(x, perm, shape, name, dims):
     attrs = {"perm": perm, "shape": shape}
     node = g.make_node(DOMAIN, "DimTransform", [x], attrs, name, FLOAT, dims)
-    node.overload = get_primitive("DimTransform").overload(attrs, [g.dims(x)])
     g.set_placement(node, "npu", 0)
     return node
 

@@ -442,7 +442,7 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             import onnx_ir as ir
 
             from paddle_npu.compare import agreement, run_onnx
-            from paddle_npu.npu.emulation import emulate
+            from paddle_npu.npu.emulation.functions import emulate
 
             want = run_onnx(onnx_at_size, feeds)[1]
             rates = rates or machine_rates()

@@ -20,9 +20,8 @@ needs it:
     AxisResample (resizing)                           the rows' axes)
     anything else, a graph output                     a move to NCHW in front of it
 
-Rows of rank 4, not [N, H*W, C], let onnxruntime see a chain of such layers as one image:
-the transposes in the bodies of DepthwiseConv, Pool and a pointwise layer's VMM cancel, as
-no Reshape stands between them.
+Rows of rank 4, not [N, H*W, C], keep the image's height and width in the program: the
+emulation runs a chain of such layers as one image (emulation/image_rows.py).
 
 Every rewritten node computes what it did, in another layout, so the model's outputs are
 unchanged (tests/test_npu_channels_last.py checks them against onnxruntime before lowering).
@@ -34,7 +33,6 @@ import onnx_ir as ir
 
 from . import graph as g
 from .ops import DOMAIN, get_primitive
-from .ops.pool import is_global
 from .passes import Pass
 
 # Plain ONNX ops computing element by element, with broadcasting: the same layout change of
@@ -83,8 +81,6 @@ class ChannelsLast(Pass):
             elif _to_nchw(node) is not None:
                 rows[node.outputs[0]] = self._seed_rows(node, replaced)
                 seeds.append(node)
-        for r in _read_as_images(graph, set(rows.values())):
-            g.set_image_rows(r)
         added = self._back_to_nchw(graph, rows, sizes, needed, seeds)
         g.drop_dead(graph, seeds + replaced)
         for v, r in rows.items():       # a tensor left only as rows keeps its name
@@ -104,14 +100,12 @@ class ChannelsLast(Pass):
         n, c, h, w = g.dims(node.outputs[0])
         if len(g.dims(x)) == 4:
             node.attributes["perm"] = ir.AttrInt64s("perm", [0, 3, 1, 2])
-            node.overload = _overload(node)
             return x
         image = g.make_node(DOMAIN, "DimTransform", [x],
                             {"perm": [0, 1, 2], "shape": [0, h, w, c]},
                             self.builder.names(f"{node.name}/rows"), dtype=x.dtype,
                             shape=[n, h, w, c])
         g.copy_annotations(node, image)
-        image.overload = _overload(image)
         node.graph.insert_before(node, image)
         replaced.append(image)                  # goes if nothing reads it
         return image.outputs[0]
@@ -139,7 +133,6 @@ class ChannelsLast(Pass):
         node.replace_input_with(0, r)
         node.attributes["layout"] = ir.AttrString("layout", "nhwc")
         node.attributes["image_size"] = ir.AttrInt64s("image_size", [h, w])
-        node.overload = _overload(node)
         result.fired.append(f"{node.name} reads rows")
 
     def _drop(self, node, rows, replaced, result):
@@ -158,7 +151,6 @@ class ChannelsLast(Pass):
         """A move to rows [N, H*W, C] (ConvTranspose's input): a reshape of the rows."""
         node.replace_input_with(0, rows[node.inputs[0]])
         node.attributes["perm"] = ir.AttrInt64s("perm", [0, 1, 2, 3])
-        node.overload = _overload(node)
         result.fired.append(f"{node.name} reshapes the rows")
 
     def _window(self, node, rows, replaced, result):
@@ -194,8 +186,6 @@ class ChannelsLast(Pass):
         new.outputs[0].type = node.outputs[0].type
         new.outputs[0].shape = ir.Shape(shape)
         g.copy_annotations(node, new)
-        if node.domain == DOMAIN:
-            new.overload = _overload(new)
         node.graph.insert_before(node, new)
         replaced.append(node)
         return new
@@ -216,7 +206,6 @@ class ChannelsLast(Pass):
             if g.source(back) is None:
                 g.set_source(back, r.producer().name, r.producer().op_type)
             back.name = self.builder.names(f"{g.source(back)}/to_nchw")
-            back.overload = _overload(back)
             graph.insert_after(r.producer(), back)
             g.take_over(v, back.outputs[0])
             added += 1
@@ -366,63 +355,9 @@ def _is_to_rows(node):
                                                            [x[2], x[3], x[1]])
 
 
-def _read_as_images(graph, rows):
-    """The rows values that 1x1 layers (VMMs reading rows as they are) read as images, their
-    float32 bodies 1x1 Convs: those next to what onnxruntime runs as an image anyway, a
-    depthwise or pooling layer or another such 1x1 layer, through elementwise ops (all of
-    whose operands are such images, but constants and per-image gates [N, 1, 1, C]) and
-    AddInTile, before or after. Between layers that gather their rows (Im2Col) a Conv body
-    would only add moves into onnxruntime's blocked layout and out of it: the MatMul stays
-    there."""
-    images, marked = set(), set()
-    for node in graph:
-        x = node.inputs[0] if node.inputs else None
-        if _is_image_op(node) or (_keeps_layout(node) and _of_images(node, images)):
-            images.update(node.outputs)
-        elif node.domain == DOMAIN and node.op_type == "VMM" and x in rows and (
-                x in marked or x in images or _feeds_image_op(node)):
-            marked.add(x)           # (a layer's other bands read the same rows)
-            images.update(node.outputs)
-    return marked
-
-
-def _of_images(node, images):
-    """Whether a node's operands, but constants and per-image gates, are all `images`."""
-    operands = [v for v in node.inputs if v is not None and g.constant(v) is None and
-                (g.dims(v) or [])[1:3] != [1, 1]]
-    return bool(operands) and all(v in images for v in operands)
-
-
-def _is_image_op(node):
-    """What onnxruntime runs as its own Conv or pool, in its image layout: DepthwiseConv,
-    and a Pool but a global one (a Reduce over the pixels)."""
-    if node.domain != DOMAIN or node.op_type not in ("DepthwiseConv", "Pool"):
-        return False
-    return node.op_type == "DepthwiseConv" or not is_global(_attrs(node))
-
-
 def _is_elementwise(node):
     return g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
                                            node.op_type in ELEMENTWISE_PRIMITIVES)
-
-
-def _keeps_layout(node):
-    """Elementwise ops, and AddInTile (summing a layer's tiles)."""
-    return _is_elementwise(node) or (node.domain == DOMAIN and node.op_type == "AddInTile")
-
-
-def _feeds_image_op(node):
-    """Whether a node's output reaches a depthwise or pooling layer through elementwise ops."""
-    todo, seen = list(node.outputs), set()
-    while todo:
-        v = todo.pop()
-        for user in g.users(v):
-            if _is_image_op(user):
-                return True
-            if _keeps_layout(user) and user not in seen:
-                seen.add(user)
-                todo.extend(user.outputs)
-    return False
 
 
 def _infer_layer(readers):
@@ -470,10 +405,6 @@ def _constant_rows(c, size):
 def _attrs(node):
     prim = get_primitive(node.op_type)
     return prim.attrs_of({k: a.value for k, a in node.attributes.items()})
-
-
-def _overload(node):
-    return get_primitive(node.op_type).overload(_attrs(node), [g.dims(v) for v in node.inputs])
 
 
 def tensors_as_nchw(model_proto, tensors):

@@ -99,7 +99,6 @@ class LowerContext:
         if domain == DOMAIN:
             prim = get_primitive(op_type)
             shapes = prim.infer([self.dims(x) for x in inputs], attrs)
-            node.overload = prim.overload(attrs, [self.dims(x) for x in inputs])
         first = next(x for x in inputs if x is not None)
         for k, out in enumerate(node.outputs):
             out.name = node_name if num_outputs == 1 else self.unique_name(f"{node_name}:{k}")

@@ -17,8 +17,6 @@ spelled:
     quantization(model)       the per-layer scales of an integer lowering (model metadata)
     set_rows_size             the node's output is a tensor of the model held channels-last
                               (the layout pass, channels_last.py; proto_rows_size reads it)
-    set_image_rows            a value is an image's rows [N, H, W, C] (the layout pass's;
-                              in memory only, for the function bodies of what reads it)
     note(node, key, text)     free-form provenance ("folded", "merged")
 """
 import json
@@ -39,7 +37,6 @@ SOURCE = _PREFIX + "source"
 SOURCE_OP = _PREFIX + "source_op"
 QUANTIZATION = _PREFIX + "quantization"     # model metadata: per-layer scales (JSON)
 ROWS = _PREFIX + "rows"     # "HxW": the output is an NCHW tensor held as rows [N, H, W, C]
-IMAGE_ROWS = _PREFIX + "image_rows"     # value meta: True for an image's rows [N, H, W, C]
 _NOTES = {"folded", "merged"}
 # what a node's placement marks are: carried to whatever a rewrite or lowering makes of it
 MARK_KEYS = (MARK, MARK_REASON, PRECISION)
@@ -272,15 +269,6 @@ def set_rows_size(node, h, w):
     """The node's output, the model's NCHW tensor of its name, is held as rows [N, H, W, C]
     of an H x W image."""
     node.metadata_props[ROWS] = f"{h}x{w}"
-
-
-def set_image_rows(value):
-    """The value is an image's rows [N, H, W, C], as the layout pass keeps images."""
-    value.meta[IMAGE_ROWS] = True
-
-
-def is_image_rows(value):
-    return value is not None and bool(value.meta.get(IMAGE_ROWS))
 
 
 def proto_rows_size(node_proto):

@@ -32,7 +32,7 @@ from ..onnx_io import infer_shapes, load_model, to_proto
 from ..optimize import fold_constants
 from . import graph as g
 from .mappers.layout import reshape_spec
-from .ops import DOMAIN, get_primitive
+from .ops import DOMAIN
 from .rules import Rule, apply_rules
 
 
@@ -449,7 +449,6 @@ class FuseLayerNorm(Rule):
         attrs = {"axis": axis, "epsilon": _scalar(m.eps)}
         ln = b.node("LayerNorm", [m.x] + params, attrs, name=f"{m.div.name}/layer_norm",
                     shape=dims, domain=DOMAIN)
-        ln.overload = get_primitive("LayerNorm").overload(attrs, [g.dims(v) for v in ln.inputs])
         g.set_source(ln, m.div.name, "LayerNormalization")
         return ln.outputs[0], f"{m.names} -> {ln.name}"
 
@@ -489,6 +488,5 @@ class MergeDimTransforms(Rule):
         attrs = self._merged(m)
         merged = b.node("DimTransform", [m.x], attrs, name=f"{m.second.name}/merged",
                         shape=g.dims(m.output), dtype=m.output.dtype, domain=DOMAIN)
-        merged.overload = get_primitive("DimTransform").overload(attrs, [g.dims(m.x)])
         g.copy_annotations(m.second, merged)
         return merged.outputs[0], f"{m.names} -> {merged.name}"

@@ -22,11 +22,12 @@ from .channels_last import ChannelsLast
 from .context import LowerContext
 from .cost import layer_report, node_macs, segment_costs
 from .emulation import DEFAULT as DEFAULT_EMULATION
-from .emulation import check_emulation, emulate
+from .emulation import MIN_BODY_OPSET, check_emulation
+from .emulation.functions import emulate
 from .graph import device
 from .input_shapes import dynamic_inputs
 from .marks import ApplyMarks
-from .ops import DOMAIN, MIN_BODY_OPSET
+from .ops import DOMAIN
 from .partition import Partition
 from .plan import LayerPlan, UnitPlan
 from .planning import Planned, PlanLayers

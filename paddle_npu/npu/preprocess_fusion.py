@@ -15,8 +15,9 @@ from ..errors import ConversionError
 from ..naming import UniqueNames
 from ..onnx_io import load_model
 from ..preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
+from .emulation import MIN_BODY_OPSET
 from .emulation.functions import AttachFunctions
-from .ops import DOMAIN, MIN_BODY_OPSET, get_primitive
+from .ops import DOMAIN
 from .passes import Pass, PassResult, Sequence, with_input_shapes
 
 MIN_IR_VERSION = 10     # function overloads
@@ -98,10 +99,6 @@ class _Chain:
         ir = self.ir
         node = ir.Node(domain, op_type, inputs, ir.convenience.convert_attributes(attrs),
                        name=self.unique(f"preprocess/{name}"))
-        if domain:
-            prim = get_primitive(op_type)
-            in_shapes = [[d if isinstance(d, int) else str(d) for d in v.shape] for v in inputs]
-            node.overload = prim.overload(attrs, in_shapes)
         out = node.outputs[0]
         out.name, out.type, out.shape = node.name, ir.TensorType(dtype), ir.Shape(shape)
         self.nodes.append(node)

@@ -91,18 +91,10 @@ def fuse_matrix_layers(graph):
                 or len({t.name for t in tiles}) != len(tiles) or not all(t.name for t in tiles):
             continue
         tile_attrs = [_attrs(t) for t in tiles]
-        if len({a.get("acc_bits", 32) for a in tile_attrs}) != 1:
+        if len({a.get("acc_bits", 32) for a in tile_attrs}) != 1 or \
+                len({t.input[0] for t in tiles}) != 1:
             continue
         rows = tiles[0].input[0]
-        if len({t.input[0] for t in tiles}) != 1:
-            whole = _whole_rows(tiles, tile_attrs, producer, used)
-            if whole is None:
-                continue
-            rows = whole.output[0]
-            bands = {id(producer[t.input[0]]) for t in tiles}
-            first = id(producer[tiles[0].input[0]])
-            replace[first] = whole
-            drop.update(bands - {first})
         name = f"{node.name or node.output[0]}/matrix_layer"
         plans[name] = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
                                 arrays=[t.input[1] for t in tiles], tile_attrs=tile_attrs,
@@ -115,33 +107,6 @@ def fuse_matrix_layers(graph):
     del graph.node[:]
     graph.node.extend(nodes)
     return plans
-
-
-def _whole_rows(tiles, tile_attrs, producer, used):
-    """When the tiles read bands of one image's rows, each band an Im2Col of a range of the
-    columns (the row_bands pass) read by these tiles only, the ranges side by side from
-    column 0: one Im2Col of all those columns, which the fused layer reads, each tile's
-    row_offset moved to its band's first column (in tile_attrs). Else None."""
-    bands = {}
-    for t in tiles:
-        im2col = producer.get(t.input[0])
-        if im2col is None or im2col.domain != DOMAIN or im2col.op_type != "Im2Col" or \
-                used.get(t.input[0], 0) != sum(u.input[0] == t.input[0] for u in tiles):
-            return None
-        bands[t.input[0]] = _attrs(im2col)
-    common = [{k: v for k, v in a.items() if k != "columns"} for a in bands.values()]
-    ranges = sorted(tuple(a.get("columns", (0, 0))) for a in bands.values())
-    sources = {producer[name].input[0] for name in bands}
-    if len(sources) != 1 or any(c != common[0] for c in common) or ranges[0][0] != 0 or \
-            any(n < 1 for _, n in ranges) or \
-            any(a + n != b for (a, n), (b, _) in zip(ranges, ranges[1:])):
-        return None
-    for t, a in zip(tiles, tile_attrs):
-        a["row_offset"] = a.get("row_offset", 0) + bands[t.input[0]]["columns"][0]
-    first = producer[tiles[0].input[0]]
-    return helper.make_node("Im2Col", [first.input[0]], [f"{first.output[0]}/whole_rows"],
-                            name=f"{first.name}/whole_rows", domain=DOMAIN, **common[0],
-                            columns=[0, sum(n for _, n in ranges)])
 
 
 def _attrs(node):

@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from ..onnx_io import load_model, to_proto
 from . import graph as g
-from .ops import MIN_BODY_OPSET
+from .emulation import MIN_BODY_OPSET
 from .passes import Pass
 
 # A bidirectional node of at most this hidden size runs both directions in one chain of

@@ -22,6 +22,7 @@ from .. import shape_inference
 from ..errors import ConversionError
 from ..onnx_io import save_proto, to_proto
 from ..outputs import write_text
+from .emulation.runtime import session
 from .graph import proto_precision, proto_segment
 
 FORMAT = "paddle_npu.segments"
@@ -176,7 +177,6 @@ def load_manifest(seg_dir):
 def run_segments(seg_dir, feeds, trace=None):
     """Run the segments of DIR in order on `feeds` ({model input name: array}); returns
     {model output name: array}. trace: a list that receives (index, device, seconds)."""
-    from .emulation.runtime import session     # heavy, and only for running the segments
 
     manifest = load_manifest(seg_dir)
     missing = [n for n in manifest["model"]["inputs"] if n not in feeds]

@@ -10,7 +10,8 @@ import onnx_ir as ir
 from ..compare import agreement, run_onnx, run_onnx_on
 from ..errors import ConversionError
 from ..onnx_io import graph_inputs, load_header, load_proto
-from .emulation import EMULATIONS, emulate, emulation_of
+from .emulation import EMULATIONS
+from .emulation.functions import emulate, emulation_of
 from .float64 import float64_outputs
 from .ops import DOMAIN
 from .passes import with_input_shapes

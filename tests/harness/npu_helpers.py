@@ -97,7 +97,7 @@ def same_numbers(before, after, feeds):
     """onnxruntime computes the same outputs on `before` (a ModelProto, bytes or an
     ir.Model) and on `after` (a rewritten ir.Model, its primitives emulated), which passes
     onnx.checker."""
-    from paddle_npu.npu.emulation import emulate
+    from paddle_npu.npu.emulation.functions import emulate
 
     want = []
     for m in (before, after):

@@ -16,33 +16,21 @@ the bodies its nodes call:
              models; `verify` reports how far it is on each.
 
 Integer primitives compute in integers under either (bit for bit the reference's).
-This module is light (the command line reads EMULATIONS); the bodies load on first use.
+Each primitive's bodies are in the module named as its ops/ module (emulation/vmm.py for
+ops/vmm.py), registered by `body.emulates`. This module holds only the settings (the
+command line reads them); `functions.emulate` attaches the bodies.
 """
 from ...errors import ConversionError
 
 EMULATIONS = ("exact", "float32")
 DEFAULT = "exact"
 KEY = "paddle_npu.emulation"        # the model's metadata naming the emulation attached
+# The opset the function bodies are written against, the least a lowered model imports:
+# CastLike; Unsqueeze axes and Pad pads as inputs; Constant value_ints
+MIN_BODY_OPSET = 15
 
 
 def check_emulation(emulation):
     if emulation not in EMULATIONS:
         raise ConversionError(f"unknown emulation {emulation!r} (known: "
                               f"{', '.join(EMULATIONS)})")
-
-
-def emulate(model, emulation=DEFAULT):
-    """Attach to a lowered ir.Model (in place) the function bodies of `emulation`, named in
-    its metadata (KEY); returns {"emulation": emulation, "float32_nodes": the nodes a float32
-    body could serve}."""
-    check_emulation(emulation)
-    from .functions import attach_functions, summing_nodes
-    attach_functions(model, float32=emulation == "float32")
-    model.metadata_props[KEY] = emulation
-    return {"emulation": emulation, "float32_nodes": len(summing_nodes(model.graph))}
-
-
-def emulation_of(metadata):
-    """The emulation a lowered model's metadata ({key: value}) names; a model saved before
-    the key existed was emulated exactly."""
-    return metadata.get(KEY, DEFAULT)

@@ -2,35 +2,40 @@
 import onnx_ir as ir
 
 from .. import graph as g
-from ..ops import DOMAIN, VERSION, get_primitive
-from ..ops.base import float32_overload
+from ..ops import DOMAIN, VERSION
 from ..passes import Pass
+from . import DEFAULT, KEY, check_emulation
+from .body import float32_overload
+from .image_rows import image_rows
+from .registry import emulation_of_op
 
 
 def attach_functions(model, float32=False):
     """Add one FunctionProto per primitive (per specialisation where a node needs one) used
     in the main graph, at the model's default opset (specialised also on what
-    `Primitive.input_attrs` reads from the inputs); import the NPU domain. Functions
-    attached before are replaced. float32: nodes whose primitive has a float32 body and whose
-    inputs are all float32 call it (`Primitive.float32_body`)."""
+    `Emulated.input_attrs` reads from the inputs, and on the values the main graph's 1x1
+    layers are to read as images: image_rows); import the NPU domain. Functions attached
+    before are replaced. float32: nodes whose emulation has a float32 body and whose inputs
+    are all float32 call it (`Emulated.float32_body`)."""
     opset = model.opset_imports.get("", None)
     for key in [k for k, f in model.functions.items() if f.domain == DOMAIN]:
         del model.functions[key]
+    images = image_rows(model.graph)
     done = set()
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.domain != DOMAIN:
             continue
-        prim = get_primitive(node.op_type)
+        emulated = emulation_of_op(node.op_type)
         attrs = {k: a.value for k, a in node.attributes.items()}
-        attrs.update(prim.input_attrs(node.inputs))
+        attrs.update(emulated.input_attrs(node.inputs, images))
         shapes = [g.dims(v) for v in node.inputs]
         fast = float32 and sums_in_float32(node)
-        overload = prim.overload(attrs, shapes)
+        overload = emulated.overload(attrs, shapes)
         node.overload = float32_overload(overload) if fast else overload
         if (node.op_type, node.overload) in done:
             continue
         done.add((node.op_type, node.overload))
-        proto = prim.function_proto(opset, attrs, shapes, float32=fast)
+        proto = emulated.function_proto(opset, attrs, shapes, float32=fast)
         function = ir.serde.deserialize_function(proto)
         model.functions[function.identifier()] = function
     if done:
@@ -44,10 +49,10 @@ def summing_nodes(graph):
 
 
 def sums_in_float32(node):
-    """Whether a node of the NPU domain can call its primitive's float32 body: it has one
+    """Whether a node of the NPU domain can call its emulation's float32 body: it has one
     and every input is float32."""
-    prim = get_primitive(node.op_type)
-    return prim is not None and prim.float32_body is not None and all(
+    emulated = emulation_of_op(node.op_type)
+    return emulated is not None and emulated.float32_body is not None and all(
         v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
 
 
@@ -59,3 +64,19 @@ class AttachFunctions(Pass):
         count = attach_functions(model)
         result.modified = bool(count)
         result.info["functions"] = count
+
+
+def emulate(model, emulation=DEFAULT):
+    """Attach to a lowered ir.Model (in place) the function bodies of `emulation`, named in
+    its metadata (KEY); returns {"emulation": emulation, "float32_nodes": the nodes a float32
+    body could serve}."""
+    check_emulation(emulation)
+    attach_functions(model, float32=emulation == "float32")
+    model.metadata_props[KEY] = emulation
+    return {"emulation": emulation, "float32_nodes": len(summing_nodes(model.graph))}
+
+
+def emulation_of(metadata):
+    """The emulation a lowered model's metadata ({key: value}) names; a model saved before
+    the key existed was emulated exactly."""
+    return metadata.get(KEY, DEFAULT)

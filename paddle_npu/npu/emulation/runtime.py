@@ -1,6 +1,5 @@
-"""onnxruntime sessions: the one place stage 2 makes them (imported where a model is run)."""
+"""onnxruntime sessions: the one place stage 2 makes them."""
 import onnx
-import onnxruntime as ort
 
 
 def session(model, outputs=()):
@@ -20,6 +19,7 @@ def session(model, outputs=()):
                 # an integer one, a selection's picks, would be refused as float)
                 m.graph.output.append(onnx.ValueInfoProto(name=name))
         model = m
+    import onnxruntime as ort   # heavy: only when a model is run
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     opts = ort.SessionOptions()

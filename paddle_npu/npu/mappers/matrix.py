@@ -10,9 +10,8 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     the bands in the channels' order (a depthwise layer's packed tiles; the per-channel
     plan's, a channel each): a float plan's bands, when alike, run as one stack
     (`_emit_stack`).
-    An integer plan quantises x (before Im2Col at 8 bits, which then moves int8; after it at
-    16, as onnxruntime's Pad has no int16 kernel for Im2Col's body), sums integers and
-    dequantises the result; a ReLU folded into it is taken over by the layer's output."""
+    An integer plan quantises x (before Im2Col, which then moves integers), sums integers
+    and dequantises the result; a ReLU folded into it is taken over by the layer's output."""
     s = plan.scales
     if s is None and stack and _stackable(plan, im2col):
         return _emit_stack(ctx, plan, x, im2col)
@@ -27,12 +26,9 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
                                  _name="add_in_tile")
 
     acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
-    early = bool(im2col) and plan.bits == 8
-    rows = quantize_rows(ctx, plan, x) if early else x
+    rows = quantize_rows(ctx, plan, x)
     if im2col:
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
-    if not early:
-        rows = quantize_rows(ctx, plan, rows)
     partials = [ctx.npu.QVMM(rows, w, row_offset=t.row_start, acc_bits=plan.acc_bits,
                              _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
                 for t, w in zip(plan.bands, _band_weights(ctx, plan))]

@@ -2,12 +2,10 @@
 unit, in floats and on integers."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Attr, Primitive, config_tag, count_dims, primitive
-from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, Im2Col, as_layout, as_nchw, check_layout,
-                     image_dims, is_nhwc, kernel_taps, output_size, padded_pixels,
-                     window_coords)
-from .quant import _ACC_OF_BITS, in_accumulator
-from .reduce import _reduce
+from .base import Arg, Attr, Primitive, count_dims, primitive
+from .im2col import (LAYOUT_ATTRS, WINDOW_ATTRS, as_layout, as_nchw, check_layout, image_dims,
+                     is_nhwc, kernel_taps, output_size)
+from .quant import in_accumulator
 
 
 @primitive
@@ -18,9 +16,8 @@ class DepthwiseConv(Primitive):
     multiplies and adds where Pool compares or adds (KH*KW multiply-adds per output element);
     the arrays, which would hold such a kernel block-diagonally, mostly zeros, are not used. An
     "nhwc" image (a matrix layer's rows [N, H, W, C]) gives nhwc rows [N, OH, OW, C]. The taps
-    sum in float64, rounded once to X's type, and the bias is added in that type: what the
-    layer's arrays and AddInTile give (in float32 in the float32 body, onnxruntime's own
-    Conv)."""
+    sum exactly, rounded once to X's type, and the bias is added in that type: what the
+    layer's arrays and AddInTile give."""
 
     inputs = (Arg("X", "image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),
               Arg("W", "the taps of each channel [C, 1, KH, KW] (ONNX Conv's weight)"),
@@ -42,37 +39,6 @@ class DepthwiseConv(Primitive):
         return count_dims(out_shapes[0]) * int(np.prod(attrs["kernel_shape"]))
 
     @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        n, c, h, w = image_dims(in_shapes[0], a)
-        bias = len(in_shapes) > 2 and in_shapes[2] is not None
-        parts = [(k, [int(i) for i in a[k]]) for k in ("kernel_shape", "strides", "pads",
-                                                       "dilations", "image_size")]
-        return f"{a['layout']}_{config_tag(parts, c, h, w, bias)}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        """Exact: the taps' products summed in float64 (`_tap_sums`), rounded to X's type."""
-        y = b.op("CastLike", _tap_sums(b, attrs, in_shapes), "X")
-        if len(in_shapes) > 2 and in_shapes[2] is not None:
-            y = b.op("Add", y, b.op("CastLike", "B", "X"))
-        _image_out(b, attrs, in_shapes, y)
-
-    @classmethod
-    def float32_body(cls, b, attrs, in_shapes):
-        """onnxruntime's Conv with a group per channel (it convolves NCHW: an nhwc image
-        goes there and back, by transposes onnxruntime cancels against its neighbours')."""
-        c = image_dims(in_shapes[0], attrs)[1]
-        x = b.op("Transpose", "X", perm=[0, 3, 1, 2]) if is_nhwc(attrs) else "X"
-        bias = "B" if len(in_shapes) > 2 and in_shapes[2] is not None else None
-        y = b.op("Conv", x, "W", *([bias] if bias else []), group=c,
-                 kernel_shape=list(attrs["kernel_shape"]), strides=list(attrs["strides"]),
-                 pads=list(attrs["pads"]), dilations=list(attrs["dilations"]),
-                 out=None if is_nhwc(attrs) else "Y")
-        if is_nhwc(attrs):
-            b.op("Transpose", y, perm=[0, 2, 3, 1], out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
         x, bias = inputs[0], _bias(inputs)
@@ -86,8 +52,7 @@ class DepthwiseConv(Primitive):
 class QDepthwiseConv(Primitive):
     """DepthwiseConv on integers: int8 (or int16) images and taps, the products summed
     exactly into an `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones), +
-    the integer bias B: what the layer's QVMM tiles and AddInTile give. The body sums in
-    float64, which holds every such sum exactly."""
+    the integer bias B: what the layer's QVMM tiles and AddInTile give."""
     placed_as = "DepthwiseConv"     # the vector unit's, on integers
 
     inputs = (Arg("X", "integer image [N, C, H, W], or [N, H, W, C] in the nhwc layout"),
@@ -102,17 +67,6 @@ class QDepthwiseConv(Primitive):
     work = DepthwiseConv.work
 
     @classmethod
-    def overload(cls, attrs, in_shapes):
-        return f"{DepthwiseConv.overload(attrs, in_shapes)}_acc{cls.attrs_of(attrs)['acc_bits']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        y = b.op("Cast", _tap_sums(b, attrs, in_shapes), to=_ACC_OF_BITS[attrs["acc_bits"]][0])
-        if len(in_shapes) > 2 and in_shapes[2] is not None:
-            y = b.op("Add", y, "B")
-        _image_out(b, attrs, in_shapes, y)
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
         y = _tap_sums_array(array, inputs[0], inputs[1], a, np.int64)
@@ -125,33 +79,6 @@ class QDepthwiseConv(Primitive):
 def _bias(inputs):
     """The reference's optional input B, or None."""
     return inputs[2] if len(inputs) > 2 else None
-
-
-def _tap_sums(b, attrs, in_shapes):
-    """Body: the windows of X in float64 gathered as Im2Col's nhwc body gathers them,
-    [N, OH*OW, KH*KW, C], times the taps and summed over them: [N, OH*OW, C]."""
-    n, c, h, w = image_dims(in_shapes[0], attrs)
-    (kh, kw), (_, pl, _, pr) = attrs["kernel_shape"], attrs["pads"]
-    oh, ow = output_size(attrs, h, w)
-    x = b.op("Cast", "X", to=DOUBLE)
-    if not is_nhwc(attrs):                                  # the image [N, H, W, C]
-        x = b.op("Transpose", x, perm=[0, 2, 3, 1])
-    pixels = padded_pixels(b, x, c, attrs["pads"])
-    rows, cols = window_coords(attrs, oh, ow)
-    windows = Im2Col.gather_blocks(b, pixels, (rows * (w + pl + pr), cols), 1)
-    taps = b.op("Transpose", b.op("Reshape", b.op("Cast", "W", to=DOUBLE),
-                                  b.const([c, kh * kw])), perm=[1, 0])     # [KH*KW, C]
-    return _reduce(b, "sum", b.op("Mul", windows, taps), [2], 0)
-
-
-def _image_out(b, attrs, in_shapes, y):
-    """Body: Y from its pixels [N, OH*OW, C], in the primitive's layout."""
-    n, c, h, w = image_dims(in_shapes[0], attrs)
-    oh, ow = output_size(attrs, h, w)
-    y = b.op("Reshape", y, b.const([0, oh, ow, c]))
-    if not is_nhwc(attrs):
-        y = b.op("Transpose", y, perm=[0, 3, 1, 2])
-    b.output(y, "Y")
 
 
 def _tap_sums_array(array, x, w, a, dtype):

@@ -1,11 +1,11 @@
 """Im2Col3D: a volume to the rows a crossbar array multiplies (Conv3D's Im2Col)."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, config_tag, primitive
+from .base import Arg, Attr, Primitive, primitive
 from .im2col import out_size
 
 
-def _sizes(spatial, a):
+def output_sizes(spatial, a):
     return [out_size(size, k, s, d, p0, p1) for size, k, s, d, p0, p1 in
             zip(spatial, a["kernel_shape"], a["strides"], a["dilations"], a["pads"][:3],
                 a["pads"][3:])]
@@ -35,27 +35,8 @@ class Im2Col3D(Primitive):
         n, c = in_shapes[0][:2]
         if not all(isinstance(d, int) for d in in_shapes[0][1:]):
             return [[n, None, None]]
-        od, oh, ow = _sizes(in_shapes[0][2:], a)
+        od, oh, ow = output_sizes(in_shapes[0][2:], a)
         return [[n, od * oh * ow, c * int(np.prod(a["kernel_shape"]))]]
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        return config_tag([(k, [int(v) for v in a[k]]) for k in sorted(a)],
-                          list(in_shapes[0][1:]))
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        c, *spatial = in_shapes[0][1:]
-        k, s, d, p = (attrs[key] for key in ("kernel_shape", "strides", "dilations", "pads"))
-        outs = _sizes(spatial, attrs)
-        x = b.op("Pad", "X", b.const([0, 0] + list(p[:3]) + [0, 0] + list(p[3:])))
-        # [N, C, D', H', W'] -> gather (o, k) index grids along D, H, W in turn
-        for i, axis in enumerate((2, 4, 6)):
-            grid = np.arange(outs[i])[:, None] * s[i] + np.arange(k[i])[None, :] * d[i]
-            x = b.op("Gather", x, b.const(grid), axis=axis)
-        x = b.op("Transpose", x, perm=[0, 2, 4, 6, 1, 3, 5, 7])  # [N, OD, OH, OW, C, KD, KH, KW]
-        b.op("Reshape", x, b.const([0, int(np.prod(outs)), c * int(np.prod(k))]), out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -66,7 +47,7 @@ class Im2Col3D(Primitive):
             a["dilations"]
         p = a["pads"]
         xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[3]), (p[1], p[4]), (p[2], p[5])))
-        od, oh, ow = _sizes(x.shape[2:], a)
+        od, oh, ow = output_sizes(x.shape[2:], a)
         out = np.empty((n, od, oh, ow, c, kd, kh, kw), dtype=x.dtype)
         for i in range(kd):           # one strided view per kernel tap
             for j in range(kh):

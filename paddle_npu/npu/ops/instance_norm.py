@@ -1,7 +1,7 @@
 """InstanceNorm: per-(sample, channel) normalisation on the vector unit."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, Ref, primitive, static_numel
+from .base import Arg, Attr, Primitive, primitive, static_numel
 
 
 @primitive
@@ -11,8 +11,7 @@ class InstanceNorm(Primitive):
     [N, groups, -1], then a per-channel scale and shift). The vector unit sums each slice
     twice (mean, then squared deviations) and normalises, scales and shifts each element:
     its cost is 3 operations per element, plus one reciprocal square root per (n, c). The
-    function body is ONNX's InstanceNormalization in X's type; the reference keeps the
-    statistics in float64 and rounds Y to X's type once."""
+    statistics are kept in float64 and Y is rounded to X's type once."""
 
     inputs = (Arg("X", "[N, C, ...]"), Arg("S", "scale [C]"), Arg("B", "shift [C]"))
     outputs = (Arg("Y", "X's shape and type"),)
@@ -25,10 +24,6 @@ class InstanceNorm(Primitive):
     @classmethod
     def work(cls, attrs, in_shapes, out_shapes):
         return 3 * static_numel(in_shapes[0]) + in_shapes[0][0] * in_shapes[0][1]
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        b.op("InstanceNormalization", "X", "S", "B", out="Y", epsilon=Ref("epsilon", "float"))
 
     @classmethod
     def reference(cls, array, inputs, attrs):

@@ -4,33 +4,8 @@ import math
 
 import numpy as np
 
-from .base import Arg, Attr, Primitive, config_tag, primitive
-from .quant import INT64, qrange
-
-
-def _hardsigmoid(b, x, alpha, beta):
-    return b.op("HardSigmoid", x, alpha=alpha, beta=beta)
-
-
-def _gelu(b, x, alpha, beta):        # x * (1 + erf(x / sqrt 2)) / 2: Gelu is opset 20
-    c = b.op("Constant", value_float=1 / math.sqrt(2))
-    half, one = b.op("Constant", value_float=0.5), b.op("Constant", value_float=1.0)
-    e = b.op("Erf", b.op("Mul", x, b.op("CastLike", c, x)))
-    return b.op("Mul", b.op("Mul", x, b.op("CastLike", half, x)),
-                b.op("Add", e, b.op("CastLike", one, x)))
-
-
-def _mish(b, x, alpha, beta):        # x * tanh(softplus(x)): Mish is opset 18
-    return b.op("Mul", x, b.op("Tanh", b.op("Softplus", x)))
-
-
-def _swish(b, x, alpha, beta):
-    return b.op("Mul", x, b.op("Sigmoid", x))
-
-
-def _plain(op_type):
-    return lambda b, x, alpha, beta: b.op(op_type, x)
-
+from .base import Arg, Attr, Primitive, primitive
+from .quant import qrange
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -39,21 +14,21 @@ def _np_softplus(x):
     return np.logaddexp(0.0, x)
 
 
-# function -> (ONNX body, NumPy in float64, the ONNX op it stands for)
+# function -> f(x, alpha, beta) in NumPy, on float64
 FUNCTIONS = {
-    "sigmoid": (_plain("Sigmoid"), lambda x, a, b: 1 / (1 + np.exp(-x))),
-    "tanh": (_plain("Tanh"), lambda x, a, b: np.tanh(x)),
-    "exp": (_plain("Exp"), lambda x, a, b: np.exp(x)),
-    "log": (_plain("Log"), lambda x, a, b: np.log(x)),
-    "sqrt": (_plain("Sqrt"), lambda x, a, b: np.sqrt(x)),
-    "reciprocal": (_plain("Reciprocal"), lambda x, a, b: 1 / x),
-    "erf": (_plain("Erf"), lambda x, a, b: _erf(x)),
-    "softplus": (_plain("Softplus"), lambda x, a, b: _np_softplus(x)),
-    "hardswish": (_plain("HardSwish"), lambda x, a, b: x * np.clip(x / 6 + 0.5, 0, 1)),
-    "hardsigmoid": (_hardsigmoid, lambda x, a, b: np.clip(a * x + b, 0, 1)),
-    "gelu": (_gelu, lambda x, a, b: 0.5 * x * (1 + _erf(x / math.sqrt(2)))),
-    "mish": (_mish, lambda x, a, b: x * np.tanh(_np_softplus(x))),
-    "swish": (_swish, lambda x, a, b: x / (1 + np.exp(-x))),
+    "sigmoid": lambda x, a, b: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, a, b: np.tanh(x),
+    "exp": lambda x, a, b: np.exp(x),
+    "log": lambda x, a, b: np.log(x),
+    "sqrt": lambda x, a, b: np.sqrt(x),
+    "reciprocal": lambda x, a, b: 1 / x,
+    "erf": lambda x, a, b: _erf(x),
+    "softplus": lambda x, a, b: _np_softplus(x),
+    "hardswish": lambda x, a, b: x * np.clip(x / 6 + 0.5, 0, 1),
+    "hardsigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "gelu": lambda x, a, b: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+    "mish": lambda x, a, b: x * np.tanh(_np_softplus(x)),
+    "swish": lambda x, a, b: x / (1 + np.exp(-x)),
 }
 
 
@@ -79,23 +54,10 @@ class Lut(Primitive):
         return [list(in_shapes[0])]
 
     @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        if a["function"] == "hardsigmoid":
-            return f"hardsigmoid_{config_tag(a['alpha'], a['beta'])}"
-        return a["function"]
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        body, _ = FUNCTIONS[attrs["function"]]
-        y = body(b, "X", attrs["alpha"], attrs["beta"])
-        b.op("Identity", y, out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         a = cls.attrs_of(attrs)
         x = inputs[0]
-        _, f = FUNCTIONS[a["function"]]
+        f = FUNCTIONS[a["function"]]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             y = f(x.astype(np.float64), a["alpha"], a["beta"])
         array.lut_elements += x.size
@@ -107,7 +69,7 @@ def lut_table(function, s_x, s_y, bits, alpha=0.2, beta=0.5):
     every integer q of `bits` bits (256 entries at 8 bits, 65536 at 16), f in float64."""
     lo, hi = qrange(bits)
     x = np.arange(lo, hi + 1, dtype=np.float64) * np.float64(np.float32(s_x))
-    _, f = FUNCTIONS[function]
+    f = FUNCTIONS[function]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         y = f(x, alpha, beta) / np.float64(np.float32(s_y))
     y = np.nan_to_num(y, nan=0.0, posinf=hi, neginf=lo)     # log / sqrt outside their domain
@@ -130,7 +92,7 @@ def coarse_step(function, lo, hi, s_x, s_y, bits, alpha=0.2, beta=0.5):
         return None
     a = np.clip((q - 0.5) * s_x, lo, hi)
     b = np.clip((q + 0.5) * s_x, lo, hi)
-    _, f = FUNCTIONS[function]
+    f = FUNCTIONS[function]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         change = np.abs(f(b, alpha, beta) - f(a, alpha, beta))
     change = np.where(b <= a, 0.0, np.nan_to_num(change, nan=np.inf))  # (log(0): no bound)
@@ -153,15 +115,6 @@ class QLut(Primitive):
     @classmethod
     def infer(cls, in_shapes, attrs):
         return [list(in_shapes[0])]
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        return f"b{cls.attrs_of(attrs)['bits']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        index = b.op("Sub", b.op("Cast", "X", to=INT64), b.const(qrange(attrs["bits"])[0]))
-        b.op("Gather", "Table", index, axis=0, out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

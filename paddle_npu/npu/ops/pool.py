@@ -1,15 +1,10 @@
 """Pool: max and average pooling over NCHW windows on the vector unit."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, config_tag, primitive, static_numel
+from .base import Arg, Attr, Primitive, primitive, static_numel
 from .im2col import LAYOUT_ATTRS, as_layout, as_nchw, check_layout, image_dims, is_nhwc, \
     kernel_taps
-from .reduce import Reduce
 from ...shape_inference import pooled_size
-
-
-def _plain(v):
-    return v if isinstance(v, (int, str)) else [int(i) for i in v]
 
 
 @primitive
@@ -45,39 +40,6 @@ class Pool(Primitive):
     @classmethod
     def work(cls, attrs, in_shapes, out_shapes):
         return static_numel(out_shapes[0]) * int(np.prod(attrs["kernel_shape"]))
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        return f"{a['mode']}_{config_tag([(k, _plain(a[k])) for k in sorted(a)])}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes, float32=False):
-        if not is_nhwc(attrs):
-            cls._nchw_body(b, attrs, "X", "Y")
-            return
-        if is_global(attrs):           # reduce over the image's pixels
-            Reduce.body(b, {"function": "max" if attrs["mode"] == "max" else "mean",
-                            "axes": [1, 2], "keepdims": 1}, in_shapes, float32=float32)
-            return
-        # ONNX pools only NCHW: the window sums run there, between two transposes (which
-        # onnxruntime cancels against its neighbours')
-        y = cls._nchw_body(b, attrs, b.op("Transpose", "X", perm=[0, 3, 1, 2]), None)
-        b.op("Transpose", y, perm=[0, 2, 3, 1], out="Y")
-
-    @classmethod
-    def float32_body(cls, b, attrs, in_shapes):
-        # only a global average of rows changes: it sums in float32 (Reduce's float32 body)
-        cls.body(b, attrs, in_shapes, float32=True)
-
-    @classmethod
-    def _nchw_body(cls, b, attrs, x, out):
-        common = dict(kernel_shape=attrs["kernel_shape"], strides=attrs["strides"],
-                      pads=attrs["pads"], ceil_mode=attrs["ceil_mode"])
-        if attrs["mode"] == "max":
-            return b.op("MaxPool", x, out=out, dilations=attrs["dilations"], **common)
-        return b.op("AveragePool", x, out=out, count_include_pad=attrs["count_include_pad"],
-                    **common)
 
     @classmethod
     def reference(cls, array, inputs, attrs):

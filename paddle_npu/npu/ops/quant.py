@@ -6,25 +6,17 @@ The arithmetic, one convention everywhere (symmetric, zero point 0):
     Quantize     q = saturate(round_half_even(x / s))           float -> int8 / int16
     QVMM         acc = sum over r of x_q[r] * w_q[r, m]         exact, int32 (int64 acc_bits=64)
     AddInTile    acc = sum of the row tiles' partials + bias_q  (the existing primitive, exact
-                 on integers: two addends are added in their own type, more in a float64
-                 accumulator that holds them without rounding)
+                 on integers)
     Requantize   y = saturate(round_half_away(acc * M[m] / 2^shift[m]))   per output column;
                  M and D = 2^shift are int64 constants, the product is int64
     Dequantize   x = float32(q) * s
-
-Every body uses only ops whose integer (or IEEE float32) semantics are exact and the same in
-onnxruntime and NumPy (Div of float32, Round half to even, int64 Mul / Add / Div of
-non-negative values, MatMul of integers held exactly in float64), so the NumPy references
-below and onnxruntime running the bodies give bit-identical integers.
 """
 import numpy as np
-from onnx import numpy_helper
 
-from .base import DOUBLE, Arg, Attr, Primitive, primitive
+from .base import Arg, Attr, Primitive, primitive
 
-INT8, INT16, INT32, INT64, FLOAT = 3, 5, 6, 7, 1
-_INT_OF_BITS = {8: (INT8, np.int8), 16: (INT16, np.int16)}
-_ACC_OF_BITS = {32: (INT32, np.int32), 64: (INT64, np.int64)}
+_INT_OF_BITS = {8: np.int8, 16: np.int16}
+_ACC_OF_BITS = {32: np.int32, 64: np.int64}
 
 
 def qrange(bits):
@@ -32,14 +24,16 @@ def qrange(bits):
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
-def _int_type(bits):
+def int_type(bits):
+    """The NumPy type of a signed integer of `bits` bits (8 or 16)."""
     if bits not in _INT_OF_BITS:
         raise ValueError(f"{bits}-bit integers are not supported (8 or 16)")
     return _INT_OF_BITS[bits]
 
 
-def _float_const(b, value):
-    return b.op("Constant", value=numpy_helper.from_array(np.asarray(value, np.float32)))
+def acc_type(acc_bits):
+    """The NumPy type of an `acc_bits`-bit accumulator (32 or 64)."""
+    return _ACC_OF_BITS[acc_bits]
 
 
 def quantize_array(x, scale, bits):
@@ -47,7 +41,7 @@ def quantize_array(x, scale, bits):
     lo, hi = qrange(bits)
     x = np.asarray(x, np.float32)
     q = np.rint(x / np.float32(scale))
-    return np.clip(q, lo, hi).astype(_int_type(bits)[1])
+    return np.clip(q, lo, hi).astype(int_type(bits))
 
 
 @primitive
@@ -63,19 +57,6 @@ class Quantize(Primitive):
     @classmethod
     def infer(cls, in_shapes, attrs):
         return [list(in_shapes[0])]
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        return f"b{cls.attrs_of(attrs)['bits']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        bits = attrs["bits"]
-        lo, hi = qrange(bits)
-        x = b.op("Cast", "X", to=FLOAT)
-        q = b.op("Round", b.op("Div", x, b.op("Cast", "S", to=FLOAT)))
-        q = b.op("Clip", q, _float_const(b, lo), _float_const(b, hi))
-        b.op("Cast", q, to=_int_type(bits)[0], out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -98,10 +79,6 @@ class Dequantize(Primitive):
         return [list(in_shapes[0])]
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
-        b.op("Mul", b.op("Cast", "X", to=FLOAT), b.op("Cast", "S", to=FLOAT), out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         x, s = inputs
         return [x.astype(np.float32) * np.float32(s)]
@@ -110,11 +87,11 @@ class Dequantize(Primitive):
 def in_accumulator(sums, acc_bits, op, node):
     """Exact integer sums in the `acc_bits`-bit accumulator's type; an OverflowError naming
     the node where one does not fit (the integer primitives' references)."""
-    acc_type = _ACC_OF_BITS[acc_bits][1]
-    info = np.iinfo(acc_type)
+    dtype = acc_type(acc_bits)
+    info = np.iinfo(dtype)
     if sums.size and (sums.min() < info.min or sums.max() > info.max):
         raise OverflowError(f"{op} {node}: the {acc_bits}-bit accumulator overflows")
-    return sums.astype(acc_type)
+    return sums.astype(dtype)
 
 
 def _exact_type(x, w, r):
@@ -131,8 +108,7 @@ def _exact_type(x, w, r):
 class QVMM(Primitive):
     """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W on integers: int8 (or int16)
     rows times the int8 (int16) matrix held by the array, summed exactly into an
-    `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones). The body multiplies
-    in float64, which holds every such sum exactly (|sum| < 2^53)."""
+    `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones)."""
     placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
     inputs = (Arg("X", "integer rows [..., K, R_total]"),
@@ -144,19 +120,6 @@ class QVMM(Primitive):
     @classmethod
     def infer(cls, in_shapes, attrs):
         return [list(in_shapes[0][:-1]) + [in_shapes[1][1]]]
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        return f"acc{a['acc_bits']}_o{a['row_offset']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        start = b.const([attrs["row_offset"]])      # specialised: no attribute references
-        r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
-        x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
-        y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
-        b.op("Cast", y, to=_ACC_OF_BITS[attrs["acc_bits"]][0], out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -188,7 +151,7 @@ def requantize_array(acc, mult, div, bits, relu=0):
     else:
         p = np.sign(p) * ((np.abs(p) + d // 2) // d)
     np.clip(p, 0 if relu else lo, hi, out=p)
-    return p.astype(_int_type(bits)[1])
+    return p.astype(int_type(bits))
 
 
 @primitive
@@ -209,22 +172,6 @@ class Requantize(Primitive):
     @classmethod
     def infer(cls, in_shapes, attrs):
         return [list(in_shapes[0])]
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        a = cls.attrs_of(attrs)
-        return f"b{a['bits']}r{a['relu']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        lo, hi = qrange(attrs["bits"])
-        lo = 0 if attrs["relu"] else lo
-        p = b.op("Mul", b.op("Cast", "Acc", to=INT64), "M")
-        half = b.op("Div", "D", b.const(2))
-        q = b.op("Div", b.op("Add", b.op("Abs", p), half), "D")
-        q = b.op("Mul", b.op("Sign", p), q)
-        q = b.op("Min", b.op("Max", q, b.const(lo)), b.const(hi))
-        b.op("Cast", q, to=_int_type(attrs["bits"])[0], out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

@@ -2,8 +2,8 @@
 QRuntimeVMM, its integer form."""
 import numpy as np
 
-from .base import DOUBLE, Arg, Attr, Primitive, primitive
-from .quant import INT32, INT64, in_accumulator
+from .base import Arg, Attr, Primitive, primitive
+from .quant import in_accumulator
 
 
 @primitive
@@ -11,8 +11,7 @@ class RuntimeVMM(Primitive):
     """Y = X @ W (MatMul's broadcasting over leading dims) where W is an activation, not a
     constant: for every matrix W[b] [R, M] the arrays are written with W[b] first (R * M
     cells, counted as the write cost), then every row of X[b] is one VMM per array tile, as
-    in VMM. Sums are exact (float64), rounded once to X's type (the float32 body,
-    Primitive.float32_body, is onnxruntime's float32 MatMul)."""
+    in VMM. Sums are exact, rounded once to X's type."""
 
     inputs = (Arg("X", "rows [..., K, R]"),
               Arg("W", "the matrices written at run time [..., R, M]"))
@@ -27,15 +26,6 @@ class RuntimeVMM(Primitive):
         lead_x, lead_w = [1] * (n - len(lead_x)) + lead_x, [1] * (n - len(lead_w)) + lead_w
         lead = [b if a == 1 else a for a, b in zip(lead_x, lead_w)]
         return [lead + [x[-2], w[-1]]]
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
-        b.op("CastLike", y, "X", out="Y")
-
-    @classmethod
-    def float32_body(cls, b, attrs, in_shapes):
-        b.op("MatMul", "X", "W", out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
@@ -61,8 +51,7 @@ def _count(array, x, w, y):
 class QRuntimeVMM(Primitive):
     """Y = X @ W on integers, W written into the arrays at run time as RuntimeVMM does: int8
     (int16) rows times int8 (int16) matrices, summed exactly into an `acc_bits`-bit
-    accumulator (32 for int8, 64 for int16). The body multiplies in float64, exact for such
-    sums (|sum| < 2^53)."""
+    accumulator (32 for int8, 64 for int16)."""
     placed_as = "RuntimeVMM"
 
     inputs = (Arg("X", "integer rows [..., K, R]"),
@@ -71,15 +60,6 @@ class QRuntimeVMM(Primitive):
     attributes = (Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),)
 
     infer = RuntimeVMM.infer
-
-    @classmethod
-    def overload(cls, attrs, in_shapes):
-        return f"acc{cls.attrs_of(attrs)['acc_bits']}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
-        b.op("Cast", y, to=INT32 if attrs["acc_bits"] == 32 else INT64, out="Y")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

@@ -29,17 +29,6 @@ class Scale(Primitive):
         return [list(in_shapes[0])]
 
     @classmethod
-    def overload(cls, attrs, in_shapes):
-        return f"rank{len(in_shapes[0])}"
-
-    @classmethod
-    def body(cls, b, attrs, in_shapes):
-        shape = b.const(channel_shape(len(in_shapes[0])))
-        s = b.op("Reshape", b.op("CastLike", "S", "X"), shape)
-        t = b.op("Reshape", b.op("CastLike", "B", "X"), shape)
-        b.op("Add", b.op("Mul", "X", s), t, out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         x, s, t = inputs
         shape = channel_shape(x.ndim)

@@ -22,10 +22,6 @@ class SwapChannel(Primitive):
         return [shape]
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
-        b.op("Gather", "X", b.attr("order", "ints"), axis=1, out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         x = inputs[0]
         order = list(cls.attrs_of(attrs)["order"])

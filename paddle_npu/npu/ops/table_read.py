@@ -21,10 +21,6 @@ class TableRead(Primitive):
         return [list(i) + list(t[1:])]
 
     @classmethod
-    def body(cls, b, attrs, in_shapes):
-        b.op("Gather", "T", "I", axis=0, out="Y")
-
-    @classmethod
     def reference(cls, array, inputs, attrs):
         table, index = inputs
         rows = table.shape[0]

@@ -27,6 +27,7 @@ import onnx
 from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
 from ..channels_last import tensors_as_nchw
+from ..emulation.runtime import session
 from ..ops.quant import qrange
 from ..plan import threshold_of
 from ..rnn import unrolled_proto
@@ -171,7 +172,6 @@ def _session_for(proto, names):
     inputs = {i.name for i in proto.graph.input}
     present = {v for n in proto.graph.node for v in n.output} | inputs
     names = [n for n in dict.fromkeys(names) if n in present]
-    from ..emulation.runtime import session     # heavy: only when a model is run
     return session(proto, [n for n in names if n not in inputs]), names
 
 

@@ -27,6 +27,7 @@ import onnx
 from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ...outputs import write_text
+from ..emulation.runtime import session as emulated_session
 from ..rnn import unrolled_proto
 from .samples import open_samples, run_batches
 
@@ -135,8 +136,7 @@ def calibrate(model, data, method="mse", limit=None, seed=0, preprocess=None, pr
         raise ConversionError(f"{where}: 0 samples; calibration needs the model's inputs "
                               "with a leading sample axis")
     names = list(float_tensors(proto))
-    from ..emulation.runtime import session     # heavy: only to run the calibration set
-    session = session(proto, names)
+    session = emulated_session(proto, names)
     rng = np.random.default_rng(seed)
     stats = {}
     for feeds, outs in run_batches(session, samples, where, progress):
