@@ -19,7 +19,7 @@ from .shapes import parse_input_shapes, parse_shape_dict
 
 
 def _cmd_inspect(args):
-    from .frontend import load              # the library loads when a command runs
+    from .frontend import load  # the library loads when a command runs
     from .inspect import render, summarize
 
     program = load(args.model, args.params)
@@ -85,7 +85,7 @@ def _prepare_convert(args):
 
 
 def _cmd_convert(args):
-    from .api import convert_model, refuse_paddle2onnx_options   # (start-up time, as above)
+    from .api import convert_model, refuse_paddle2onnx_options  # (start-up time, as above)
 
     model, params, save_file = args.model, args.params, args.output
     refuse_paddle2onnx_options(
@@ -93,7 +93,7 @@ def _cmd_convert(args):
         deploy_backend=args.deploy_backend, export_fp16_model=args.export_fp16_model,
         calibration_file=args.save_calibration_file, custom_op_info=args.custom_ops)
     if args.reference:     # unreadable: say so before converting, not after
-        from .compare import load_reference     # (start-up time, as above)
+        from .compare import load_reference  # (start-up time, as above)
         load_reference(args.reference, [], [])
     start = time.perf_counter()
     spec = spec_from_args(args, args.target)     # None without --fuse-preprocess
@@ -127,7 +127,7 @@ def _save_fused(onnx_bytes, spec, save_file, check=True):
     import onnx_ir as ir    # the library loads when a command runs
 
     from .api import check_model, save_model
-    from .npu.preprocess_fusion import fuse_preprocess
+    from .npu.passes.preprocess_fusion import fuse_preprocess
 
     if onnx_bytes is None:
         raise ConversionError("--fuse-preprocess: the model is over 2 GB (external data); "
@@ -197,7 +197,7 @@ def check_files(args):
     inputs = [v for v in (getattr(args, k, None) for k in _INPUT_ARGS)
               if isinstance(v, str) and os.path.exists(v)]
     if args.command == "convert":
-        from .api import model_files    # (start-up time: only for convert)
+        from .api import model_files  # (start-up time: only for convert)
         inputs += model_files(args.model, args.params)
     if args.command == "run-segments" and os.path.isdir(args.dir):   # the plan's files
         inputs += [os.path.join(args.dir, name) for name in os.listdir(args.dir)]

@@ -36,7 +36,7 @@ would insert and the model's QuantizeLinear go, in either mode; a Cast from uint
 type followed by the model's own Cast back is merged into one Cast (or none).
 
 This module is the spec and its arithmetic (light: the command line's parser reads its
-vocabularies); the fusion is a stage-2 pass (paddle_npu/npu/preprocess_fusion.py), the
+vocabularies); the fusion is a stage-2 pass (paddle_npu/npu/passes/preprocess_fusion.py), the
 command-line options are in preprocess_args.py.
 """
 import os
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 
 from .errors import ConversionError
 from .naming import read_settings
-from .npu.target import load_target
+from .npu.chip.target import load_target
 
 PIXEL_FORMATS = ("rgb", "bgr", "gray")
 CHANNEL_FORMATS = ("nchw", "nhwc")

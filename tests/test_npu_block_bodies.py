@@ -13,8 +13,8 @@ from paddle_npu.npu.emulation import MIN_BODY_OPSET
 from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.emulation.vmm import diagonal_blocks
 from paddle_npu.npu.ops import ArrayModel
-from paddle_npu.npu.target import Target
-from paddle_npu.npu.tiling import Geometry, plan_tiles, tile_weight
+from paddle_npu.npu.chip.target import Target
+from paddle_npu.npu.chip.tiling import Geometry, plan_tiles, tile_weight
 from test_npu_ops import run_primitive
 
 BIG = on_arrays(Target("big", rows=256, cols=256))   # depthwise Convs on tiles

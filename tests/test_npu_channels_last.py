@@ -1,4 +1,4 @@
-"""The layout pass (npu/channels_last.py): a matrix layer's rows stay channels-last between
+"""The layout pass (npu/passes/channels_last.py): a matrix layer's rows stay channels-last between
 NPU layers, with a move to NCHW only where something needs NCHW. Every model here is run by
 onnxruntime before lowering and against onnxruntime and the NumPy reference after."""
 import numpy as np
@@ -11,14 +11,14 @@ from onnx import helper
 from paddle_npu.compare import run_onnx
 from paddle_npu.npu import DOMAIN, lower
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.channels_last import ChannelsLast
+from paddle_npu.npu.passes.channels_last import ChannelsLast
 from paddle_npu.npu.context import LowerContext
 from paddle_npu.npu.emulation.functions import emulate
 from paddle_npu.npu.pipeline import MIN_IR_VERSION, passes, prepare
 from paddle_npu.npu.quant.accuracy import layer_report
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.target import load_target
+from paddle_npu.npu.chip.target import load_target
 
 
 def _rng_weights(seed, *shape):

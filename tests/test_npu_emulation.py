@@ -16,7 +16,7 @@ from paddle_npu.npu import DOMAIN, all_primitives, lower, ops, verify
 from paddle_npu.npu.emulation import KEY
 from paddle_npu.npu.emulation.functions import emulate
 from paddle_npu.npu.emulation.registry import all_emulations
-from paddle_npu.npu.verifier import render, seeded_inputs
+from paddle_npu.npu.verification.verifier import render, seeded_inputs
 
 K, M = 128, 4
 
@@ -156,13 +156,15 @@ def test_cli_verify_fixes_sizes_then_fuses_preprocessing(tmp_path):
 
 
 def test_only_the_emulation_and_verify_run_onnxruntime():
-    """No stage-2 module outside emulation/ and verify (verifier.py, float64.py) imports
-    onnxruntime or the runner of paddle_npu.compare: lowering never runs the emulator."""
+    """No stage-2 module outside emulation/ and verify (verification/verifier.py,
+    verification/float64.py) imports onnxruntime or the runner of paddle_npu.compare:
+    lowering never runs the emulator."""
     root = pathlib.Path(ops.__file__).parent.parent
     runs = []
     for path in sorted(root.rglob("*.py")):
         where = path.relative_to(root).as_posix()
-        if where.startswith("emulation/") or where in ("verifier.py", "float64.py"):
+        if where.startswith("emulation/") or where in ("verification/verifier.py",
+                                                         "verification/float64.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import) and \

@@ -11,10 +11,10 @@ from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_w
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, PRESETS, Target, list_targets, load_target, lower
 from paddle_npu.npu.pipeline import prepare
-from paddle_npu.npu.passes import batchnorm_to_affine, fold_batchnorm
+from paddle_npu.npu.passes.common import batchnorm_to_affine, fold_batchnorm
 from paddle_npu.npu.ops import all_primitives
-from paddle_npu.npu.restruct import restruct_pass
-from paddle_npu.npu.target import OPERATOR_SET, RESTRUCT_PASSES, VECTOR_UNIT_OPS
+from paddle_npu.npu.passes.restruct import restruct_pass
+from paddle_npu.npu.chip.target import OPERATOR_SET, RESTRUCT_PASSES, VECTOR_UNIT_OPS
 
 RNG = np.random.default_rng(7)
 BIG = Target("big")

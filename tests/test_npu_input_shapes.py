@@ -14,7 +14,7 @@ from npu_helpers import assert_close, model, npu_ops, three_way
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower
 from paddle_npu.shapes import parse_input_shape, parse_input_shapes
-from paddle_npu.npu.passes import with_input_shapes
+from paddle_npu.npu.passes.common import with_input_shapes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,7 +11,7 @@ from onnx import helper
 
 from npu_helpers import assert_close, checked, model, npu_ops, on_arrays, op_types, three_way
 from paddle_npu.npu import DOMAIN, Target, lower
-from paddle_npu.npu.tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
+from paddle_npu.npu.chip.tiling import PLANS, Geometry, plan_cost, plan_cost_of, plan_tiles
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

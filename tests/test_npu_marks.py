@@ -8,7 +8,7 @@ from onnx import helper
 
 from npu_helpers import model, three_way, assert_close
 from paddle_npu.npu import lower
-from paddle_npu.npu.marks import Marks, MarkError, apply_marks
+from paddle_npu.npu.passes.marks import Marks, MarkError, apply_marks
 from paddle_npu.npu.pipeline import prepare
 
 W = np.random.default_rng(0).standard_normal((4, 4, 1, 1)).astype(np.float32)

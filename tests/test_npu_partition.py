@@ -11,7 +11,7 @@ from npu_helpers import assert_close, model, three_way
 from paddle_npu.cli import main as cli_main
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import load_target, lower
-from paddle_npu.npu.target import Cost, target_from_dict
+from paddle_npu.npu.chip.target import Cost, target_from_dict
 
 W = np.random.default_rng(0).standard_normal((4, 4, 1, 1)).astype(np.float32)
 X = {"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)}
@@ -227,7 +227,8 @@ def test_a_node_the_lowering_refused_is_on_the_cpu_for_that_reason():
 
 
 def test_an_error_inside_a_pass_names_the_pass():
-    from paddle_npu.npu.passes import NameNodes, Pass, Sequence
+    from paddle_npu.npu.passes.common import NameNodes
+    from paddle_npu.npu.passes.framework import Pass, Sequence
 
     class Broken(Pass):
         name = "broken"

@@ -1,4 +1,4 @@
-"""The per-layer plan (npu/plan.py): float and integer lowerings of a layer come from one plan
+"""The per-layer plan (npu/chip/plan.py): float and integer lowerings of a layer come from one plan
 and one emit_matrix. Tiny hand-built models; no Paddle."""
 import numpy as np
 import onnx_ir as ir
@@ -11,11 +11,11 @@ from paddle_npu.errors import ConversionError
 from paddle_npu.npu import graph as g
 from paddle_npu.npu import lower
 from paddle_npu.npu.ops import DOMAIN
-from paddle_npu.npu.plan import Quantization
+from paddle_npu.npu.chip.plan import Quantization
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.reference import Reference
-from paddle_npu.npu.tiling import Geometry, bands, plan_tiles, tile_weight
+from paddle_npu.npu.verification.reference import Reference
+from paddle_npu.npu.chip.tiling import Geometry, bands, plan_tiles, tile_weight
 
 
 def conv_relu_gemm():
@@ -143,7 +143,7 @@ def test_a_layer_marked_for_the_cpu_stays_float():
     model, feeds = conv_relu_gemm()
     table = calibrate(model, feeds)
     model.graph.node[3].name = "fc_cpu"
-    from paddle_npu.npu.marks import Marks
+    from paddle_npu.npu.passes.marks import Marks
     q, _, records = quantized_lower(model, table, target="npu64", marks=Marks())
     assert [r["layer"] for r in records] == ["conv"]
     assert {g.device(n) for n in q.graph if g.source(n) == "fc_cpu"} == {"cpu"}
@@ -202,11 +202,11 @@ def test_the_planning_pass_plans_every_matrix_layer_before_any_is_lowered():
     when they exist; the lowering emits their tiles, and the report's layers are the costs
     computed from the same plans."""
     from paddle_npu.npu.context import LowerContext
-    from paddle_npu.npu.cost import layer_report
-    from paddle_npu.npu.passes import Pass
+    from paddle_npu.npu.chip.cost import layer_report
+    from paddle_npu.npu.passes.framework import Pass
     from paddle_npu.npu.pipeline import LowerNodes, passes, prepare
-    from paddle_npu.npu.planning import PlanLayers
-    from paddle_npu.npu.target import load_target
+    from paddle_npu.npu.passes.planning import PlanLayers
+    from paddle_npu.npu.chip.target import load_target
 
     model, _ = conv_relu_gemm()
     m = prepare(model)

@@ -19,12 +19,12 @@ from paddle_npu.npu import lower
 from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.ops import DOMAIN, get_primitive
 from paddle_npu.npu.ops.quant import quantize_array, requantize_array
-from paddle_npu.npu.passes import with_input_shapes
+from paddle_npu.npu.passes.common import with_input_shapes
 from paddle_npu.npu.quant.accuracy import layer_report, worst_layers
 from paddle_npu.npu.quant.calibrate import calibrate, load_table, save_table
 from paddle_npu.npu.quant.qdq import export_qdq
 from paddle_npu.npu.quant.qlower import fixed_point, quantized_lower, records_of
-from paddle_npu.npu.reference import Reference
+from paddle_npu.npu.verification.reference import Reference
 from paddle_npu.onnx_io import upgrade_opset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -542,7 +542,7 @@ def test_hp_layers_and_precision_table_improve(digits, tmp_path):
     model = onnx.load(digits["onnx"])
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
     conv.name = "first_conv_hp"
-    from paddle_npu.npu.marks import Marks
+    from paddle_npu.npu.passes.marks import Marks
     _, _, rh = quantized_lower(model, digits["table"], marks=Marks(compile_mode=2))
     assert [r["bits"] for r in rh if r["layer"] == "first_conv_hp"] == [16]
     assert [r["bits"] for r in rh if r["layer"] != "first_conv_hp"] == [8, 8, 8]

@@ -14,7 +14,7 @@ from paddle_npu.npu.ops import ArrayModel, get_primitive
 from paddle_npu.npu.ops.lut import FUNCTIONS, lut_table
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.reference import Reference
+from paddle_npu.npu.verification.reference import Reference
 from test_npu_quant import run_primitive
 
 

@@ -1,4 +1,5 @@
-"""The NumPy reference's own versions of standard ops (npu/reference.py) against onnxruntime."""
+"""The NumPy reference's own versions of standard ops (npu/verification/reference.py)
+against onnxruntime."""
 import itertools
 
 import numpy as np

@@ -4,8 +4,8 @@ import pytest
 
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower, verify
-from paddle_npu.npu.restruct import selected
-from paddle_npu.npu.target import load_target, target_from_dict
+from paddle_npu.npu.passes.restruct import selected
+from paddle_npu.npu.chip.target import load_target, target_from_dict
 
 NNIE = load_target("nnie")
 

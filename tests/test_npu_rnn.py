@@ -1,4 +1,4 @@
-"""LSTM and GRU unrolled over a fixed sequence length (npu/rnn.py): every form stage 1 emits
+"""LSTM and GRU unrolled over a fixed sequence length (npu/passes/rnn.py): every form stage 1 emits
 for Paddle's rnn op and the ONNX attributes around it, run three ways (onnxruntime on the
 ONNX node, onnxruntime and the NumPy reference on the lowered model)."""
 import numpy as np
@@ -210,7 +210,7 @@ def test_both_directions_run_side_by_side_in_one_chain_of_steps(op, layout):
 def test_pair_weights_are_each_directions_per_gate():
     """The pair's R times [h_fwd | h_bwd] is, gate by gate, [h_fwd R_fwd^T | h_bwd R_bwd^T];
     its bias each gate's [Rb_fwd | Rb_bwd]."""
-    from paddle_npu.npu.rnn import pair_weights
+    from paddle_npu.npu.passes.rnn import pair_weights
     rng = np.random.default_rng(3)
     gates = 3
     r = rng.standard_normal((2, gates * H, H)).astype(np.float32)
@@ -227,7 +227,7 @@ def test_pair_weights_are_each_directions_per_gate():
 
 def test_a_wide_bidirectional_node_keeps_a_chain_a_direction():
     """Past PAIR_MAX_HIDDEN the pair's R would double what each step reads: two chains."""
-    from paddle_npu.npu.rnn import PAIR_MAX_HIDDEN
+    from paddle_npu.npu.passes.rnn import PAIR_MAX_HIDDEN
     rng = np.random.default_rng(4)
     hidden = PAIR_MAX_HIDDEN + 1
     nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden,

@@ -18,9 +18,9 @@ from paddle_npu.api import export
 from paddle_npu.compare import run_onnx
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower
-from paddle_npu.npu.marks import Marks
-from paddle_npu.npu.segments import emit_segments, run_segments
-from paddle_npu.npu.target import target_from_dict
+from paddle_npu.npu.passes.marks import Marks
+from paddle_npu.npu.report.segments import emit_segments, run_segments
+from paddle_npu.npu.chip.target import target_from_dict
 
 # NNIE-like, with only Relu on the vector unit: the YOLO decode goes to the CPU
 DET_TARGET = {"base": "nnie", "name": "nnie-det", "npu": {"onnx_ops": ["Relu"]}}

@@ -23,8 +23,8 @@ from test_npu_ops import run_primitive
 def _vector_ns(lowered, primitive):
     """Placement's estimate (cost.py) for the node of this primitive, on npu256's vector unit
     (16 elements per ns)."""
-    from paddle_npu.npu.cost import node_ns
-    from paddle_npu.npu.target import load_target
+    from paddle_npu.npu.chip.cost import node_ns
+    from paddle_npu.npu.chip.target import load_target
 
     (node,) = [n for n in lowered.graph if n.op_type == primitive]
     unit, ns = node_ns(node, "npu", load_target("npu256"))
@@ -276,7 +276,7 @@ def test_a_quantised_layer_after_a_pool_to_height_one():
     int8: the lowered model's height is onnxruntime's, its integers the reference's."""
     from paddle_npu.npu.quant.calibrate import calibrate
     from paddle_npu.npu.quant.qlower import quantized_lower
-    from paddle_npu.npu.reference import Reference
+    from paddle_npu.npu.verification.reference import Reference
 
     rng = np.random.default_rng(13)
     nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2],

@@ -22,7 +22,7 @@ from paddle_npu.errors import ConversionError
 from paddle_npu.npu import DOMAIN, Reference, get_primitive, lower
 from paddle_npu.npu.emulation.registry import emulation_of_op
 from paddle_npu.npu.ops import ArrayModel
-from paddle_npu.npu.preprocess_fusion import fuse_preprocess
+from paddle_npu.npu.passes.preprocess_fusion import fuse_preprocess
 from paddle_npu.preprocess import PreprocessSpec, affine, describe, lut_tables
 from paddle_npu.preprocess_args import spec_from_args
 

@@ -1,5 +1,6 @@
-"""The reference's fused matrix layers (npu/reference_layers.py) against the same lowered
-model run node by node (every VMM tile, then AddInTile): equal bit for bit, counts equal."""
+"""The reference's fused matrix layers (npu/verification/reference_layers.py) against the
+same lowered model run node by node (every VMM tile, then AddInTile): equal bit for bit,
+counts equal."""
 import numpy as np
 import pytest
 from npu_helpers import model, on_arrays, serialized
@@ -10,7 +11,7 @@ from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.ops.quant import requantize_array
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.reference_layers import LAYER_OP, fuse_matrix_layers
+from paddle_npu.npu.verification.reference_layers import LAYER_OP, fuse_matrix_layers
 from paddle_npu.onnx_io import load_proto
 
 

@@ -4,8 +4,8 @@ import numpy as np
 from onnx import helper
 
 from npu_helpers import model, readers, rewritten, same_numbers
-from paddle_npu.npu.restruct import FcToConv
-from paddle_npu.npu.target import load_target
+from paddle_npu.npu.passes.restruct import FcToConv
+from paddle_npu.npu.chip.target import load_target
 
 RNG = np.random.default_rng(0)
 NNIE = load_target("nnie")

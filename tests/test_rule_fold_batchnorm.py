@@ -5,7 +5,8 @@ from onnx import helper
 
 from npu_helpers import model, readers, rewritten, same_numbers
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.passes import FoldBatchNorm, RulePass
+from paddle_npu.npu.passes.common import FoldBatchNorm
+from paddle_npu.npu.passes.framework import RulePass
 from paddle_npu.npu.pipeline import prepare
 
 RNG = np.random.default_rng(0)

@@ -7,9 +7,9 @@ from onnx import helper
 
 from npu_helpers import model, readers, rewritten, same_numbers
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.restruct import L2Norm, LpNormToOps, concat_broadcast
-from paddle_npu.npu.rules import Build
-from paddle_npu.npu.target import load_target, target_from_dict
+from paddle_npu.npu.passes.restruct import L2Norm, LpNormToOps, concat_broadcast
+from paddle_npu.npu.passes.rules import Build
+from paddle_npu.npu.chip.target import load_target, target_from_dict
 
 NNIE = load_target("nnie")              # no broadcast
 BROADCAST = target_from_dict({"base": "nnie", "restruct": {"broadcast": True}})
@@ -95,7 +95,7 @@ def test_refusals_keep_the_graph():
 
 def test_marked_nodes_are_refused():
     proto = _divided([helper.make_node("ReduceL2", ["x"], ["norm"], axes=[1], name="l2")])
-    from paddle_npu.npu.passes import RulePass
+    from paddle_npu.npu.passes.framework import RulePass
     from paddle_npu.npu.pipeline import prepare
     m = prepare(proto)
     g.set_mark(next(iter(m.graph)), "cpu", "test")

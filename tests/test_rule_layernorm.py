@@ -6,7 +6,7 @@ from onnx import helper
 from npu_helpers import model, readers, rewritten, same_numbers
 from paddle_npu.npu import DOMAIN
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.passes import FuseLayerNorm
+from paddle_npu.npu.passes.common import FuseLayerNorm
 
 RNG = np.random.default_rng(0)
 

@@ -6,7 +6,8 @@ from npu_helpers import readers, same_numbers
 from paddle_npu.npu import DOMAIN
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.ops import VERSION
-from paddle_npu.npu.passes import MergeDimTransforms, RulePass
+from paddle_npu.npu.passes.common import MergeDimTransforms
+from paddle_npu.npu.passes.framework import RulePass
 
 FLOAT = ir.DataType.FLOAT
 

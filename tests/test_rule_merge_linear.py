@@ -5,8 +5,8 @@ from onnx import helper
 from npu_helpers import model, rewritten, same_numbers
 from paddle_npu.npu import graph as g
 from paddle_npu.npu.pipeline import prepare
-from paddle_npu.npu.restruct import PASSES, MergeLinear
-from paddle_npu.npu.target import load_target
+from paddle_npu.npu.passes.restruct import PASSES, MergeLinear
+from paddle_npu.npu.chip.target import load_target
 
 RNG = np.random.default_rng(0)
 NNIE = load_target("nnie")

@@ -6,7 +6,7 @@ from onnx import helper
 
 from npu_helpers import model, readers, rewritten, same_numbers
 from paddle_npu.npu import graph as g
-from paddle_npu.npu.rules import Match, Rule
+from paddle_npu.npu.passes.rules import Match, Rule
 
 X = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
 

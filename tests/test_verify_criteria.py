@@ -16,8 +16,8 @@ from paddle_npu.api import export
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.reference import Reference
-from paddle_npu.npu.verifier import render, verify
+from paddle_npu.npu.verification.reference import Reference
+from paddle_npu.npu.verification.verifier import render, verify
 
 X = np.load(os.path.join(EXAMPLE, "reference_io.npz"))["in_x"]
 
@@ -267,7 +267,7 @@ def test_a_broken_lowering_disagrees_beyond_the_models_own_float32_error():
 
 def test_without_a_float64_run_the_tolerance_then_the_floor_judge(monkeypatch):
     from paddle_npu.npu import lower
-    from paddle_npu.npu import verifier
+    from paddle_npu.npu.verification import verifier
 
     def cannot(model, feeds):
         raise ConversionError("the model cannot be run in float64: no kernel")
@@ -300,7 +300,7 @@ def _float64_matmul(model, feeds):
 
 
 def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering(monkeypatch):
-    from paddle_npu.npu import verifier
+    from paddle_npu.npu.verification import verifier
 
     def cannot(model, feeds):           # (recorded outputs judge only without a float64 run)
         raise ConversionError("the model cannot be run in float64")
@@ -315,7 +315,7 @@ def test_recorded_float64_outputs_do_not_excuse_a_broken_lowering(monkeypatch):
 
 
 def test_a_lowered_model_as_close_to_the_float64_result_as_the_model_agrees():
-    from paddle_npu.npu.verifier import _as_close_to_recorded
+    from paddle_npu.npu.verification.verifier import _as_close_to_recorded
 
     exact = np.linspace(-1, 1, 64)
     model = exact + 3e-5 * np.cos(np.arange(64))        # the model's own float32 error

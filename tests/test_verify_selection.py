@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
-from paddle_npu.npu.verifier import render, verify
+from paddle_npu.npu.verification.verifier import render, verify
 from paddle_npu.onnx_io import load_proto
 
 N, D, C, K = 12, 8, 3, 4

@@ -80,8 +80,8 @@ from measure import installed_env, load_note, run_measured, start_launcher  # no
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.npu.emulation import EMULATIONS  # noqa: E402
-from paddle_npu.npu.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
-from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
+from paddle_npu.npu.passes.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
+from paddle_npu.npu.passes.common import with_input_shapes  # noqa: E402
 from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
 from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402

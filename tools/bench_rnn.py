@@ -34,7 +34,7 @@ from bench_npu import ort_timing  # noqa: E402
 from measure import load_note  # noqa: E402
 from paddle_npu.compare import run_onnx  # noqa: E402
 from paddle_npu.npu import lower  # noqa: E402
-from paddle_npu.npu.rnn import unrolled_proto  # noqa: E402
+from paddle_npu.npu.passes.rnn import unrolled_proto  # noqa: E402
 from paddle_npu.onnx_io import to_proto  # noqa: E402
 
 OPSET = 17

@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paddle_npu.compare import agreement, load_reference, run_onnx  # noqa: E402
 from paddle_npu.npu import lower  # noqa: E402
-from paddle_npu.npu.channels_last import tensors_as_nchw  # noqa: E402
-from paddle_npu.npu.passes import with_input_shapes  # noqa: E402
-from paddle_npu.npu.verifier import seeded_inputs  # noqa: E402
+from paddle_npu.npu.passes.channels_last import tensors_as_nchw  # noqa: E402
+from paddle_npu.npu.passes.common import with_input_shapes  # noqa: E402
+from paddle_npu.npu.verification.verifier import seeded_inputs  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
 from paddle_npu.shapes import parse_input_shapes  # noqa: E402
 

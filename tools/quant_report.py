@@ -90,7 +90,7 @@ def trained(name, model_dir, out_dir, n_hp, check_simulator=False):
     train images, evaluated on the test split."""
     from train_example import load_digits_split
 
-    from paddle_npu.npu.reference import Reference
+    from paddle_npu.npu.verification.reference import Reference
     import onnx_ir as ir
     import onnxruntime as ort
 

@@ -9,18 +9,19 @@ from it; the rest loads on first use (the names in _LAZY, PEP 562).
 """
 import importlib
 
+from .chip.target import DEFAULT as DEFAULT_TARGET
+from .chip.target import PRESETS, Target, list_targets, load_target
+from .chip.tiling import PLANS
 from .registry import OnnxMapper, get_onnx_mapper, lowered_ops, onnx_op
-from .target import DEFAULT as DEFAULT_TARGET
-from .target import PRESETS, Target, list_targets, load_target
-from .tiling import PLANS
 
 # name -> the module defining it: lower (npu/pipeline.py: (ir.Model, Report) of a model
-# lowered for a target), verify (npu/verifier.py: onnxruntime before / after lowering and the
-# NumPy reference), fuse_preprocess (npu/preprocess_fusion.py), the operator set (ops/)
+# lowered for a target), verify (npu/verification/verifier.py: onnxruntime before / after
+# lowering and the NumPy reference), fuse_preprocess (npu/passes/preprocess_fusion.py), the
+# operator set (ops/)
 _LAZY = {"DOMAIN": ".ops", "VERSION": ".ops", "all_primitives": ".ops",
-         "get_primitive": ".ops", "primitive": ".ops", "Reference": ".reference",
-         "Report": ".report", "lower": ".pipeline", "verify": ".verifier",
-         "fuse_preprocess": ".preprocess_fusion"}
+         "get_primitive": ".ops", "primitive": ".ops", "Reference": ".verification.reference",
+         "Report": ".report", "lower": ".pipeline", "verify": ".verification.verifier",
+         "fuse_preprocess": ".passes.preprocess_fusion"}
 
 
 def __getattr__(name):

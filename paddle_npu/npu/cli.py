@@ -10,13 +10,13 @@ import time
 from ..preprocess_args import add_arguments as add_preprocess_arguments
 from ..preprocess_args import spec_from_args
 from ..shapes import parse_input_shapes
+from .chip.target import DEFAULT, list_targets
+from .chip.tiling import PLANS
 from .emulation import DEFAULT as DEFAULT_EMULATION
 from .emulation import EMULATIONS
-from .input_shapes import add_argument as add_input_shape_argument
+from .passes.input_shapes import add_argument as add_input_shape_argument
 from .quant.cli import add_commands as add_quant_commands
 from .quant.cli import add_quant_options, lower_for
-from .target import DEFAULT, list_targets
-from .tiling import PLANS
 
 
 def add_commands(sub):
@@ -142,9 +142,9 @@ def add_lowering_options(p, target_flag="--target"):
 
 
 def _lower_and_save(source, output, args, quiet=False):
-    from ..api import save_model        # the library loads when a command runs
+    from ..api import save_model  # the library loads when a command runs
     from ..outputs import write_text
-    from .marks import marks_from
+    from .passes.marks import marks_from
     from .pipeline import lower
 
     marks = marks_from(args.marks, args.cpu_nodes, args.hp_nodes, args.cpu_ops,
@@ -166,7 +166,7 @@ def _lower_and_save(source, output, args, quiet=False):
     if show is not None:
         show("save", time.perf_counter() - start)
     if args.segments:
-        from .segments import emit_segments     # (start-up time, as above)
+        from .report.segments import emit_segments  # (start-up time, as above)
         manifest = emit_segments(model, report, args.segments)
         if not quiet:
             print(f"wrote {len(manifest['segments'])} segments to {args.segments} "
@@ -177,7 +177,7 @@ def _lower_and_save(source, output, args, quiet=False):
     if args.report:
         write_text(args.report, json.dumps(report.as_dict(), indent=1))
     if getattr(args, "report_svg", None):
-        from .report_svg import render_svg      # (start-up time, as above)
+        from .report.svg import render_svg  # (start-up time, as above)
         write_text(args.report_svg, render_svg(report))
     return model
 
@@ -185,7 +185,7 @@ def _lower_and_save(source, output, args, quiet=False):
 def cmd_lower(args):
     _lower_and_save(args.model, args.output, args)
     if args.verify:
-        from .preprocess_fusion import fused_reference   # the library loads when it runs
+        from .passes.preprocess_fusion import fused_reference  # the library loads when it runs
         # as lower did: the sizes fixed, then raw uint8 images fused in
         original = fused_reference(args.model, spec_from_args(args, args.target),
                                    parse_input_shapes(args.input_shape))
@@ -204,9 +204,9 @@ def lower_converted(onnx_bytes, output, args):
 
 def _print_verification(model, lowered, target, inputs, seed, tolerance, as_json,
                         input_shape=None, min_cosine=0.99, factor=None):
-    from ..compare import load_reference    # the library loads when a command runs
+    from ..compare import load_reference  # the library loads when a command runs
     from ..onnx_io import load_header
-    from .verifier import render, verify
+    from .verification.verifier import render, verify
 
     feeds = recorded = None
     if inputs:
@@ -233,7 +233,7 @@ def cmd_verify(args):
 
 
 def cmd_targets(args):
-    from .ops import all_primitives     # the library loads when a command runs
+    from .ops import all_primitives  # the library loads when a command runs
 
     targets = list_targets()
     if args.json:
@@ -266,7 +266,7 @@ def cmd_run_segments(args):
 
     from ..compare import load_reference
     from ..outputs import write_with
-    from .segments import load_manifest, run_segments
+    from .report.segments import load_manifest, run_segments
 
     # (keys `in_<name>` or `<name>`, as verify and calibrate read them)
     feeds, _ = load_reference(args.inputs, load_manifest(args.dir)["model"]["inputs"], [])

@@ -6,8 +6,8 @@ import onnx_ir as ir
 from ..errors import ConversionError
 from ..naming import UniqueNames
 from . import graph as g
+from .chip.plan import memory_key
 from .ops import DOMAIN, get_primitive
-from .plan import memory_key
 
 
 class _Builder:

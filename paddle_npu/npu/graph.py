@@ -41,6 +41,15 @@ _NOTES = {"folded", "merged"}
 # what a node's placement marks are: carried to whatever a rewrite or lowering makes of it
 MARK_KEYS = (MARK, MARK_REASON, PRECISION)
 
+# Plain ONNX ops computing element by element, with broadcasting: the same layout change of
+# all their operands is that of their output.
+ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu", "Relu",
+               "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
+               "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Softplus", "Identity")
+# Primitives computing element by element on their first input; the others are a scale of
+# one element, or QLut's table (not an operand of the same shape).
+ELEMENTWISE_PRIMITIVES = ("Lut", "QLut", "Quantize", "Dequantize")
+
 
 # --- facts about values ---------------------------------------------------------------------
 

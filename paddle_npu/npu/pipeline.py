@@ -18,30 +18,30 @@ import time
 from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
-from .channels_last import ChannelsLast
+from .chip.cost import layer_report, node_macs, segment_costs
+from .chip.plan import LayerPlan, UnitPlan
+from .chip.target import load_target
+from .chip.tiling import PLANS
 from .context import LowerContext
-from .cost import layer_report, node_macs, segment_costs
 from .emulation import DEFAULT as DEFAULT_EMULATION
 from .emulation import MIN_BODY_OPSET, check_emulation
 from .emulation.functions import emulate
 from .graph import device
-from .input_shapes import dynamic_inputs
-from .marks import ApplyMarks
 from .ops import DOMAIN
-from .partition import Partition
-from .plan import LayerPlan, UnitPlan
-from .planning import Planned, PlanLayers
-from .preprocess_fusion import FusePreprocess
-from .passes import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
-                     InferShapes, MergeDimTransforms, NameNodes, Pass, RemoveUnused, RulePass,
-                     Sequence)
+from .passes.channels_last import ChannelsLast
+from .passes.common import (BatchNormToAffine, FixInputShapes, FoldFixedConstants, FuseLayerNorm,
+                            InferShapes, MergeDimTransforms, NameNodes, RemoveUnused)
+from .passes.framework import Pass, RulePass, Sequence
+from .passes.input_shapes import dynamic_inputs
+from .passes.marks import ApplyMarks
+from .passes.partition import Partition
+from .passes.planning import Planned, PlanLayers
+from .passes.preprocess_fusion import FusePreprocess
+from .passes.restruct import ORDER as RESTRUCT_PASSES
+from .passes.restruct import restruct_passes
+from .passes.rnn import UnrollRnn
 from .registry import get_onnx_mapper
 from .report import Report
-from .restruct import ORDER as RESTRUCT_PASSES
-from .restruct import restruct_passes
-from .rnn import UnrollRnn
-from .target import load_target
-from .tiling import PLANS
 
 MIN_IR_VERSION = 10     # node metadata_props and function overloads
 

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.compare import agreement, run_onnx
 from paddle_npu.npu import DOMAIN, Reference
-from paddle_npu.npu.target import load_target
+from paddle_npu.npu.chip.target import load_target
 
 TOL = 1e-5
 
@@ -86,7 +86,7 @@ def checked(lowered):
 def rewritten(model, *rules, restart=False):
     """(PassResult, ir.Model): `rules` run as one RulePass over `model` (a ModelProto or
     bytes) made ready as lowering makes it."""
-    from paddle_npu.npu.passes import RulePass
+    from paddle_npu.npu.passes.framework import RulePass
     from paddle_npu.npu.pipeline import prepare
 
     m = prepare(model)

@@ -3,7 +3,6 @@ import onnx_ir as ir
 
 from .. import graph as g
 from ..ops import DOMAIN, VERSION
-from ..passes import Pass
 from . import DEFAULT, KEY, check_emulation
 from .body import float32_overload
 from .image_rows import image_rows
@@ -54,16 +53,6 @@ def sums_in_float32(node):
     emulated = emulation_of_op(node.op_type)
     return emulated is not None and emulated.float32_body is not None and all(
         v is None or v.dtype == ir.DataType.FLOAT for v in node.inputs)
-
-
-class AttachFunctions(Pass):
-    """The function bodies of the primitives the graph uses (`attach_functions`)."""
-    name = "functions"
-
-    def run(self, model, result):
-        count = attach_functions(model)
-        result.modified = bool(count)
-        result.info["functions"] = count
 
 
 def emulate(model, emulation=DEFAULT):

@@ -8,7 +8,6 @@ them; between layers that gather their rows (Im2Col) a Conv body would only add 
 its blocked layout and out of it, and the MatMul stays. The program is the same either way.
 """
 from .. import graph as g
-from ..channels_last import ELEMENTWISE, ELEMENTWISE_PRIMITIVES
 from ..ops import DOMAIN, get_primitive
 from ..ops.pool import is_global
 
@@ -58,8 +57,8 @@ def _is_image_op(node):
 
 def _keeps_layout(node):
     """Elementwise ops, and AddInTile (summing a layer's tiles)."""
-    return g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and (
-        node.op_type in ELEMENTWISE_PRIMITIVES or node.op_type == "AddInTile"))
+    return g.is_op(node, *g.ELEMENTWISE) or (node.domain == DOMAIN and (
+        node.op_type in g.ELEMENTWISE_PRIMITIVES or node.op_type == "AddInTile"))
 
 
 def _feeds_image_op(node):

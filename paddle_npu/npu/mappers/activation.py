@@ -4,9 +4,9 @@ when the calibration table has both tensors and the table can stand for the func
 calibrated inputs (else the float Lut; ops/lut.coarse_step)."""
 import onnx_ir as ir
 
+from ..chip.plan import UnitPlan, tensor_scale, unit_bits
 from ..ops.lut import COARSE_SHARE, coarse_step, lut_table
 from ..ops.quant import qrange
-from ..plan import UnitPlan, tensor_scale, unit_bits
 from ..registry import onnx_op
 
 # ONNX op -> the Lut function computing it

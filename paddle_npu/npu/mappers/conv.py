@@ -5,10 +5,10 @@ import numpy as np
 import onnx_ir as ir
 
 from ...errors import ConversionError
+from ..chip.plan import plan_layer, plan_vector_layer
+from ..chip.tiling import PLANS, Geometry, plan_tiles
 from ..ops.im2col import out_size, resolve_pads
-from ..plan import plan_layer, plan_vector_layer
 from ..registry import onnx_op
-from ..tiling import PLANS, Geometry, plan_tiles
 from . import conv3d
 from .matrix import emit_matrix, quantize_rows, read_out
 

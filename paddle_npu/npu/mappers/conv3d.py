@@ -1,8 +1,8 @@
 """Conv with a 5-D weight (Conv3D) -> Im2Col3D + VMM tiles + AddInTile + DimTransform. Called
 by conv.py's Conv lowering, which owns Conv and hands it the 3-D convolutions."""
+from ..chip.plan import plan_layer
+from ..chip.tiling import Geometry
 from ..ops.im2col import out_size, resolve_pads
-from ..plan import plan_layer
-from ..tiling import Geometry
 from .matrix import emit_matrix
 
 

@@ -9,9 +9,9 @@ import dataclasses
 
 import numpy as np
 
-from ..plan import plan_layer
+from ..chip.plan import plan_layer
+from ..chip.tiling import Geometry
 from ..registry import onnx_op
-from ..tiling import Geometry
 from .conv import operand_reason
 from .matrix import emit_matrix
 

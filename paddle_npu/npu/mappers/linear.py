@@ -1,9 +1,9 @@
 """MatMul / Gemm with a constant weight -> VMM tiles (+ AddInTile for tiles and bias)."""
 import numpy as np
 
-from ..plan import plan_layer
+from ..chip.plan import plan_layer
+from ..chip.tiling import Geometry
 from ..registry import onnx_op
-from ..tiling import Geometry
 from . import runtime_matmul
 from .layout import reshape_spec
 from .matrix import emit_matrix

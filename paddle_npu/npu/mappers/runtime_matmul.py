@@ -7,7 +7,7 @@ calibration table lacks keeps the float RuntimeVMM."""
 import numpy as np
 import onnx_ir as ir
 
-from ..plan import LayerPlan, UnitPlan, tensor_scale, unit_bits
+from ..chip.plan import LayerPlan, UnitPlan, tensor_scale, unit_bits
 
 
 def check(ctx, node):

@@ -6,8 +6,7 @@ from . import lut, runtime_vmm  # noqa: F401  (the lookup-table unit, arrays wri
 from . import col2im, depthwise, im2col3d, instance_norm, pool, resample  # noqa: F401  (spatial)
 from . import moves, table_read  # noqa: F401  (Crop / Join moves, embedding tables)
 from . import reduce  # noqa: F401  (the vector unit's reductions, LayerNorm)
-from .base import (DOMAIN, VERSION, ArrayModel, Primitive, all_primitives, get_primitive,
-                   primitive)
+from .base import DOMAIN, VERSION, ArrayModel, Primitive, all_primitives, get_primitive, primitive
 
 __all__ = ["DOMAIN", "VERSION", "ArrayModel", "Primitive", "all_primitives", "get_primitive",
            "primitive"]

@@ -6,7 +6,7 @@ from .base import Arg, Attr, Primitive, primitive
 
 # The layouts of an image a spatial primitive (Im2Col, Pool, DepthwiseConv) reads: "nchw", or
 # "nhwc": [N, H, W, C], a matrix layer's rows as they come out of it, one pixel a row of
-# channels (the layout pass, npu/channels_last.py, keeps images so between layers). The
+# channels (the layout pass, npu/passes/channels_last.py, keeps images so between layers). The
 # attribute `image_size` repeats its height and width for readers without shapes.
 LAYOUT_ATTRS = (
     Attr("layout", "string", '"nchw": X is [N, C, H, W]; "nhwc": X is [N, H, W, C], pixel by '

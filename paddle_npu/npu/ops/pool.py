@@ -1,10 +1,10 @@
 """Pool: max and average pooling over NCHW windows on the vector unit."""
 import numpy as np
 
-from .base import Arg, Attr, Primitive, primitive, static_numel
-from .im2col import LAYOUT_ATTRS, as_layout, as_nchw, check_layout, image_dims, is_nhwc, \
-    kernel_taps
 from ...shape_inference import pooled_size
+from .base import Arg, Attr, Primitive, primitive, static_numel
+from .im2col import (LAYOUT_ATTRS, as_layout, as_nchw, check_layout, image_dims, is_nhwc,
+                     kernel_taps)
 
 
 @primitive

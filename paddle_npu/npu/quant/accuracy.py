@@ -26,14 +26,14 @@ import onnx
 
 from ...onnx_io import load_proto
 from ...outputs import write_text, write_with
-from ..channels_last import tensors_as_nchw
+from ..chip.plan import threshold_of
 from ..emulation.runtime import session
 from ..ops.quant import qrange
-from ..plan import threshold_of
-from ..rnn import unrolled_proto
+from ..passes.channels_last import tensors_as_nchw
+from ..passes.rnn import unrolled_proto
 from .calibrate import load_table
-from .samples import Samples, open_samples, run_batches
 from .qlower import records_of, unit_records_of
+from .samples import Samples, open_samples, run_batches
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 

@@ -28,7 +28,7 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ...outputs import write_text
 from ..emulation.runtime import session as emulated_session
-from ..rnn import unrolled_proto
+from ..passes.rnn import unrolled_proto
 from .samples import open_samples, run_batches
 
 FORMAT = "paddle_npu.calibration/1"

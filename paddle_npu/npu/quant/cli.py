@@ -18,7 +18,7 @@ from ...errors import ConversionError
 from ...preprocess_args import add_arguments as add_preprocess_arguments
 from ...preprocess_args import settings_given, spec_from_args
 from ...shapes import parse_input_shapes
-from ..input_shapes import add_argument as add_input_shape_argument
+from ..passes.input_shapes import add_argument as add_input_shape_argument
 
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
                  "output's cosine to float to reach C on every sample, e.g. 0.99 (needs --data; --auto-hp N "
@@ -113,7 +113,7 @@ def _shaped(args):
     shapes = parse_input_shapes(args.input_shape)
     if not shapes:
         return args.model
-    from ..passes import with_input_shapes      # the library loads when a command runs
+    from ..passes.common import with_input_shapes  # the library loads when a command runs
     return with_input_shapes(args.model, shapes)
 
 
@@ -128,7 +128,7 @@ def lower_for(args):
                               "measure on)")
 
     def _lower(source, target=None, plan="packed", preprocess=None, **kw):
-        from ...onnx_io import save_proto       # the library loads when a command runs
+        from ...onnx_io import save_proto  # the library loads when a command runs
         from .accuracy import render
         from .promote import auto_hp
         from .qdq import export_qdq
@@ -178,7 +178,7 @@ def _accuracy(outs, labels):
 
 
 def cmd_calibrate(args):
-    from .calibrate import calibrate, save_table    # the library loads when a command runs
+    from .calibrate import calibrate, save_table  # the library loads when a command runs
 
     folder = os.path.isdir(args.data)
     if folder and not settings_given(args):     # no silent "pixels 0-255 as they are"
@@ -199,7 +199,7 @@ def cmd_calibrate(args):
 
 
 def cmd_quant_report(args):
-    from ...compare import read_npz     # the library loads when a command runs
+    from ...compare import read_npz  # the library loads when a command runs
     from ...onnx_io import load_proto
     from ...outputs import write_text
     from .accuracy import input_floor, layer_report, plot_sqnr, render

@@ -12,13 +12,13 @@ import onnx_ir as ir
 
 from ...errors import ConversionError
 from ...onnx_io import load_proto
-from ..channels_last import tensors_as_nchw
-from ..passes import with_input_shapes
-from ..selection import HELD, find_selections, hold, link_lowered
+from ..passes.channels_last import tensors_as_nchw
+from ..passes.common import with_input_shapes
+from ..verification.selection import HELD, find_selections, hold, link_lowered
 from .accuracy import layer_report, metrics, run_tensors, worst_layers
 from .calibrate import load_precision
-from .samples import Samples, open_samples
 from .qlower import quantized_lower, unit_records_of
+from .samples import Samples, open_samples
 
 SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
 

@@ -1,6 +1,6 @@
 """Quantised lowering: a float ONNX model (or a quantised Paddle model's QDQ one) lowered
 with integer matrix layers. The scales, bits and emission of each layer are decided by its
-plan (npu/plan.py, where the arithmetic is written out) and emitted with the float ones by
+plan (npu/chip/plan.py, where the arithmetic is written out) and emitted with the float ones by
 mappers/matrix.emit_matrix; this module gathers what the plans need (calibration table,
 precision table, the model's own scales) and reads the records back.
 """
@@ -11,8 +11,8 @@ import onnx_ir as ir
 from ...errors import ConversionError
 from ...onnx_io import load_proto
 from .. import graph as g
+from ..chip.plan import Quantization, fixed_point  # noqa: F401  (fixed_point: part of this API)
 from ..pipeline import lower, quantization_records
-from ..plan import Quantization, fixed_point  # noqa: F401  (fixed_point: part of this API)
 from .calibrate import load_precision, load_table
 from .qdq import unquantised
 

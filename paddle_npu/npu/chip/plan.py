@@ -43,10 +43,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ConversionError
-from . import graph as g
-from .ops.im2col import column_source
-from .ops.quant import qrange
+from ...errors import ConversionError
+from .. import graph as g
+from ..ops.im2col import column_source
+from ..ops.quant import qrange
 from .tiling import Geometry, Tile, bands, plan_tiles, tile_weight
 
 HP_SUFFIX = "_hp"

@@ -10,9 +10,9 @@ layer's arrays (`arrays_of`).
 """
 from dataclasses import dataclass, field
 
-from .passes import Pass, PassResult
-from .plan import UnitPlan
-from .registry import get_onnx_mapper
+from ..chip.plan import UnitPlan
+from ..registry import get_onnx_mapper
+from .framework import Pass, PassResult
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import ConversionError
+from ...errors import ConversionError
 
 # op type -> the output holding the picks
 SELECTION_OPS = {"TopK": 1, "ArgMax": 0, "ArgMin": 0}

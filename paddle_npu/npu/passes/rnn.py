@@ -29,10 +29,10 @@ float model (`unrolled_proto`) covers them.
 import numpy as np
 import onnx_ir as ir
 
-from ..onnx_io import load_model, to_proto
-from . import graph as g
-from .emulation import MIN_BODY_OPSET
-from .passes import Pass
+from ...onnx_io import load_model, to_proto
+from .. import graph as g
+from ..emulation import MIN_BODY_OPSET
+from .framework import Pass
 
 # A bidirectional node of at most this hidden size runs both directions in one chain of
 # steps (_unroll_pair): half the steps, R's tiles [2H, 8H] with zero blocks; past it, R's

@@ -9,11 +9,11 @@ counts as 1). Placement (partition.py) weighs these; the report adds them up per
     transfer per hand-over (a segment boundary, all the tensors crossing it together): a fixed
              latency plus the bytes over the link
 """
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from .graph import device as device_of, dims, segment as segment_of, source
-from .ops import DOMAIN, get_primitive
-from .report import LayerReport
+from ..graph import device as device_of, dims, segment as segment_of, source
+from ..ops import DOMAIN, get_primitive
 from .tiling import PLANS, PlanCost, plan_cost, plan_cost_of
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
@@ -22,6 +22,23 @@ VECTOR_MATRIX_PRIMITIVES = ("DepthwiseConv", "QDepthwiseConv")
 WRITTEN_AT_RUN_TIME = ("RuntimeVMM", "QRuntimeVMM")
 MATRIX_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 RNN_OPS = {"LSTM": 4, "GRU": 3, "RNN": 1}       # gates: weight blocks of W and R
+
+
+@dataclass
+class LayerReport:
+    name: str                      # the source node
+    op_type: str
+    detail: str                    # "C=64 M=128 k=3x3 s=1 g=1 -> 32x32", ...
+    cost: PlanCost                 # the plan emitted
+    alternative: Optional[PlanCost] = None   # Conv: the other plan, for comparison
+
+    def as_dict(self):
+        d = {"name": self.name, "op_type": self.op_type, "detail": self.detail,
+             **self.cost.as_dict()}
+        if self.alternative is not None:
+            d["alternative"] = self.alternative.as_dict()
+        return d
+
 
 
 def layer_report(plan, target):

@@ -1,43 +1,11 @@
 """The lowering report: per-layer costs, segments, what stayed plain and why; table and JSON."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional
 
-from ..preprocess import describe
-from .input_shapes import FLAG
-from .tiling import PlanCost
-
-
-@dataclass
-class LayerReport:
-    name: str                      # the source node
-    op_type: str
-    detail: str                    # "C=64 M=128 k=3x3 s=1 g=1 -> 32x32", ...
-    cost: PlanCost                 # the plan emitted
-    alternative: Optional[PlanCost] = None   # Conv: the other plan, for comparison
-
-    def as_dict(self):
-        d = {"name": self.name, "op_type": self.op_type, "detail": self.detail,
-             **self.cost.as_dict()}
-        if self.alternative is not None:
-            d["alternative"] = self.alternative.as_dict()
-        return d
-
-
-@dataclass
-class Segment:
-    index: int
-    device: str
-    nodes: List[str]
-    inputs: List[str] = field(default_factory=list)    # tensors it receives from elsewhere
-    outputs: List[str] = field(default_factory=list)   # tensors it hands to others / the host
-    cost: Optional[dict] = None     # cost.segment_costs: MACs, bytes crossing, estimated ns
-    layers: list = field(default_factory=list)         # [(source layer, unit, nodes)]
-
-    def as_dict(self):
-        return {"index": self.index, "device": self.device, "nodes": len(self.nodes),
-                "first": self.nodes[0], "last": self.nodes[-1],
-                "inputs": self.inputs, "outputs": self.outputs,
-                **({"cost": self.cost} if self.cost is not None else {})}
+from ...preprocess import describe
+from ..chip.cost import LayerReport
+from ..passes.input_shapes import FLAG
+from ..passes.partition import Segment
 
 
 def _macs(n):

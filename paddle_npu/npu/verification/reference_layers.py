@@ -34,8 +34,8 @@ from functools import cached_property
 import numpy as np
 from onnx import helper
 
-from .ops import DOMAIN, get_primitive
-from .ops.base import chunks
+from ..ops import DOMAIN, get_primitive
+from ..ops.base import chunks
 
 LAYER_DOMAIN = "ai.paddle_npu.reference"   # the fused layers' nodes exist only in the reference
 LAYER_OP = "MatrixLayer"

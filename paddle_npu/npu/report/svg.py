@@ -5,7 +5,7 @@ the hand-overs between boxes. Plain SVG built with ElementTree, so it is well-fo
 every cell has a <title> naming the layer (a tooltip in a browser)."""
 import xml.etree.ElementTree as ET
 
-from .report import _bytes, _cost_line, _latency, _macs
+from . import _bytes, _cost_line, _latency, _macs
 
 COLOURS = {"arrays": "#1f5fae", "vector": "#7fb2e5", "cpu": "#f0a030"}
 LEGEND = {"arrays": "NPU arrays", "vector": "NPU vector unit / table / moves", "cpu": "CPU"}

@@ -36,7 +36,7 @@ import functools
 
 import onnx_ir as ir
 
-from . import graph as g
+from .. import graph as g
 
 COMMUTATIVE = ("Add", "Mul", "Max", "Min")
 

@@ -39,8 +39,8 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ConversionError
-from ..naming import read_settings
+from ...errors import ConversionError
+from ...naming import read_settings
 
 ALL_PRIMITIVES = ("Im2Col", "VMM", "AddInTile", "DimTransform", "Scale", "ScaleLut",
                   "SwapChannel")

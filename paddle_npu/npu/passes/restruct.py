@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ..errors import ConversionError
-from . import graph as g
-from .passes import FoldBatchNorm, RulePass
+from ...errors import ConversionError
+from .. import graph as g
+from ..chip.target import RESTRUCT_PASSES as ORDER
+from .common import FoldBatchNorm
+from .framework import RulePass
 from .rules import Rule
-from .target import RESTRUCT_PASSES as ORDER
 
 
 def _dims(value):

@@ -31,18 +31,10 @@ size (graph.set_rows_size); `tensors_as_nchw` gives such tensors back as NCHW ar
 import numpy as np
 import onnx_ir as ir
 
-from . import graph as g
-from .ops import DOMAIN, get_primitive
-from .passes import Pass
+from .. import graph as g
+from ..ops import DOMAIN, get_primitive
+from .framework import Pass
 
-# Plain ONNX ops computing element by element, with broadcasting: the same layout change of
-# all their operands is that of their output.
-ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Pow", "PRelu", "Relu",
-               "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
-               "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Softplus", "Identity")
-# Primitives computing element by element on their first input; the others are a scale of
-# one element, or QLut's table (not an operand of the same shape).
-ELEMENTWISE_PRIMITIVES = ("Lut", "QLut", "Quantize", "Dequantize")
 # Primitives walking windows of their first input, an image, in either layout.
 WINDOW_PRIMITIVES = ("Pool", "DepthwiseConv", "QDepthwiseConv")
 
@@ -356,8 +348,8 @@ def _is_to_rows(node):
 
 
 def _is_elementwise(node):
-    return g.is_op(node, *ELEMENTWISE) or (node.domain == DOMAIN and
-                                           node.op_type in ELEMENTWISE_PRIMITIVES)
+    return g.is_op(node, *g.ELEMENTWISE) or (node.domain == DOMAIN and
+                                           node.op_type in g.ELEMENTWISE_PRIMITIVES)
 
 
 def _infer_layer(readers):

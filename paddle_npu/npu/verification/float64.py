@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from ..compare import run_onnx
-from ..errors import ConversionError
-from ..onnx_io import load_proto
-from .ops.im2col import kernel_taps
+from ...compare import run_onnx
+from ...errors import ConversionError
+from ...onnx_io import load_proto
+from ..ops.im2col import kernel_taps
 from .reference import _standard_overrides
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE

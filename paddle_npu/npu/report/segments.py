@@ -18,39 +18,15 @@ import time
 import numpy as np
 from onnx import helper
 
-from .. import shape_inference
-from ..errors import ConversionError
-from ..onnx_io import save_proto, to_proto
-from ..outputs import write_text
-from .emulation.runtime import session
-from .graph import proto_precision, proto_segment
+from ... import shape_inference
+from ...errors import ConversionError
+from ...onnx_io import save_proto, to_proto
+from ...outputs import write_text
+from ..emulation.runtime import session
+from ..graph import proto_precision, proto_segment
 
 FORMAT = "paddle_npu.segments"
 MANIFEST = "manifest.json"
-
-
-def check_segment_cap(segments, target, op_types=None):
-    """A target that caps its NPU segments (NNIE: 8): error naming the CPU nodes that split
-    the NPU work when there are more: the first few, then per op type (op_types: {node
-    name: op type}) the count and the first node."""
-    cap = getattr(target, "max_npu_segments", 0)
-    npu = [s for s in segments if s.device == "npu"]
-    if not cap or len(npu) <= cap:
-        return
-    splitters = [s for s in segments if s.device == "cpu" and 0 < s.index < len(segments) - 1]
-    parts = []
-    for s in splitters:
-        shown = ", ".join(s.nodes[:3]) + (f" (+{len(s.nodes) - 3})" if len(s.nodes) > 3 else "")
-        by_type = {}
-        for name in s.nodes:
-            by_type.setdefault((op_types or {}).get(name, "other"), []).append(name)
-        counts = ", ".join(f"{op} {len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"
-                           for op, names in by_type.items())
-        parts.append(f"#{s.index}: {shown} [by type: {counts}]")
-    raise ConversionError(
-        f"target {target.name!r} runs at most {cap} NPU segments, this model needs {len(npu)}: "
-        f"the NPU work is split by the CPU nodes of segments {'; '.join(parts)} (let the NPU "
-        "run them, restructure them, or mark neighbouring nodes _cpu to join the CPU parts)")
 
 
 def _value_infos(proto):

@@ -24,16 +24,33 @@ never changes what a node computes, only where and in which order it runs.
 """
 import heapq
 from dataclasses import dataclass, field
+from typing import List, Optional
 
 import onnx_ir as ir
 
-from ..errors import ConversionError
-from . import graph as g
-from .cost import is_array_node, node_ns, transfer_ns, value_bytes
-from .ops import DOMAIN, get_primitive
-from .passes import Pass, PassResult, not_lowered
-from .report import Segment
-from .segments import check_segment_cap
+from ...errors import ConversionError
+from .. import graph as g
+from ..chip.cost import is_array_node, node_ns, transfer_ns, value_bytes
+from ..ops import DOMAIN, get_primitive
+from .framework import Pass, PassResult, not_lowered
+
+
+@dataclass
+class Segment:
+    index: int
+    device: str
+    nodes: List[str]
+    inputs: List[str] = field(default_factory=list)    # tensors it receives from elsewhere
+    outputs: List[str] = field(default_factory=list)   # tensors it hands to others / the host
+    cost: Optional[dict] = None     # cost.segment_costs: MACs, bytes crossing, estimated ns
+    layers: list = field(default_factory=list)         # [(source layer, unit, nodes)]
+
+    def as_dict(self):
+        return {"index": self.index, "device": self.device, "nodes": len(self.nodes),
+                "first": self.nodes[0], "last": self.nodes[-1],
+                "inputs": self.inputs, "outputs": self.outputs,
+                **({"cost": self.cost} if self.cost is not None else {})}
+
 
 
 def place(node, target):
@@ -292,6 +309,30 @@ def partition(model, target, refusals=None):
     for s, i, o in zip(segments, ins, outs):
         s.inputs, s.outputs = list(i), list(o)
     return segments, {n.name: reasons[n.name] for n in order if device[n] == "cpu"}
+
+
+def check_segment_cap(segments, target, op_types=None):
+    """A target that caps its NPU segments (NNIE: 8): error naming the CPU nodes that split
+    the NPU work when there are more: the first few, then per op type (op_types: {node
+    name: op type}) the count and the first node."""
+    cap = getattr(target, "max_npu_segments", 0)
+    npu = [s for s in segments if s.device == "npu"]
+    if not cap or len(npu) <= cap:
+        return
+    splitters = [s for s in segments if s.device == "cpu" and 0 < s.index < len(segments) - 1]
+    parts = []
+    for s in splitters:
+        shown = ", ".join(s.nodes[:3]) + (f" (+{len(s.nodes) - 3})" if len(s.nodes) > 3 else "")
+        by_type = {}
+        for name in s.nodes:
+            by_type.setdefault((op_types or {}).get(name, "other"), []).append(name)
+        counts = ", ".join(f"{op} {len(names)} ({names[0]}{', ...' if len(names) > 1 else ''})"
+                           for op, names in by_type.items())
+        parts.append(f"#{s.index}: {shown} [by type: {counts}]")
+    raise ConversionError(
+        f"target {target.name!r} runs at most {cap} NPU segments, this model needs {len(npu)}: "
+        f"the NPU work is split by the CPU nodes of segments {'; '.join(parts)} (let the NPU "
+        "run them, restructure them, or mark neighbouring nodes _cpu to join the CPU parts)")
 
 
 @dataclass

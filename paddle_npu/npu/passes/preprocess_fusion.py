@@ -11,14 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ..errors import ConversionError
-from ..naming import UniqueNames
-from ..onnx_io import load_model
-from ..preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
-from .emulation import MIN_BODY_OPSET
-from .emulation.functions import AttachFunctions
-from .ops import DOMAIN
-from .passes import Pass, PassResult, Sequence, with_input_shapes
+from ...errors import ConversionError
+from ...naming import UniqueNames
+from ...onnx_io import load_model
+from ...preprocess import CHANNELS, MODES, affine, as_spec, crop_window, lut_tables
+from ..emulation import MIN_BODY_OPSET
+from ..emulation.functions import emulate
+from ..ops import DOMAIN
+from .common import with_input_shapes
+from .framework import Pass, PassResult
 
 MIN_IR_VERSION = 10     # function overloads
 _FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -57,12 +58,11 @@ def fuse_preprocess(model, spec, mode=None, primitives=False):
     was fused.
     """
     m = _load(model, primitives)
-    steps = Sequence(FusePreprocess(spec, mode, primitives),
-                     AttachFunctions() if primitives else None)
-    steps(m)
+    result = FusePreprocess(spec, mode, primitives)(m)
     if primitives:
+        emulate(m)
         m.ir_version = max(m.ir_version or 0, MIN_IR_VERSION)
-    return m, steps.result(FusePreprocess).fused
+    return m, result.fused
 
 
 def fused_reference(model, spec, input_shape=None):

@@ -7,14 +7,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..compare import agreement, run_onnx, run_onnx_on
-from ..errors import ConversionError
-from ..onnx_io import graph_inputs, load_header, load_proto
-from .emulation import EMULATIONS
-from .emulation.functions import emulate, emulation_of
+from ...compare import agreement, run_onnx, run_onnx_on
+from ...errors import ConversionError
+from ...onnx_io import graph_inputs, load_header, load_proto
+from ..emulation import EMULATIONS
+from ..emulation.functions import emulate, emulation_of
+from ..ops import DOMAIN
+from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
-from .ops import DOMAIN
-from .passes import with_input_shapes
 from .reference import Reference
 from .selection import HELD, RANKED, compare_picks, find_selections, hold, link_lowered
 

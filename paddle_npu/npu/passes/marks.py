@@ -30,10 +30,10 @@ to the nodes a marked node becomes.
 import fnmatch
 from dataclasses import dataclass, field
 
-from ..errors import ConversionError
-from ..naming import read_settings
-from . import graph as g
-from .passes import Pass, PassResult
+from ...errors import ConversionError
+from ...naming import read_settings
+from .. import graph as g
+from .framework import Pass, PassResult
 
 COMPILE_MODES = {0: "every layer at the target's precision",
                  1: "every layer at 16 bits",

@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 
-from ..onnx_io import graph_inputs, load_proto
-from .ops import DOMAIN, ArrayModel, all_primitives
-from .ops.im2col import kernel_taps
+from ...onnx_io import graph_inputs, load_proto
+from ..chip.target import load_target
+from ..ops import DOMAIN, ArrayModel, all_primitives
+from ..ops.im2col import kernel_taps
 from .reference_layers import LAYER_DOMAIN, fuse_matrix_layers, layer_op_class
-from .target import load_target
 
 
 def _op_class(prim, array, given):
