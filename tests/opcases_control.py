@@ -7,7 +7,6 @@ Inputs are chosen so that every branch is taken by some case, and loops run a
 data-dependent number of times (zero included).
 """
 import os
-import sys
 
 from opcase_harness import case
 
@@ -24,9 +23,7 @@ def _legacy_ready(paddle):
     paddle.logical_not, which raises on legacy Variables (see tools/zoo.py)."""
     if os.environ.get("FLAGS_enable_pir_api") != "0" or getattr(paddle, "_npu_shimmed", False):
         return
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
-    sys.path.insert(0, tools)
-    import zoo
+    import zoo      # (tools/ is on the export process's path)
     zoo._legacy_shims()
     paddle._npu_shimmed = True
 

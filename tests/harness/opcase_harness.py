@@ -179,7 +179,10 @@ def ensure_exports(root, modules):
         done = os.path.join(d, ".complete")
         if not os.path.exists(done):
             os.makedirs(d, exist_ok=True)
-            env = dict(os.environ, FLAGS_enable_pir_api="0" if fmt == "legacy" else "1")
+            # the harness, the case modules and tools/ (the zoo's shims) importable there
+            path = [HERE, CASES_DIR, os.path.join(os.path.dirname(CASES_DIR), "tools")]
+            env = dict(os.environ, FLAGS_enable_pir_api="0" if fmt == "legacy" else "1",
+                       PYTHONPATH=os.pathsep.join(path + [os.environ.get("PYTHONPATH", "")]))
             res = subprocess.run([sys.executable, __file__, "export", fmt, d, *modules],
                                  env=env, cwd=CASES_DIR, capture_output=True, text=True)
             if res.returncode != 0:
@@ -193,6 +196,5 @@ def ensure_exports(root, modules):
 if __name__ == "__main__":
     cmd, fmt, out, *mods = sys.argv[1:]
     assert cmd == "export"
-    sys.path[:0] = [HERE, CASES_DIR]
     import opcase_harness  # the case modules register into this module, not __main__
     opcase_harness.export_all(fmt, out, mods)
