@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from paddle_npu.errors import ConversionError
 from paddle_npu.npu import lower
-from paddle_npu.npu.verification import float64
+from paddle_npu.npu.verification import float64 as float64_module
 from paddle_npu.npu.verification.float64 import as_float64, float64_outputs
 from paddle_npu.npu.verification.verifier import FACTOR, render, seeded_inputs, verify
 from paddle_npu.onnx_io import load_proto
