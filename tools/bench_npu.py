@@ -58,7 +58,8 @@ from Paddle's float64 outputs than the ONNX model).
 With --lower-times, per zoo model (`--models deploy|ci|all|a,b`) converted at its deployment
 size (`paddle-npu convert --input-shape`, batch 1, as quant_zoo.py converts it), a plain
 `paddle-npu lower` (no --verify) in a process of its own: wall and CPU seconds and peak RSS
-(median of --process-runs), against the target of at most 5 s on every model.
+(median of --process-runs), against the target of at most 5 s on every model; and whether
+`lower --emulation float32` writes the same NPU program (function bodies aside).
 """
 import argparse
 import json
@@ -346,9 +347,10 @@ DEPLOYED_LOWER_S = 5.0
 
 
 def deployed_lower(name, target, cache, runs):
-    """{"model", "input_shape", "seconds", "cpu_seconds", "peak_mib"}: `paddle-npu lower`
-    (no --verify) of zoo model `name` converted at its deployment size, in processes of
-    their own (median of `runs`)."""
+    """{"model", "input_shape", "seconds", "cpu_seconds", "peak_mib", "same_program"}:
+    `paddle-npu lower` (no --verify) of zoo model `name` converted at its deployment size,
+    in processes of their own (median of `runs`), and whether `--emulation float32` writes
+    the same NPU program (`npu_program`)."""
     from quant_zoo import shape_args
 
     model = zoo.MODELS[name]
@@ -370,15 +372,38 @@ def deployed_lower(name, target, cache, runs):
                 raise RuntimeError(f"paddle-npu lower failed ({run.rc}): "
                                    f"{run.stderr.strip()[-300:]}")
             got.append(run)
+        fast = os.path.join(work, "lowered_f32.onnx")
+        run = run_measured(npu + ["lower", onnx_path, "-o", fast, "--target", target,
+                                  "--emulation", "float32"], env)
+        if run.rc != 0:
+            raise RuntimeError(f"paddle-npu lower --emulation float32 failed ({run.rc}): "
+                               f"{run.stderr.strip()[-300:]}")
+        same = npu_program(out) == npu_program(fast)
     return {"model": name, "input_shape": " ".join(shapes[1::2]),
             "seconds": round(statistics.median(r.seconds for r in got), 2),
             "cpu_seconds": round(statistics.median(r.cpu for r in got), 2),
-            "peak_mib": round(statistics.median(r.rss for r in got) / 2**20, 1)}
+            "peak_mib": round(statistics.median(r.rss for r in got) / 2**20, 1),
+            "same_program": same}
+
+
+def npu_program(path):
+    """A lowered model file's NPU program as bytes: without its function bodies, the overload
+    each node calls and the metadata naming the emulation."""
+    from paddle_npu.npu.emulation import KEY
+
+    proto = onnx.load(path)
+    del proto.functions[:]
+    for node in proto.graph.node:
+        node.overload = ""
+    kept = [p for p in proto.metadata_props if p.key != KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    return proto.SerializeToString(deterministic=True)
 
 
 def render_deployed(rows):
     head = (f"{'paddle-npu lower':<22} {'at deployment size':<38} {'wall s':>7} {'cpu s':>6} "
-            f"{'peak MiB':>9}  <= {DEPLOYED_LOWER_S:g} s")
+            f"{'peak MiB':>9}  <= {DEPLOYED_LOWER_S:g} s  same program")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -386,10 +411,14 @@ def render_deployed(rows):
             continue
         met = "met" if r["seconds"] <= DEPLOYED_LOWER_S else "NOT met"
         lines.append(f"{r['model']:<22} {r['input_shape']:<38} {r['seconds']:>7.2f} "
-                     f"{r['cpu_seconds']:>6.2f} {r['peak_mib']:>9.0f}  {met}")
+                     f"{r['cpu_seconds']:>6.2f} {r['peak_mib']:>9.0f}  {met:<7}  "
+                     f"{'yes' if r['same_program'] else 'NO'}")
     slow = [r["model"] for r in rows if "error" in r or r["seconds"] > DEPLOYED_LOWER_S]
     lines.append(f"every model lowered in <= {DEPLOYED_LOWER_S:g} s: "
                  + ("met" if not slow else f"NOT met ({', '.join(slow)})"))
+    other = [r["model"] for r in rows if "error" not in r and not r["same_program"]]
+    lines.append("every model's NPU program the same under both emulations: "
+                 + ("met" if not other else f"NOT met ({', '.join(other)})"))
     return "\n".join(lines)
 
 
@@ -644,7 +673,8 @@ def main(argv=None):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
-        return 1 if any("error" in r or r["seconds"] > DEPLOYED_LOWER_S for r in rows) else 0
+        return 1 if any("error" in r or r["seconds"] > DEPLOYED_LOWER_S or not r["same_program"]
+                        for r in rows) else 0
     names = zoo.select(args.models)
     ort_plans = [p for p in args.ort_plans.split(",") if p]
     rates = machine_rates() if ort_plans and not (args.whole or args.quantize) else None
