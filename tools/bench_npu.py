@@ -6,8 +6,9 @@ NumPy reference's throughput (useful MACs per second) running the lowered model,
 onnxruntime the lowered model's session creation time and latency (median over --iters) beside
 the ONNX model's, timed in turn (`ort_timing`), with their ratios, under each emulation
 (`lower --emulation exact|float32`: the function bodies onnxruntime runs the NPU program
-with), and how far each is from the ONNX model's outputs, and `nodes x`: the nodes onnxruntime builds the lowered model's session
-of (its functions inlined) as a multiple of the ONNX model's, which session creation follows,
+with), and how far each is from the ONNX model's outputs, and `nodes x`: the nodes
+onnxruntime builds the lowered model's session of (its functions inlined) as a multiple of
+the ONNX model's, which session creation follows,
 and `prog x`: the NPU program's own nodes (each primitive one node: a band of array tiles is
 one) as a multiple of the ONNX model's, what the nodes would be if every body were one node.
 Beside them the lowered model's floor: the time this machine takes, measured in the same
@@ -81,8 +82,10 @@ from measure import installed_env, load_note, run_measured, start_launcher  # no
 from paddle_npu.api import export  # noqa: E402
 from paddle_npu.npu import Reference, load_target, lower  # noqa: E402
 from paddle_npu.npu.emulation import EMULATIONS  # noqa: E402
-from paddle_npu.npu.passes.input_shapes import add_argument as add_input_shape_argument  # noqa: E402
+from paddle_npu.npu.emulation.functions import emulate, npu_program  # noqa: E402
 from paddle_npu.npu.passes.common import with_input_shapes  # noqa: E402
+from paddle_npu.npu.passes.input_shapes import (  # noqa: E402
+    add_argument as add_input_shape_argument)
 from paddle_npu.npu.quant.calibrate import calibrate  # noqa: E402
 from paddle_npu.npu.quant.qlower import quantized_lower  # noqa: E402
 from paddle_npu.onnx_io import load_proto  # noqa: E402
@@ -350,7 +353,7 @@ def deployed_lower(name, target, cache, runs):
     """{"model", "input_shape", "seconds", "cpu_seconds", "peak_mib", "same_program"}:
     `paddle-npu lower` (no --verify) of zoo model `name` converted at its deployment size,
     in processes of their own (median of `runs`), and whether `--emulation float32` writes
-    the same NPU program (`npu_program`)."""
+    the same NPU program (emulation.functions.npu_program)."""
     from quant_zoo import shape_args
 
     model = zoo.MODELS[name]
@@ -378,27 +381,13 @@ def deployed_lower(name, target, cache, runs):
         if run.rc != 0:
             raise RuntimeError(f"paddle-npu lower --emulation float32 failed ({run.rc}): "
                                f"{run.stderr.strip()[-300:]}")
-        same = npu_program(out) == npu_program(fast)
+        same = npu_program(onnx.load(out)) == npu_program(onnx.load(fast))
     return {"model": name, "input_shape": " ".join(shapes[1::2]),
             "seconds": round(statistics.median(r.seconds for r in got), 2),
             "cpu_seconds": round(statistics.median(r.cpu for r in got), 2),
             "peak_mib": round(statistics.median(r.rss for r in got) / 2**20, 1),
             "same_program": same}
 
-
-def npu_program(path):
-    """A lowered model file's NPU program as bytes: without its function bodies, the overload
-    each node calls and the metadata naming the emulation."""
-    from paddle_npu.npu.emulation import KEY
-
-    proto = onnx.load(path)
-    del proto.functions[:]
-    for node in proto.graph.node:
-        node.overload = ""
-    kept = [p for p in proto.metadata_props if p.key != KEY]
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
-    return proto.SerializeToString(deterministic=True)
 
 
 def render_deployed(rows):
@@ -471,7 +460,6 @@ def bench_model(name, target, cache, reference_plans, repeat, ort_plans=(), iter
             import onnx_ir as ir
 
             from paddle_npu.compare import agreement, run_onnx
-            from paddle_npu.npu.emulation.functions import emulate
 
             want = run_onnx(onnx_at_size, feeds)[1]
             rates = rates or machine_rates()
@@ -603,7 +591,8 @@ def render(rows):
                 f"{'rel diff':>9}")
         lines += ["", head, "-" * len(head)]
         for r, plan, emulation, e, floor in timed:
-            lines.append(f"{r['model']:<20} {plan:<12} {emulation:<10} {e['session_seconds']:>9.3f} "
+            lines.append(f"{r['model']:<20} {plan:<12} {emulation:<10} "
+                         f"{e['session_seconds']:>9.3f} "
                          f"{e['onnx_session_seconds']:>7.3f} {e['session_ratio']:>5.2f}x "
                          f"{e['nodes_ratio']:>6.2f}x {e['program_ratio']:>5.2f}x "
                          f"{e['latency_ms']:>10.2f} {e['onnx_latency_ms']:>8.2f} "

@@ -40,16 +40,9 @@ def serialized(m):
 def program(lowered):
     """A lowered ir.Model's NPU program as bytes, without its emulation: the function
     bodies, the overload each node calls and the metadata naming the emulation left out."""
-    from paddle_npu.npu.emulation import KEY
+    from paddle_npu.npu.emulation.functions import npu_program
 
-    proto = ir.serde.serialize_model(lowered)
-    del proto.functions[:]
-    for node in proto.graph.node:
-        node.overload = ""
-    kept = [p for p in proto.metadata_props if p.key != KEY]
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
-    return proto.SerializeToString(deterministic=True)
+    return npu_program(ir.serde.serialize_model(lowered))
 
 
 def three_way(original, lowered, feeds, target):

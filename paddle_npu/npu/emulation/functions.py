@@ -69,3 +69,16 @@ def emulation_of(metadata):
     """The emulation a lowered model's metadata ({key: value}) names; a model saved before
     the key existed was emulated exactly."""
     return metadata.get(KEY, DEFAULT)
+
+
+def npu_program(proto):
+    """A lowered ModelProto's NPU program as bytes, without its emulation: the function
+    bodies, the overload each node calls and the metadata naming the emulation left out
+    (`proto` is changed in place). Two lowerings under different emulations give the same."""
+    del proto.functions[:]
+    for node in proto.graph.node:
+        node.overload = ""
+    kept = [p for p in proto.metadata_props if p.key != KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    return proto.SerializeToString(deterministic=True)

@@ -27,7 +27,8 @@ def tile_counts(attrs, in_shapes):
 def tile_layout(attrs, in_shapes):
     """[(offset, width)] of each tile's partial (a stack's T in order), and the output
     width."""
-    widths = [s[-1] for s, n in zip(in_shapes[1:], tile_counts(attrs, in_shapes)) for _ in range(n)]
+    widths = [s[-1] for s, n in zip(in_shapes[1:], tile_counts(attrs, in_shapes))
+              for _ in range(n)]
     offsets = list(attrs.get("offsets") or [0] * len(widths))
     if len(offsets) != len(widths):
         raise ValueError(f"AddInTile: {len(widths)} tiles' partials but {len(offsets)} "
