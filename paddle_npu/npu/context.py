@@ -6,7 +6,6 @@ import onnx_ir as ir
 from ..errors import ConversionError
 from ..naming import UniqueNames
 from . import graph as g
-from .chip.plan import memory_key
 from .ops import DOMAIN, get_primitive
 
 
@@ -75,17 +74,15 @@ class LowerContext:
         self.graph.register_initializer(value)
         return value
 
-    def tile_initializer(self, array, suffix, made_from=None, scales=None):
-        """The initializer of an array tile's weights: an earlier layer's when it holds the
-        same memory (a view of the same constant, as every step of an unrolled RNN multiplies
-        by its recurrent weight: weight-stationary arrays programmed once, then reused), else
-        a new one. An integer tile is `made_from` float weights by its columns' `scales`: the
-        same when those are (plan.LayerPlan.tile_keys)."""
-        key = memory_key(array) if made_from is None else \
-            (memory_key(made_from), np.asarray(scales).tobytes(), array.dtype.str)
+    def tile_initializer(self, array, suffix, key, weights):
+        """The initializer of an array tile's weights `array`: an earlier layer's when it
+        holds the same weights (`key`, plan.LayerPlan.tile_keys: a view of the same constant,
+        as every step of an unrolled RNN multiplies by its recurrent weight: weight-stationary
+        arrays programmed once, then reused), else a new one. `weights`: the float weights
+        the key names by their memory, kept alive with it (no other array can then take
+        their address)."""
         if key not in self._tiles:
-            # (the float weights kept alive with it: no other array can take their address)
-            self._tiles[key] = (self.initializer(array, suffix), made_from)
+            self._tiles[key] = (self.initializer(array, suffix), weights)
         return self._tiles[key][0]
 
     def emit(self, domain, op_type, inputs, attrs, name, num_outputs, shapes, dtype):

@@ -149,7 +149,7 @@ class LayerPlan:
     def tile_keys(self):
         """What tells, per band, that another layer's arrays hold the same weights: the
         memory of its float weights (and, integer, the scales and type they are quantised
-        to); the same keys LowerContext.tile_initializer shares initializers by."""
+        to); LowerContext.tile_initializer shares initializers by them too."""
         s = self.scales
         if s is None:
             return [memory_key(w) for w in self.weights]

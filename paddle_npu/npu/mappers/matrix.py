@@ -45,11 +45,9 @@ def _band_weights(ctx, plan):
     """The initializers of the plan's bands' weights (an integer plan's: quantised by its
     columns' scales), each an earlier layer's where it holds the same weights
     (LowerContext.tile_initializer)."""
-    s = plan.scales
-    if s is None:
-        return [ctx.tile_initializer(w, f"w_{_tag(t)}") for t, w in zip(plan.bands, plan.weights)]
-    return [ctx.tile_initializer(q, f"wq_{_tag(t)}", made_from=w, scales=s.s_w[o:o + w.shape[1]])
-            for t, q, w, o in zip(plan.bands, s.weights_q, plan.weights, plan.offsets)]
+    held, prefix = (plan.weights, "w") if plan.scales is None else (plan.scales.weights_q, "wq")
+    return [ctx.tile_initializer(a, f"{prefix}_{_tag(t)}", key, w)
+            for t, a, w, key in zip(plan.bands, held, plan.weights, plan.tile_keys())]
 
 
 def quantize_rows(ctx, plan, x):
