@@ -78,7 +78,8 @@ class LowerNodes(Pass):
             mapper = get_onnx_mapper(node.op_type, node.domain)
             if mapper is None:
                 continue
-            reason = mapper.check(ctx, node)
+            # (a planned node was checked by the planning pass)
+            reason = None if node.name in ctx.plans else mapper.check(ctx, node)
             if reason is not None:
                 result.refused[node.name] = f"{node.op_type}: {reason}"
                 continue
@@ -149,10 +150,9 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps.progress = progress
     steps(m)
-    lowered = set(steps.result(LowerNodes).fired)
-    done = [p for p in ctx.plans.values() if p.layer in lowered]
-    plans = [p for p in done if isinstance(p, LayerPlan)]
-    units = [p if isinstance(p, UnitPlan) else p.unit_plan for p in done
+    # (every planned node is lowered: the planning pass checked it)
+    plans = [p for p in ctx.plans.values() if isinstance(p, LayerPlan)]
+    units = [p if isinstance(p, UnitPlan) else p.unit_plan for p in ctx.plans.values()
              if isinstance(p, UnitPlan) or p.unit_plan is not None]
     m.ir_version = max(m.ir_version, MIN_IR_VERSION)
     attached = time.perf_counter()
