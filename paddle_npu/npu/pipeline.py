@@ -19,6 +19,7 @@ from ..errors import ConversionError
 from ..onnx_io import load_model
 from . import graph as g
 from .chip.cost import layer_report, node_macs, segment_costs
+from .chip.estimate import estimate_chip
 from .chip.plan import LayerPlan, UnitPlan
 from .chip.target import load_target
 from .chip.tiling import PLANS
@@ -124,7 +125,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
           disable=(), input_shape=None, quantization=None, progress=None,
-          emulation=DEFAULT_EMULATION):
+          emulation=DEFAULT_EMULATION, fit="groups"):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -137,7 +138,10 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     records are kept in the model's metadata, `quantization_records`).
     progress: None, or called with (stage name, seconds) after each stage.
     emulation: the function bodies attached for onnxruntime, "exact" or "float32"
-    (emulation/); the NPU program is the same with either."""
+    (emulation/); the NPU program is the same with either.
+    fit: a model needing more arrays than the target has runs in "groups" (the arrays
+    reprogrammed between them), or is refused ("refuse": ConversionError naming the
+    smallest chip that holds it); chip/mapping.py."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     check_emulation(emulation)
@@ -179,12 +183,14 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     placed = steps.result(Partition)
     layers = [layer_report(p, target) for p in plans]
     segment_costs(m, placed.segments, target, layers)
+    chip = estimate_chip(m, placed.segments, target, plans, layers, fit,
+                         model if isinstance(model, str) else "the model")
     report = Report(target.as_dict(), plan, layers, placed.segments,
                     devices, plain, steps.not_lowered(), time.perf_counter() - start,
                     preprocess=fused.fused if fused else None,
                     restruct=restructured, marks=steps.result(ApplyMarks).marks.as_dict(),
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
-                    cpu_reasons=placed.cpu_reasons, emulation=emulated)
+                    cpu_reasons=placed.cpu_reasons, emulation=emulated, chip=chip)
     return m, report
 
 

@@ -7,7 +7,9 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     [array]
     rows = 256
     cols = 256
-    count = 64                    # arrays on the chip (0: as many as needed)
+    count = 64                    # arrays on the chip (0: as many as the model needs)
+    [memory]
+    activation_bytes = 1048576    # on-chip memory for activations (0: not declared)
     [precision]
     weight_bits = 8
     activation_bits = 8
@@ -24,6 +26,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     [cost]                                     # what placement weighs (partition.py, cost.py)
     array_vmm_ns = 100                         # one vector through one array tile
     array_write_ns_per_cell = 1                # writing an array at run time (RuntimeVMM)
+    array_program_ns_per_row = 1000            # programming a row of weights (groups)
     vector_elements_per_ns = 16                # vector unit, lookup table, moves
     cpu_macs_per_ns = 4                        # the CPU's multiply-accumulates
     cpu_elements_per_ns = 2                    # the CPU's other element work
@@ -98,6 +101,10 @@ class Cost:
     driver round trip (~20 us) plus the bytes over a 4 GB/s link."""
     array_vmm_ns: float = 100.0
     array_write_ns_per_cell: float = 1.0
+    # programming the non-volatile cells of one array row with write-verify, between groups
+    # of layers of a model larger than the chip (assumed: a few program-verify pulses of
+    # ~100 ns per row)
+    array_program_ns_per_row: float = 1000.0
     vector_elements_per_ns: float = 16.0
     cpu_macs_per_ns: float = 4.0
     cpu_elements_per_ns: float = 2.0
@@ -113,7 +120,8 @@ class Target:
     name: str
     rows: int = 256
     cols: int = 256
-    array_count: int = 0                  # arrays on the chip; 0 = unbounded
+    array_count: int = 0                  # arrays on the chip; 0 = as many as needed
+    activation_bytes: int = 0             # on-chip activation memory; 0 = not declared
     weight_bits: int = 8
     activation_bits: int = 8
     primitives: tuple = EDGE_PRIMITIVES
@@ -148,6 +156,7 @@ class Target:
     def as_dict(self):
         return {"name": self.name, "description": self.description, "source": self.source,
                 "array": {"rows": self.rows, "cols": self.cols, "count": self.array_count},
+                "memory": {"activation_bytes": self.activation_bytes},
                 "precision": {"weight_bits": self.weight_bits,
                               "activation_bits": self.activation_bits},
                 "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops)},
@@ -161,25 +170,52 @@ class Target:
 
 PRESETS = {
     "npu256": Target(
-        "npu256", primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
-        description="default: 256 x 256 arrays (also written at run time for attention), "
-                    "a lookup table for activations and a vector unit for elementwise / "
-                    "pooling / moves / normalisation / resizing; the rest on the CPU"),
+        "npu256", array_count=1024, primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="default: 1024 arrays of 256 x 256 (also written at run time for "
+                    "attention), a lookup table for activations and a vector unit for "
+                    "elementwise / pooling / moves / normalisation / resizing; the rest on "
+                    "the CPU"),
     "npu64": Target(
-        "npu64", rows=64, cols=64, primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
-        description="small 64 x 64 arrays (exercises row and column tiling)"),
+        "npu64", rows=64, cols=64, array_count=4096,
+        primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="4096 small 64 x 64 arrays (exercises row and column tiling)"),
     "npu256-vmm-only": Target(
-        "npu256-vmm-only", primitives=("VMM", "AddInTile"), npu_ops=(),
-        description="a cautious chip: arrays and Add In Tile only; Im2Col, "
+        "npu256-vmm-only", array_count=1024, primitives=("VMM", "AddInTile"), npu_ops=(),
+        description="a cautious chip: 1024 arrays and Add In Tile only; Im2Col, "
                     "DimTransform and every plain op run on the MCU"),
     "nnie": Target(
-        "nnie", primitives=ALL_PRIMITIVES, npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
+        "nnie", array_count=512, primitives=ALL_PRIMITIVES,
+        npu_ops=VECTOR_UNIT_OPS + ("Sqrt", "Softmax"),
         restruct=("bn_collapse", "merge_linear", "l2norm", "fc_to_conv"),
         fc_followers=("Softmax",), broadcast=False, max_npu_segments=8,
         cost=Cost(array_vmm_ns=200.0, vector_elements_per_ns=8.0, cpu_macs_per_ns=2.0,
                   cpu_elements_per_ns=1.0, link_bytes_per_ns=2.0, transfer_latency_ns=50000.0),
-        description="HiSilicon NNIE-like: an FC may only feed softmax, no "
+        description="HiSilicon NNIE-like: 512 arrays; an FC may only feed softmax, no "
                     "broadcast or Tile, at most 8 NPU segments; restruct passes on"),
+    # IBM's 64-core phase-change-memory chip (Le Gallo et al., "A 64-core mixed-signal
+    # in-memory compute chip based on phase-change memory for deep neural network
+    # inference", Nature Electronics 6, 680-693, 2023): 64 cores of one 256 x 256 crossbar
+    # each; 63.1 TOPS for 8-bit matrix-vector products in the one-phase read mode, so one
+    # product of all 64 cores (64 x 2 x 256 x 256 operations) takes 133 ns. Its on-chip
+    # activation memory, programming time, vector and link figures are not given there:
+    # the default target's.
+    "hermes64": Target(
+        "hermes64", rows=256, cols=256, array_count=64,
+        primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        cost=Cost(array_vmm_ns=133.0),
+        description="IBM's 64-core PCM chip: 64 arrays of 256 x 256, 133 ns a product"),
+    # One tile of ISAAC (Shafiee et al., "ISAAC: a convolutional neural network accelerator
+    # with in-situ analog arithmetic in crossbars", ISCA 2016): 12 in-situ multiply-
+    # accumulate units of 8 crossbars each (96 arrays) of 128 x 128 cells of 2 bits, so a
+    # row holds 32 weights of 8 bits (4 cells each); inputs enter one bit per 100 ns
+    # cycle (8 cycles for an 8-bit input); a 64 KB eDRAM buffer per tile holds the
+    # activations. Vector, programming and link figures: the default target's.
+    "isaac-tile": Target(
+        "isaac-tile", rows=128, cols=32, array_count=96, activation_bytes=64 * 1024,
+        primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        cost=Cost(array_vmm_ns=800.0),
+        description="one ISAAC tile: 96 arrays of 128 rows x 32 8-bit weights, "
+                    "800 ns a product, 64 KiB of activation memory"),
 }
 DEFAULT = "npu256"
 _ALIASES = {"default": DEFAULT}
@@ -207,7 +243,8 @@ def _names(data, key, default, path):
 # The keys of a target file's tables (besides [preprocess], checked by PreprocessSpec when
 # the fused preprocessing reads it), and
 # the widths the precision table may take.
-_TABLE_KEYS = {"array": {"rows", "cols", "count"}, "precision": {"weight_bits", "activation_bits"},
+_TABLE_KEYS = {"array": {"rows", "cols", "count"}, "memory": {"activation_bytes"},
+               "precision": {"weight_bits", "activation_bits"},
                "npu": {"primitives", "onnx_ops"}, "cpu": {"onnx_ops"},
                "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
                "cost": set(Cost.__dataclass_fields__)}
@@ -223,8 +260,8 @@ def target_from_dict(data, source="<dict>"):
         raise ConversionError(f"{source}: unknown base preset {data['base']!r} "
                               f"(known: {', '.join(sorted(PRESETS))})")
     flat = {}
-    known = {"name", "description", "base", "array", "precision", "npu", "cpu", "preprocess",
-             "restruct", "cost"}
+    known = {"name", "description", "base", "array", "memory", "precision", "npu", "cpu",
+             "preprocess", "restruct", "cost"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
@@ -278,6 +315,8 @@ def target_from_dict(data, source="<dict>"):
         name=str(data.get("name") or os.path.splitext(os.path.basename(source))[0]),
         rows=_positive(flat, "rows", base.rows), cols=_positive(flat, "cols", base.cols),
         array_count=_positive(flat, "count", base.array_count),
+        activation_bytes=_positive(data.get("memory", {}), "activation_bytes",
+                                   base.activation_bytes),
         weight_bits=_positive(flat, "weight_bits", base.weight_bits),
         activation_bits=_positive(flat, "activation_bits", base.activation_bits),
         primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),

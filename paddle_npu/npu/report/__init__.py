@@ -4,6 +4,7 @@ from typing import List, Optional
 
 from ...preprocess import describe
 from ..chip.cost import LayerReport
+from ..chip.estimate import ChipEstimate
 from ..passes.input_shapes import FLAG
 from ..passes.partition import Segment
 
@@ -49,6 +50,7 @@ class Report:
     plain_macs: Optional[dict] = None   # op type -> MACs of matrix layers left plain ONNX ops
     cpu_reasons: Optional[dict] = None  # node on the CPU -> why (partition.py)
     emulation: Optional[dict] = None    # emulation/: the function bodies attached for onnxruntime
+    chip: Optional[ChipEstimate] = None  # the arrays mapped, the schedule simulated
 
     def npu_mac_share(self):
         """The NPU's share of the model's multiply-accumulates (its matrix layers', on the arrays
@@ -124,7 +126,8 @@ class Report:
                 "dynamic": self.dynamic, "plain_macs": self.plain_macs,
                 "npu_mac_share": round(self.npu_mac_share(), 6),
                 "estimate": self.estimate(), "cpu_reasons": self.cpu_reasons,
-                "emulation": self.emulation}
+                "emulation": self.emulation,
+                "chip": self.chip.as_dict() if self.chip is not None else None}
 
     def render(self):
         """The terminal table."""
@@ -154,11 +157,8 @@ class Report:
             lines.append(f"per-channel vs packed: {pc['arrays']} vs {pk['arrays']} arrays "
                          f"({pc['arrays'] / pk['arrays']:.1f}x), {pc['vmm_invocations']} vs "
                          f"{pk['vmm_invocations']} VMM invocations")
-        count = t["array"]["count"]
-        if count:
-            lines.append(f"chip has {count} arrays: "
-                         + ("fits" if tot["arrays"] <= count else
-                            f"needs {tot['arrays']}, weights must be reloaded"))
+        if self.chip is not None:
+            lines += self.chip.lines()
         if self.plain_macs:
             lines.append(f"NPU share of MACs: {self.npu_mac_share():.1%} (left as plain ops: "
                          + ", ".join(f"{op} {n}" for op, n in sorted(self.plain_macs.items()))

@@ -1,0 +1,175 @@
+"""What the lowered model costs on the chip: its arrays mapped (mapping.py), its schedule
+simulated (schedule.py), and the lower bound the chip description sets.
+
+    latency     one image, from its input to its outputs at the host
+    throughput  images per second in steady state: with the weights on the chip, images
+                follow each other through the pipeline and the busiest unit sets the pace;
+                in groups, an image at a time, the first group reprogrammed for the next
+    bound       the largest of: every array MAC spread over all the chip's arrays at full
+                use; the schedule's own data flow with no unit shared (the critical path
+                of the layers' reads); the busiest shared unit's work (vector unit, lookup
+                table, CPU, link), which no schedule avoids
+"""
+from dataclasses import dataclass, field
+
+from .mapping import Mapping, map_layers, replicate
+from .schedule import Dep, Task, build_tasks, simulate
+
+SHARED = ("vector", "lut", "written", "cpu", "link", "program")
+
+
+@dataclass
+class ChipEstimate:
+    mapping: Mapping
+    latency_ns: float
+    throughput_per_s: float
+    bound_ns: float
+    bounds: dict                   # {"macs", "data_flow", "shared_unit"}: ns
+    busy_ns: dict                  # unit -> ns per image
+    layer_busy_ns: dict            # layer -> ns its arrays work per image
+    program_ns: float              # one reprogramming of the arrays
+    peak_bytes: int                # activations held at the worst moment
+    memory_bytes: int              # the chip's (0: not declared)
+    rows: int = 0
+    cols: int = 0
+    replicated: dict = field(default_factory=dict)   # the mapping with copies: latency, ...
+
+    def as_dict(self):
+        m = self.mapping
+        return {"arrays_available": m.available, "arrays_needed": m.needed,
+                "arrays_used": m.used, "groups": max(0, len(m.groups) - 1),
+                "group_layers": [[n for n, _ in grp] for grp in m.groups],
+                "program_ns": round(self.program_ns, 1),
+                "latency_ns": round(self.latency_ns, 1),
+                "throughput_per_s": round(self.throughput_per_s, 3),
+                "bound_ns": round(self.bound_ns, 1),
+                "bounds": {k: round(v, 1) for k, v in self.bounds.items()},
+                "replication": {n: c for n, c in m.copies.items() if c > 1},
+                "busy_ns": {k: round(v, 1) for k, v in self.busy_ns.items()},
+                "layer_busy_ns": {k: round(v, 1) for k, v in self.layer_busy_ns.items()},
+                "memory": {"peak_bytes": self.peak_bytes, "available": self.memory_bytes,
+                           "fits": not self.memory_bytes or self.peak_bytes <= self.memory_bytes},
+                "without_replication": self.replicated or None}
+
+    def lines(self):
+        m = self.mapping
+        have = f"{m.available} arrays" if m.available else "arrays as needed"
+        if len(m.groups) > 1:
+            fit = (f"needs {m.needed}: runs in {len(m.groups)} groups, the arrays "
+                   f"reprogrammed {len(m.groups) - 1} times ({self.program_ns / 1000:.1f} us "
+                   f"each)")
+        else:
+            fit = f"holds all {m.needed}" + (f", {m.used} with copies" if m.used > m.needed
+                                             else "")
+        out = [f"chip: {have}; {fit}"]
+        ratio = self.latency_ns / self.bound_ns if self.bound_ns else 1.0
+        out.append(f"  latency {_us(self.latency_ns)}, {self.throughput_per_s:,.0f} images/s; "
+                   f"bound {_us(self.bound_ns)} ({ratio:.2f}x; "
+                   + ", ".join(f"{k.replace('_', ' ')} {_us(v)}" for k, v in self.bounds.items())
+                   + ")")
+        copies = {n: c for n, c in m.copies.items() if c > 1}
+        if copies:
+            shown = sorted(copies.items(), key=lambda t: -t[1])
+            out.append("  copies: " + ", ".join(f"{n} x{c}" for n, c in shown[:6])
+                       + (f" (+{len(shown) - 6})" if len(shown) > 6 else ""))
+            if self.replicated:
+                out.append(f"  without copies: latency {_us(self.replicated['latency_ns'])}, "
+                           f"{self.replicated['throughput_per_s']:,.0f} images/s")
+        busy = ", ".join(f"{u} {_us(v)}" for u, v in self.busy_ns.items()
+                         if not u.startswith("layer:") and v)
+        top = sorted(self.layer_busy_ns.items(), key=lambda t: -t[1])[:3]
+        out.append(f"  busy: {busy}" + ("; slowest layers " + ", ".join(
+            f"{n} {_us(v)}" for n, v in top) if top else ""))
+        mem = f"  activation memory: peak {_kib(self.peak_bytes)}"
+        if self.memory_bytes:
+            mem += (f" of {_kib(self.memory_bytes)}" if self.peak_bytes <= self.memory_bytes
+                    else f", OVER the chip's {_kib(self.memory_bytes)}")
+        out.append(mem)
+        return out
+
+
+def _us(ns):
+    return f"{ns / 1e6:.2f} ms" if ns >= 1e6 else f"{ns / 1000:.1f} us"
+
+
+def _kib(n):
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def estimate_chip(model, segments, target, plans, layers, fit="groups", name="the model"):
+    """The ChipEstimate of a lowered model: plans (LayerPlan) and layers (their LayerReport)
+    of its matrix layers, segments placed with costs (cost.segment_costs)."""
+    on_arrays = {p.layer: p.arrays_of or p.layer for p in plans if p.unit == "arrays"}
+    arrays = [(l.name, l.cost.arrays) for l in layers if l.name in on_arrays and l.cost.arrays]
+    mapping = map_layers(arrays, target.array_count, fit, name)
+    tasks = build_tasks(model, segments, target, on_arrays)
+    program_ns = target.rows * target.cost.array_program_ns_per_row
+    _add_groups(tasks, mapping, program_ns)
+    layer_busy = {}
+    for t in tasks:
+        if t.layer is not None:
+            layer_busy[t.layer] = layer_busy.get(t.layer, 0.0) + t.ns
+    shared = {}
+    for t in tasks:
+        if t.unit in SHARED:
+            shared[t.unit] = shared.get(t.unit, 0.0) + t.ns
+    plain = _run(tasks, mapping, program_ns)
+    replicate(mapping, layer_busy, max(shared.values(), default=0.0))
+    run = _run(tasks, mapping, program_ns)
+    flow = simulate(tasks, _servers(mapping), memory=False, own_units=True)
+    macs = sum(l.cost.macs for l in layers if l.name in on_arrays)
+    spread = macs / ((mapping.available or mapping.needed or 1) * target.rows * target.cols) \
+        * target.cost.array_vmm_ns
+    bounds = {"macs": spread, "data_flow": flow.latency_ns,
+              "shared_unit": max((v for u, v in shared.items() if u != "program"), default=0.0)}
+    est = ChipEstimate(mapping, run["latency_ns"], run["throughput_per_s"],
+                       max(bounds.values()), bounds, run["busy"], layer_busy, program_ns,
+                       run["peak"], target.activation_bytes, target.rows, target.cols)
+    if any(c > 1 for c in mapping.copies.values()):
+        est.replicated = {"latency_ns": round(plain["latency_ns"], 1),
+                          "throughput_per_s": round(plain["throughput_per_s"], 3)}
+    return est
+
+
+def _servers(mapping):
+    return {f"layer:{n}": c for n, c in mapping.copies.items()}
+
+
+def _run(tasks, mapping, program_ns):
+    """Latency, throughput, busy units and peak memory of the tasks under the mapping."""
+    servers = _servers(mapping)
+    run = simulate(tasks, servers)
+    if len(mapping.groups) > 1:
+        per_image = run.latency_ns + program_ns    # the first group back for the next image
+    else:
+        per_image = max((v / (servers.get(u) or 1) for u, v in run.busy_ns.items()
+                         if u != "program"), default=0.0)
+    return {"latency_ns": run.latency_ns, "busy": run.busy_ns, "peak": run.peak_bytes,
+            "throughput_per_s": 1e9 / per_image if per_image else 0.0}
+
+
+def _add_groups(tasks, mapping, program_ns):
+    """In a model of several groups: a task reprogramming the arrays before each group after
+    the first, once every layer of the group before has read its last vector; the group's
+    layers wait for it. A layer split over several groups reads every vector once per
+    part."""
+    if len(mapping.groups) < 2:
+        return
+    first = {}
+    for gi, grp in enumerate(mapping.groups):
+        for n, _ in grp:
+            first.setdefault(n, gi)
+    for t in tasks:
+        if t.layer is not None:
+            t.group = first.get(t.layer, 0)
+            t.ns *= len(mapping.group_of(t.layer)) or 1
+    programs = []
+    for gi in range(1, len(mapping.groups)):
+        before = [i for i, t in enumerate(tasks) if t.layer is not None and t.group == gi - 1]
+        programs.append(len(tasks))
+        tasks.append(Task(f"program group {gi}", "program", program_ns,
+                          deps=[Dep(i, "after") for i in before] +
+                          ([Dep(programs[-2], "after")] if len(programs) > 1 else [])))
+    for t in tasks:
+        if t.layer is not None and t.group > 0:
+            t.deps.append(Dep(programs[t.group - 1], "after"))
