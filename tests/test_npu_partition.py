@@ -205,7 +205,15 @@ def test_svg_is_well_formed_and_names_every_segment(tmp_path):
     root = ET.parse(svg).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     groups = root.findall(f"{ns}g")
-    assert [g.get("id") for g in groups] == ["segment0", "segment1", "segment2"]
+    assert [g.get("id") for g in groups] == ["segment0", "segment1", "segment2", "chip"]
+    chip = groups.pop()
+    # the floor plan: the chip's 1024 arrays, c0's and c1's among them; the timeline: a
+    # bar per span a unit worked, the CPU's cos among them
+    titles = [t.text for t in chip.iter(f"{ns}title")]
+    assert len(chip.findall(f"{ns}rect")) >= 1024
+    assert titles.count("c0") == titles.count("c1") == 1
+    assert any(t.startswith("cpu: ") for t in titles)
+    assert any(t.startswith("c1: ") for t in titles)
     heads = [" ".join(t.text for t in g.iter(f"{ns}text")) for g in groups]
     assert [h.split(":")[0] for h in heads] == ["#0 NPU", "#1 CPU", "#2 NPU"]
     cells = [t.text for g in groups for t in g.iter(f"{ns}title")]

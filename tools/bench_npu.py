@@ -47,9 +47,8 @@ is then not timed (its table compares float lowerings).
 
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 NPU's share of the MACs and the segments, lowered as exported (sizes left open) and at the
-zoo's test input size (--input-shape), the arrays, the estimated latency at that size
-(cost.py: arrays, vector unit, CPU and hand-overs between chip and CPU, with the number of
-hand-overs), the lowering time and how the lowered model agrees with the ONNX one
+zoo's test input size (--input-shape), the arrays, the latency at that size (the chip's
+simulated schedule, chip/estimate.py; with the number of hand-overs between chip and CPU), the lowering time and how the lowered model agrees with the ONNX one
 (onnxruntime and the NumPy reference, worst relative diff), and how many times as far from
 the ONNX model computed in float64 as the ONNX model's own float32 run it is (`f64 x`;
 agrees: yes within verify's factor, NO otherwise; where the model cannot be run in float64,
@@ -522,7 +521,7 @@ def whole_model(name, target, cache):
         row[key] = {"npu_mac_share": round(report.npu_mac_share(), 4),
                     "segments": len(devices), "npu_segments": devices.count("npu"),
                     "arrays": report.totals()["arrays"], "lower_seconds": round(seconds, 2),
-                    "estimate": report.estimate(),
+                    "estimate": report.estimate(), "latency_ns": report.chip.latency_ns,
                     "cpu_ops": {op: n["cpu"] for op, n in report.plain.items() if "cpu" in n}}
     path = os.path.join(info["dir"], "truth.npz")     # Paddle in float64
     truth = None
@@ -555,7 +554,7 @@ def render_whole(rows):
         lines.append(f"{r['model']:<20} {o['npu_mac_share']:>11.1%} {o['segments']:>8}   "
                      f"{'':<14} {f['npu_mac_share']:>11.1%} {f['segments']:>8} "
                      f"{f['npu_segments']:>8} {f['arrays']:>7} "
-                     f"{f['estimate']['total_ns'] / 1000:>9.1f} {f['estimate']['transfers']:>10} "
+                     f"{f['latency_ns'] / 1000:>9.1f} {f['estimate']['transfers']:>10} "
                      f"{f['lower_seconds']:>7.2f} "
                      f"{f['worst_rel_diff']:>9.1e} {_ratio(f['f64_ratio']):>6} "
                      f"{f['agrees']:>6}  {cpu}")

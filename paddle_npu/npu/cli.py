@@ -10,6 +10,7 @@ import time
 from ..preprocess_args import add_arguments as add_preprocess_arguments
 from ..preprocess_args import spec_from_args
 from ..shapes import parse_input_shapes
+from .chip.mapping import FITS
 from .chip.target import DEFAULT, list_targets
 from .chip.tiling import PLANS
 from .emulation import DEFAULT as DEFAULT_EMULATION
@@ -108,6 +109,10 @@ def add_lowering_options(p, target_flag="--target"):
                             ".json/.toml file): the file written is the lowered model")
     p.add_argument("--plan", choices=PLANS, default="packed",
                    help="how Conv weights are cut into array tiles (default packed)")
+    p.add_argument("--fit", choices=FITS, default="groups",
+                   help="a model needing more arrays than the target has: run it in groups, "
+                        "the arrays reprogrammed between them (default), or refuse it, "
+                        "naming the smallest chip that holds it")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
     p.add_argument("--progress", action="store_true",
                    help="one line per lowering stage on stderr (the default on a terminal; "
@@ -160,7 +165,8 @@ def _lower_and_save(source, output, args, quiet=False):
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape), progress=show,
-                          emulation=args.emulation)
+                          emulation=args.emulation, fit=args.fit,
+                          name=source if isinstance(source, str) else None)
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:
@@ -242,11 +248,12 @@ def cmd_targets(args):
             out["primitives"] = [p.schema() for p in all_primitives().values()]
         print(json.dumps(out, indent=1))
         return 0
-    print(f"{'name':<18} {'array':>9} {'bits w/a':>9}  {'NPU primitives':<36} description")
+    print(f"{'name':<18} {'arrays':>6} {'of':>8} {'bits w/a':>9}  description")
     for t in targets:
         mark = " (default)" if t.name == DEFAULT else ""
-        print(f"{t.name:<18} {f'{t.rows}x{t.cols}':>9} {f'{t.weight_bits}/{t.activation_bits}':>9}"
-              f"  {','.join(t.primitives):<36} {t.description}{mark}")
+        print(f"{t.name:<18} {t.array_count or 'any':>6} {f'{t.rows}x{t.cols}':>8} "
+              f"{f'{t.weight_bits}/{t.activation_bits}':>9}  {t.description}{mark}")
+    print("(the NPU primitives and ops of each: --json)")
     if args.ops:
         for p in all_primitives().values():
             s = p.schema()

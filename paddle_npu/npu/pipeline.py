@@ -125,7 +125,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
           disable=(), input_shape=None, quantization=None, progress=None,
-          emulation=DEFAULT_EMULATION, fit="groups"):
+          emulation=DEFAULT_EMULATION, fit="groups", name=None):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -141,7 +141,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     (emulation/); the NPU program is the same with either.
     fit: a model needing more arrays than the target has runs in "groups" (the arrays
     reprogrammed between them), or is refused ("refuse": ConversionError naming the
-    smallest chip that holds it); chip/mapping.py."""
+    smallest chip that holds it); chip/mapping.py. name: the model's file, for messages."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     check_emulation(emulation)
@@ -184,7 +184,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     layers = [layer_report(p, target) for p in plans]
     segment_costs(m, placed.segments, target, layers)
     chip = estimate_chip(m, placed.segments, target, plans, layers, fit,
-                         model if isinstance(model, str) else "the model")
+                         name or (model if isinstance(model, str) else "the model"))
     report = Report(target.as_dict(), plan, layers, placed.segments,
                     devices, plain, steps.not_lowered(), time.perf_counter() - start,
                     preprocess=fused.fused if fused else None,

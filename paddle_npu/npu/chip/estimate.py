@@ -12,6 +12,7 @@ simulated (schedule.py), and the lower bound the chip description sets.
 """
 from dataclasses import dataclass, field
 
+from ...errors import ConversionError
 from .mapping import Mapping, map_layers, replicate
 from .schedule import Dep, Task, build_tasks, simulate
 
@@ -30,8 +31,8 @@ class ChipEstimate:
     program_ns: float              # one reprogramming of the arrays
     peak_bytes: int                # activations held at the worst moment
     memory_bytes: int              # the chip's (0: not declared)
-    rows: int = 0
-    cols: int = 0
+    spilled_bytes: int = 0         # held beyond it: to the host and back over the link
+    timeline: dict = field(default_factory=dict)    # unit -> [(start, end)] ns (the picture)
     replicated: dict = field(default_factory=dict)   # the mapping with copies: latency, ...
 
     def as_dict(self):
@@ -48,7 +49,7 @@ class ChipEstimate:
                 "busy_ns": {k: round(v, 1) for k, v in self.busy_ns.items()},
                 "layer_busy_ns": {k: round(v, 1) for k, v in self.layer_busy_ns.items()},
                 "memory": {"peak_bytes": self.peak_bytes, "available": self.memory_bytes,
-                           "fits": not self.memory_bytes or self.peak_bytes <= self.memory_bytes},
+                           "spilled_bytes": self.spilled_bytes},
                 "without_replication": self.replicated or None}
 
     def lines(self):
@@ -82,8 +83,10 @@ class ChipEstimate:
             f"{n} {_us(v)}" for n, v in top) if top else ""))
         mem = f"  activation memory: peak {_kib(self.peak_bytes)}"
         if self.memory_bytes:
-            mem += (f" of {_kib(self.memory_bytes)}" if self.peak_bytes <= self.memory_bytes
-                    else f", OVER the chip's {_kib(self.memory_bytes)}")
+            mem += f" of {_kib(self.memory_bytes)}"
+        if self.spilled_bytes:
+            mem += (f": OVER by {_kib(self.spilled_bytes)}, spilled to the host and back over "
+                    f"the link (in the latency)")
         out.append(mem)
         return out
 
@@ -113,9 +116,14 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
     for t in tasks:
         if t.unit in SHARED:
             shared[t.unit] = shared.get(t.unit, 0.0) + t.ns
-    plain = _run(tasks, mapping, program_ns)
+    plain = _run(tasks, mapping, program_ns, target)
     replicate(mapping, layer_busy, max(shared.values(), default=0.0))
-    run = _run(tasks, mapping, program_ns)
+    run = _run(tasks, mapping, program_ns, target)
+    if run["spilled"] and fit == "refuse":
+        raise ConversionError(
+            f"{name}: its activations need {run['peak']} bytes at once, the target's memory "
+            f"holds {target.activation_bytes} (or lower with --fit groups to spill the rest "
+            f"to the host over the link)")
     flow = simulate(tasks, _servers(mapping), memory=False, own_units=True)
     macs = sum(l.cost.macs for l in layers if l.name in on_arrays)
     spread = macs / ((mapping.available or mapping.needed or 1) * target.rows * target.cols) \
@@ -124,7 +132,7 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
               "shared_unit": max((v for u, v in shared.items() if u != "program"), default=0.0)}
     est = ChipEstimate(mapping, run["latency_ns"], run["throughput_per_s"],
                        max(bounds.values()), bounds, run["busy"], layer_busy, program_ns,
-                       run["peak"], target.activation_bytes, target.rows, target.cols)
+                       run["peak"], target.activation_bytes, run["spilled"], run["timeline"])
     if any(c > 1 for c in mapping.copies.values()):
         est.replicated = {"latency_ns": round(plain["latency_ns"], 1),
                           "throughput_per_s": round(plain["throughput_per_s"], 3)}
@@ -135,16 +143,26 @@ def _servers(mapping):
     return {f"layer:{n}": c for n, c in mapping.copies.items()}
 
 
-def _run(tasks, mapping, program_ns):
-    """Latency, throughput, busy units and peak memory of the tasks under the mapping."""
+def _run(tasks, mapping, program_ns, target):
+    """Latency, throughput, busy units and peak memory of the tasks under the mapping; what
+    does not fit the chip's activation memory goes to the host and comes back over the link
+    (the `spilled` bytes, their time added to the link and to the latency)."""
     servers = _servers(mapping)
-    run = simulate(tasks, servers)
+    run = simulate(tasks, servers, trace=True)
+    busy, latency = dict(run.busy_ns), run.latency_ns
+    spilled = max(0, run.peak_bytes - target.activation_bytes) if target.activation_bytes \
+        else 0
+    if spilled:
+        extra = 2 * spilled / target.cost.link_bytes_per_ns
+        busy["link"] = busy.get("link", 0.0) + extra
+        latency += extra
     if len(mapping.groups) > 1:
-        per_image = run.latency_ns + program_ns    # the first group back for the next image
+        per_image = latency + program_ns    # the first group back for the next image
     else:
-        per_image = max((v / (servers.get(u) or 1) for u, v in run.busy_ns.items()
+        per_image = max((v / (servers.get(u) or 1) for u, v in busy.items()
                          if u != "program"), default=0.0)
-    return {"latency_ns": run.latency_ns, "busy": run.busy_ns, "peak": run.peak_bytes,
+    return {"latency_ns": latency, "busy": busy, "peak": run.peak_bytes, "spilled": spilled,
+            "timeline": run.timeline,
             "throughput_per_s": 1e9 / per_image if per_image else 0.0}
 
 

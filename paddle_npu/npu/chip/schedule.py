@@ -19,8 +19,8 @@ A task produces its output row by row: an image's rows (a window's output height
 one piece when its output is not an image. A task's row starts when the rows of its inputs
 that row needs are ready and its unit is free: a window needs the input rows under it, an
 elementwise op or a matrix layer's product the same rows, anything else (a global pool, a
-transpose, attention) the whole input. So layers overlap where the data flow allows. Each
-shared unit serves the rows ready first. The simulation gives one image's latency, every
+transpose, attention) the whole input. So layers overlap where the data flow allows. A
+shared unit serves the task latest in the program first, so that rows flow on. The simulation gives one image's latency, every
 unit's busy time and the activation memory held at the worst moment (a row is held from
 when it is made until the last task reading it no longer needs it).
 """
@@ -224,13 +224,14 @@ class Run:
     busy_ns: dict                  # unit -> ns
     peak_bytes: int
     finish_ns: list                # per task
+    timeline: Optional[dict] = None   # unit -> [(start, end)]: when it worked (trace=True)
 
 
-def simulate(tasks, servers, memory=True, own_units=False):
+def simulate(tasks, servers, memory=True, own_units=False, trace=False):
     """Run the tasks: servers {unit: how many rows it works on at once; None: unbounded}
     (a unit not named has one). own_units: every task on a unit of its own with its unit's
     servers, nothing shared: the schedule's data flow alone, whose latency no schedule of
-    these tasks beats. Returns a Run."""
+    these tasks beats. trace: also when each unit worked (Run.timeline). Returns a Run."""
     n = len(tasks)
     if own_units:
         servers = {i: servers.get(t.unit, 1) for i, t in enumerate(tasks)}
@@ -251,6 +252,7 @@ def simulate(tasks, servers, memory=True, own_units=False):
     busy = {u: 0.0 for u in free}
     events, seq = [], 0
     finish = [0.0] * n
+    timeline = {u: [] for u in free} if trace else None
     # memory: bytes of each task's output made and freed (its readers all past them)
     made, freed = [0.0] * n, [0.0] * n
     passed = [{} for _ in range(n)]
@@ -262,7 +264,7 @@ def simulate(tasks, servers, memory=True, own_units=False):
         return j < t.rows and all(done[d.task] - 1 >= _needed(d, j, t.rows, tasks[d.task].rows)
                                   for d in t.deps)
 
-    def offer(i, now, dirty):
+    def offer(i, dirty):
         while ready(i):
             # a shared unit serves the task latest in the program first: rows go on
             # through the pipeline rather than wait behind an earlier task's backlog
@@ -272,7 +274,7 @@ def simulate(tasks, servers, memory=True, own_units=False):
 
     def dispatch(now, dirty):
         nonlocal seq
-        for u in dirty:
+        for u in sorted(dirty):       # (a set's order would change the event order)
             q = queue[u]
             while q and (free[u] is None or free[u] > 0):
                 i, j = heapq.heappop(q)
@@ -280,12 +282,18 @@ def simulate(tasks, servers, memory=True, own_units=False):
                 if free[u] is not None:
                     free[u] -= 1
                 busy[u] += step[i]
+                if trace:
+                    spans = timeline[u]
+                    if spans and spans[-1][1] >= now:      # joins the span it continues
+                        spans[-1] = (spans[-1][0], max(spans[-1][1], now + step[i]))
+                    else:
+                        spans.append((now, now + step[i]))
                 seq += 1
                 heapq.heappush(events, (now + step[i], seq, i, j))
 
     dirty = set()
     for i in range(n):
-        offer(i, 0.0, dirty)
+        offer(i, dirty)
     dispatch(0.0, dirty)
     now = 0.0
     while events:
@@ -324,15 +332,14 @@ def simulate(tasks, servers, memory=True, own_units=False):
                     if now_freed > freed[p]:
                         live -= now_freed - freed[p]
                         freed[p] = now_freed
-                peak = max(peak, live)
+        peak = max(peak, live)        # (what ends and starts at one instant, together)
         for i in touched:
-            offer(i, now, dirty)
+            offer(i, dirty)
             for c, _ in consumers[i]:
-                offer(c, now, dirty)
+                offer(c, dirty)
         dispatch(now, dirty)
-    busy = {u: v for u, v in busy.items()} if not own_units else {}
     stuck = [t.name for i, t in enumerate(tasks) if done[i] < t.rows]
     if stuck:
         raise RuntimeError(f"schedule: {len(stuck)} task(s) never ran, e.g. {stuck[0]}")
-    return Run(now, busy, int(peak), finish)
+    return Run(now, busy, int(peak), finish, timeline)
 

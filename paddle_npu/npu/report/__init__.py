@@ -24,9 +24,10 @@ def _latency(ns, total):
 
 
 def _cost_line(c):
-    """One segment's MACs, bytes crossing and estimated latency (cost.segment_costs)."""
+    """One segment's MACs, bytes crossing and work: each unit's time, summed
+    (cost.segment_costs; the chip's schedule overlaps them: ChipEstimate's latency)."""
     return (f"{_macs(c['macs'])} MACs; in {_bytes(c['bytes_in'])}, out {_bytes(c['bytes_out'])}"
-            f"; estimated {_latency(c['ns'], c['total_ns'])}")
+            f"; work {_latency(c['ns'], c['total_ns'])}")
 
 
 def _sum(costs, key):
@@ -61,8 +62,9 @@ class Report:
 
     def estimate(self):
         """The whole model summed over its segments (cost.segment_costs): MACs and their NPU
-        share, bytes and hand-overs crossing between chip and CPU, estimated latency in ns
-        per unit and in total; None when the segments carry no costs."""
+        share, bytes and hand-overs crossing between chip and CPU, the work in ns per unit
+        and their sum (the latency, with the units working at once, is the chip's:
+        `chip`); None when the segments carry no costs."""
         costs = [s.cost for s in self.segments if s.cost is not None]
         if not costs or len(costs) != len(self.segments):
             return None
@@ -180,7 +182,7 @@ class Report:
             share = f"{est['npu_macs'] / est['macs']:.1%}" if est["macs"] else "-"
             lines.append(f"  total: {_macs(est['macs'])} MACs, {share} on the NPU; "
                          f"{est['transfers']} hand-over(s), {_bytes(est['bytes_crossing'])} "
-                         f"crossing; estimated {_latency(est['ns'], est['total_ns'])}")
+                         f"crossing; work {_latency(est['ns'], est['total_ns'])}")
         if self.cpu_reasons:
             reasons = {}
             for name, why in self.cpu_reasons.items():

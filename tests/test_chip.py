@@ -1,0 +1,217 @@
+"""The chip: arrays mapped to layers (groups, copies, refusal), the row-by-row schedule's
+simulation against schedules worked out by hand, and the estimate of lowered models."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from paddle_npu.errors import ConversionError
+from paddle_npu.npu.chip.mapping import map_layers, replicate
+from paddle_npu.npu.chip.schedule import Dep, Task, simulate
+from paddle_npu.npu.chip.target import target_from_dict
+from paddle_npu.npu.pipeline import lower
+from paddle_npu.npu.verification.verifier import verify
+
+
+# --- the simulation, on schedules worked out by hand ---------------------------------------
+
+def test_a_chain_pipelines_row_by_row():
+    # A: 4 rows of 10 ns on unit a; B reads A's rows, 4 rows of 20 ns on unit b.
+    # B's row j starts when A's row j and B's row j-1 are done: 10-30, 30-50, 50-70, 70-90.
+    tasks = [Task("A", "a", 40.0, rows=4, out_bytes=400),
+             Task("B", "b", 80.0, rows=4, deps=[Dep(0, "rows")], out_bytes=400)]
+    run = simulate(tasks, {})
+    assert run.latency_ns == 90.0
+    assert run.finish_ns == [40.0, 90.0]
+    assert run.busy_ns == {"a": 40.0, "b": 80.0}
+    # memory: A's row is freed once B is past it; B's output (nobody reads it) stays:
+    # at 20: A 200 made, 100 freed; B 100 -> 200; at 40: A 400 - 300 + B 300 = 400
+    assert run.peak_bytes == 400
+
+
+def test_a_window_waits_for_the_rows_under_it():
+    # C: a 3-row window, stride 1, padding 1, over A's 4 rows: its row 0 needs A's rows
+    # 0..1, row j rows up to j+1, its last row A's last.
+    tasks = [Task("A", "a", 40.0, rows=4),
+             Task("C", "c", 4.0, rows=4, deps=[Dep(0, "window", (4, 4, 3, 1, 1))])]
+    run = simulate(tasks, {})
+    # C's rows: after A rows 1, 2, 3, 3 -> end at 21, 31, 41, 42
+    assert run.latency_ns == 42.0
+
+
+def test_a_residual_block_joins_both_branches():
+    # A -> B (rows) and A + B -> Add (rows, vector unit): the Add's row j waits for B's.
+    tasks = [Task("A", "a", 40.0, rows=4),
+             Task("B", "b", 80.0, rows=4, deps=[Dep(0, "rows")]),
+             Task("Add", "vector", 8.0, rows=4, deps=[Dep(0, "rows"), Dep(1, "rows")])]
+    run = simulate(tasks, {})
+    # B's rows end at 30, 50, 70, 90; the Add's 2 ns after each
+    assert run.latency_ns == 92.0
+    assert run.busy_ns["vector"] == 8.0
+
+
+def test_a_shared_unit_serialises_and_a_whole_input_waits():
+    # two tasks on one unit run one after the other, the later one in the program first
+    # (B 0-20, A 20-50); a task needing its input whole (a global pool) starts after the
+    # producer's last row
+    tasks = [Task("A", "u", 30.0, rows=3), Task("B", "u", 20.0, rows=1),
+             Task("G", "v", 5.0, rows=1, deps=[Dep(0, "whole")])]
+    run = simulate(tasks, {})
+    assert run.busy_ns == {"u": 50.0, "v": 5.0}
+    assert run.finish_ns == [50.0, 20.0, 55.0]
+
+
+def test_copies_serve_rows_in_turn():
+    # 4 rows of 10 ns on a unit with two copies: two rows at a time
+    tasks = [Task("A", "layer:A", 40.0, rows=4)]
+    assert simulate(tasks, {"layer:A": 2}).latency_ns == 20.0
+    assert simulate(tasks, {}).latency_ns == 40.0
+
+
+def test_groups_wait_for_the_arrays_to_be_reprogrammed():
+    # two layers in two groups: B's arrays are programmed (100 ns) after A read its last
+    # vector, and only then does B read
+    tasks = [Task("A", "layer:A", 40.0, rows=4, layer="A"),
+             Task("program group 1", "program", 100.0, deps=[Dep(0, "after")]),
+             Task("B", "layer:B", 40.0, rows=4, layer="B", group=1,
+                  deps=[Dep(0, "rows"), Dep(1, "after")])]
+    run = simulate(tasks, {})
+    assert run.finish_ns == [40.0, 140.0, 180.0]
+
+
+def test_the_data_flow_bound_is_never_above_the_schedule():
+    # a shared unit adds waiting the data flow alone does not have
+    tasks = [Task("A", "a", 40.0, rows=4), Task("B", "a", 40.0, rows=4),
+             Task("C", "c", 8.0, rows=4, deps=[Dep(0, "rows"), Dep(1, "rows")])]
+    shared = simulate(tasks, {})
+    alone = simulate(tasks, {}, own_units=True)
+    assert alone.latency_ns == 42.0 and shared.latency_ns == 82.0
+
+
+# --- mapping -------------------------------------------------------------------------------
+
+def test_a_model_larger_than_the_chip_runs_in_groups():
+    m = map_layers([("a", 3), ("b", 3), ("c", 5)], 4)
+    # b does not fit beside a: a group of its own; c, larger than the chip, is split
+    assert m.groups == [[("a", 3)], [("b", 3), ("c", 1)], [("c", 4)]]
+    assert m.needed == 11 and m.used == 4
+    assert m.group_of("c") == [1, 2]
+    one = map_layers([("a", 3), ("b", 1)], 4)
+    assert one.groups == [[("a", 3), ("b", 1)]]
+
+
+def test_refused_naming_the_smallest_chip():
+    with pytest.raises(ConversionError, match="the smallest chip that holds it: 11 arrays"):
+        map_layers([("a", 3), ("b", 3), ("c", 5)], 4, fit="refuse", name="m.onnx")
+    map_layers([("a", 3)], 4, fit="refuse")     # a model that fits is not refused
+
+
+def test_spare_arrays_copy_the_slowest_layers():
+    m = map_layers([("a", 2), ("b", 1)], 6)
+    # a (100 ns) gains a copy (3 spare -> 1); then a and b tie at 50 ns: b, 1 array, fits
+    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 2, "b": 2}
+    assert m.used == 6
+    # no copies where a shared unit takes longer anyway, nor on a chip of any size
+    m = map_layers([("a", 2), ("b", 1)], 6)
+    assert replicate(m, {"a": 100.0, "b": 50.0}, floor_ns=100.0) == {"a": 1, "b": 1}
+    m = map_layers([("a", 2), ("b", 1)], 0)
+    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 1, "b": 1}
+
+
+def test_target_memory_and_count_are_read_and_checked():
+    t = target_from_dict({"base": "hermes64", "array": {"count": 32},
+                          "memory": {"activation_bytes": 4096}})
+    assert (t.array_count, t.activation_bytes, t.rows, t.cost.array_vmm_ns) == \
+        (32, 4096, 256, 133.0)
+    with pytest.raises(ConversionError, match="activation_bytes must be a positive integer"):
+        target_from_dict({"memory": {"activation_bytes": -1}})
+    with pytest.raises(ConversionError, match=r"unknown keys \['size'\] in \[memory\]"):
+        target_from_dict({"memory": {"size": 1}})
+
+
+# --- lowered models ------------------------------------------------------------------------
+
+def _two_convs(size=16):
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, size, size])],
+        [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _target(tmp_path, cost=None, **array):
+    path = tmp_path / "chip.json"
+    path.write_text(json.dumps({"name": "chip", "array": {"rows": 16, "cols": 16, **array},
+                                "cost": cost or {}}))
+    return str(path)
+
+
+def test_a_lowered_model_in_two_groups_computes_the_same(tmp_path):
+    model = _two_convs()
+    # conv1: 27 rows x 16 columns (2 arrays of 16 x 16); conv2: 144 x 8 (9 arrays)
+    lowered, report = lower(model, _target(tmp_path, count=9))
+    chip = report.as_dict()["chip"]
+    assert chip["arrays_needed"] == 11 and chip["groups"] == 1
+    assert chip["group_layers"] == [["conv1"], ["conv2"]]
+    # conv2 reads its 256 vectors (100 ns each) after the reprogramming (16 rows x 1000 ns),
+    # itself after conv1's last read
+    program = 16 * 1000.0
+    assert chip["latency_ns"] >= 256 * 100 * 2 + program
+    assert chip["busy_ns"]["program"] == program
+    assert verify(model, lowered, target=_target(tmp_path, count=9))["ok"]
+    one, report1 = lower(model, _target(tmp_path, count=11))
+    c1 = report1.as_dict()["chip"]
+    assert c1["groups"] == 0 and c1["latency_ns"] < chip["latency_ns"] - program
+    assert c1["latency_ns"] >= c1["bound_ns"]
+
+
+def test_twice_the_arrays_give_copies_and_throughput(tmp_path):
+    model = _two_convs()
+    fast = {"transfer_latency_ns": 100}      # (else the hand-overs set the pace)
+    _, fits = lower(model, _target(tmp_path, count=11, cost=fast))
+    _, spare = lower(model, _target(tmp_path, count=22, cost=fast))
+    a, b = fits.as_dict()["chip"], spare.as_dict()["chip"]
+    assert a["replication"] == {}
+    assert b["replication"] and b["arrays_used"] <= 22
+    assert b["throughput_per_s"] >= 1.5 * a["throughput_per_s"]
+    assert b["without_replication"]["throughput_per_s"] == pytest.approx(a["throughput_per_s"])
+
+
+def test_cli_refuses_a_model_that_does_not_fit(tmp_path, capsys):
+    from paddle_npu.cli import main
+    src = tmp_path / "m.onnx"
+    onnx.save(_two_convs(), str(src))
+    out = tmp_path / "m_npu.onnx"
+    rc = main(["lower", str(src), "-o", str(out), "--target", _target(tmp_path, count=4),
+               "--fit", "refuse"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert "needs 11 arrays, the target has 4: the smallest chip that holds it: 11 arrays" \
+        in err and err.count("\n") == 1
+
+
+def test_over_full_memory_spills_or_is_refused(tmp_path):
+    model = _two_convs()
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps({"name": "small", "array": {"rows": 16, "cols": 16},
+                                "memory": {"activation_bytes": 1024}}))
+    _, report = lower(model, str(path))
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"name": "big", "array": {"rows": 16, "cols": 16}}))
+    _, free = lower(model, str(big))
+    chip, ref = report.as_dict()["chip"], free.as_dict()["chip"]
+    spilled = chip["memory"]["spilled_bytes"]
+    assert spilled == chip["memory"]["peak_bytes"] - 1024 > 0
+    link = report.target["cost"]["link_bytes_per_ns"]
+    assert chip["latency_ns"] == pytest.approx(ref["latency_ns"] + 2 * spilled / link)
+    with pytest.raises(ConversionError, match="activations need .* bytes at once"):
+        lower(model, str(path), fit="refuse")
