@@ -215,3 +215,48 @@ def test_over_full_memory_spills_or_is_refused(tmp_path):
     assert chip["latency_ns"] == pytest.approx(ref["latency_ns"] + 2 * spilled / link)
     with pytest.raises(ConversionError, match="activations need .* bytes at once"):
         lower(model, str(path), fit="refuse")
+
+
+def _max_unpooling():
+    """conv -> MaxPool with indices -> conv -> max-unpooling (ScatterElements at the
+    indices into a zero plane, as an ENet decoder does) -> conv."""
+    rng = np.random.default_rng(1)
+    w = {n: rng.standard_normal(s).astype(np.float32)
+         for n, s in (("w1", (8, 3, 3, 3)), ("w2", (8, 8, 3, 3)), ("w3", (4, 8, 3, 3)))}
+    consts = {"flat": np.array([1, -1], np.int64), "plane": np.array([1, 2048], np.int64),
+              "back": np.array([1, 8, 16, 16], np.int64)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p", "idx"], name="pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c2", "flat"], ["c2f"], name="flat_values"),
+        helper.make_node("Reshape", ["idx", "flat"], ["idxf"], name="flat_indices"),
+        helper.make_node("ConstantOfShape", ["plane"], ["zeros"], name="zeros",
+                         value=onnx.numpy_helper.from_array(np.zeros(1, np.float32))),
+        helper.make_node("ScatterElements", ["zeros", "idxf", "c2f"], ["u"], name="unpool",
+                         axis=1),
+        helper.make_node("Reshape", ["u", "back"], ["up"], name="unflatten"),
+        helper.make_node("Conv", ["up", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "unpool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [onnx.numpy_helper.from_array(a, n) for n, a in {**w, **consts}.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_scatter_gather_unit_takes_max_unpooling(tmp_path):
+    model = _max_unpooling()
+    _, plain = lower(model)
+    assert [s.device for s in plain.segments] == ["npu", "cpu", "npu"]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps({"name": "sg", "npu": {"scatter_gather": True}}))
+    lowered, report = lower(model, str(path))
+    assert [s.device for s in report.segments] == ["npu"]
+    chip = report.as_dict()["chip"]
+    assert chip["busy_ns"]["scatter"] > 0 and "cpu" not in chip["busy_ns"]
+    assert chip["latency_ns"] < plain.as_dict()["chip"]["latency_ns"]
+    assert verify(model, lowered, target=str(path))["ok"]
+    with pytest.raises(ConversionError, match="scatter_gather must be true or false"):
+        target_from_dict({"npu": {"scatter_gather": "yes"}})

@@ -335,3 +335,27 @@ def test_quantised_rnn_is_integer_and_bit_exact(op, lbr):
         assert np.array_equal(o, r)
         cos = float((o * w).sum() / np.linalg.norm(o) / np.linalg.norm(w))
         assert cos >= 0.999, cos        # measured: 0.99981 .. 0.99991 over Y, Y_h (, Y_c)
+
+
+@pytest.mark.parametrize("op,direction,states", [("GRU", "forward", True),
+                                                 ("GRU", "bidirectional", False),
+                                                 ("LSTM", "forward", False)])
+def test_every_mac_of_the_rnn_is_on_the_arrays(op, direction, states):
+    """The unrolled layers' MACs are the RNN node's own, all on the arrays; with no initial
+    state (zeros) the first step's hidden product, zero, is not computed, so the layers
+    count that much less (work that does not exist, not work left off the arrays); a
+    bidirectional pair's steps also multiply the zero blocks of their R."""
+    import onnx_ir as ir
+
+    from paddle_npu.npu.chip.cost import node_macs
+
+    m, _ = _rnn_model(op, direction, states=states)
+    node = next(iter(ir.from_proto(m).graph))
+    _, report = lower(m, "npu256")
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = 4 if op == "LSTM" else 3
+    skipped = 0 if states else dirs * N * gates * H * H
+    zero_blocks = (T - (0 if states else 1)) * N * 2 * gates * H * H if dirs == 2 else 0
+    assert sum(l.cost.macs for l in report.layers) == node_macs(node) - skipped + zero_blocks
+    assert report.npu_mac_share() == 1.0
+    assert all(l.cost.plan == "packed" for l in report.layers)

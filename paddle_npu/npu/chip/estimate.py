@@ -8,7 +8,7 @@ simulated (schedule.py), and the lower bound the chip description sets.
     bound       the largest of: every array MAC spread over all the chip's arrays at full
                 use; the schedule's own data flow with no unit shared (the critical path
                 of the layers' reads); the busiest shared unit's work (vector unit, lookup
-                table, CPU, link), which no schedule avoids
+                table, scatter / gather unit, CPU, link), which no schedule avoids
 """
 from dataclasses import dataclass, field
 
@@ -16,7 +16,7 @@ from ...errors import ConversionError
 from .mapping import Mapping, map_layers, replicate
 from .schedule import Dep, Task, build_tasks, simulate
 
-SHARED = ("vector", "lut", "written", "cpu", "link", "program")
+SHARED = ("vector", "lut", "scatter", "written", "cpu", "link", "program")
 
 
 @dataclass

@@ -9,6 +9,7 @@ The lowered program becomes tasks, each on one unit of the chip:
               Copies of the layer's weights (mapping.replicate) serve its vectors in turn.
     vector    everything else the NPU runs (elementwise, pooling, moves, normalisation)
     lut       the lookup-table unit (Lut, QLut)
+    scatter   the scatter / gather unit a target may declare (max-unpooling, ...)
     written   arrays written at run time (RuntimeVMM: a product of two activations)
     cpu       the nodes placed on the CPU
     link      hand-overs between chip and CPU (and the host's inputs and outputs)
@@ -33,6 +34,7 @@ from .. import graph as g
 from ..ops import DOMAIN, get_primitive
 from ..ops.im2col import image_dims
 from .cost import count, dims, is_array_node, node_ns, transfer_ns, value_bytes
+from .target import SCATTER_GATHER_OPS
 
 MAX_ROWS = 64           # a task's rows are timed in at most this many steps
 WINDOW_OPS = ("Im2Col", "Pool", "DepthwiseConv", "QDepthwiseConv")
@@ -127,7 +129,9 @@ def build_tasks(model, segments, target, array_layers):
             unit, ns = node_ns(node, where, target)
             if where == "npu":
                 unit = "lut" if node.domain == DOMAIN and node.op_type in LUT_PRIMITIVES else \
-                    "written" if node.op_type in WRITTEN else "vector"
+                    "written" if node.op_type in WRITTEN else \
+                    "scatter" if node.domain == "" and node.op_type in SCATTER_GATHER_OPS else \
+                    "vector"
                 first = next((v for v in node.inputs if v is not None and v.name in made_by),
                              None)
                 if unit == "vector" and _row_wise(node) and first is not None and \

@@ -16,6 +16,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     [npu]
     primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform", "Lut"]
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
+    scatter_gather = true                      # a unit writing / reading at computed places
     [cpu]
     onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
     [restruct]                                 # NNIE-style restructuring (restruct.py)
@@ -93,6 +94,12 @@ EDGE_VECTOR_UNIT_OPS = VECTOR_UNIT_OPS + (
 )
 
 
+# What a scatter / gather unit runs: values written or read at indices computed at run time
+# (max-unpooling at a MaxPool's indices, gathers of detection heads). A target declares one
+# with `[npu] scatter_gather = true`.
+SCATTER_GATHER_OPS = ("ScatterElements", "ScatterND", "GatherElements", "GatherND")
+
+
 @dataclass(frozen=True)
 class Cost:
     """The few numbers placement weighs (partition.py), for a 2025-era edge NPU by default:
@@ -127,6 +134,7 @@ class Target:
     primitives: tuple = EDGE_PRIMITIVES
     npu_ops: tuple = EDGE_VECTOR_UNIT_OPS
     cpu_ops: tuple = ("*",)
+    scatter_gather: bool = False          # SCATTER_GATHER_OPS on the NPU
     description: str = ""
     source: str = "built-in"
     preprocess: dict = field(default=None, compare=False)   # the file's [preprocess] table
@@ -146,7 +154,8 @@ class Target:
         """Whether the NPU runs a node of this type (a primitive, or a listed plain op)."""
         if domain == "ai.paddle_npu":
             return op_type in self.primitives
-        return domain in ("", "ai.onnx") and op_type in self.npu_ops
+        return domain in ("", "ai.onnx") and (op_type in self.npu_ops or (
+            self.scatter_gather and op_type in SCATTER_GATHER_OPS))
 
     def cpu_runs(self, op_type, domain=""):
         if domain == "ai.paddle_npu":
@@ -159,7 +168,8 @@ class Target:
                 "memory": {"activation_bytes": self.activation_bytes},
                 "precision": {"weight_bits": self.weight_bits,
                               "activation_bits": self.activation_bits},
-                "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops)},
+                "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops),
+                        "scatter_gather": self.scatter_gather},
                 "cpu": {"onnx_ops": list(self.cpu_ops)},
                 "restruct": {"passes": list(self.restruct), "fc_followers": list(self.fc_followers),
                              "broadcast": self.broadcast,
@@ -245,7 +255,7 @@ def _names(data, key, default, path):
 # the widths the precision table may take.
 _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "memory": {"activation_bytes"},
                "precision": {"weight_bits", "activation_bits"},
-               "npu": {"primitives", "onnx_ops"}, "cpu": {"onnx_ops"},
+               "npu": {"primitives", "onnx_ops", "scatter_gather"}, "cpu": {"onnx_ops"},
                "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
                "cost": set(Cost.__dataclass_fields__)}
 _BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16)}
@@ -286,6 +296,9 @@ def target_from_dict(data, source="<dict>"):
                               f"(known: {sorted(OPERATOR_SET)})")
     if "VMM" not in primitives:
         raise ConversionError(f"{source}: an NPU without VMM has nothing to lower to")
+    scatter_gather = npu.get("scatter_gather", base.scatter_gather)
+    if not isinstance(scatter_gather, bool):
+        raise ConversionError(f"{source}: npu.scatter_gather must be true or false")
     preprocess = data.get("preprocess")     # its settings are checked where a spec is made
     if preprocess is not None and not isinstance(preprocess, dict):
         raise ConversionError(f"{source}: preprocess is a table / object")
@@ -320,7 +333,7 @@ def target_from_dict(data, source="<dict>"):
         weight_bits=_positive(flat, "weight_bits", base.weight_bits),
         activation_bits=_positive(flat, "activation_bits", base.activation_bits),
         primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),
-        cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source),
+        cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source), scatter_gather=scatter_gather,
         description=str(data.get("description", "")), source=source, preprocess=preprocess)
 
 
