@@ -8,8 +8,9 @@ arrays the model needs, one row per model and chip.
 A row: the arrays the chip has, the model needs and the mapping uses (copies included), the
 groups it runs in (reprogrammings), one image's latency, the lower bound and their ratio
 (with the bound's largest term: macs, data flow or a shared unit), images per second with
-the copies and without (and their ratio), and the peak activation memory (`spill` where it
-is over the chip's). `2x` is npu256 with twice the arrays the model needs (count = 2 x
+the copies and without (and their ratio), the peak activation memory (`!` where it is over
+the chip's) and what sets the pace (the busiest unit or layer per copy, or `groups`: an
+image at a time, reprogrammed). `2x` is npu256 with twice the arrays the model needs (count = 2 x
 needed). A model refused with `--fit refuse` on hermes64 (64 arrays) shows the one line
 naming the smallest chip. Exit status 1 when a lowering failed.
 """
@@ -53,6 +54,7 @@ def chip_row(name, shape, target, onnx_path, label=None):
             "latency_ns": chip["latency_ns"], "bound_ns": chip["bound_ns"],
             "ratio": round(chip["latency_ns"] / chip["bound_ns"], 3) if chip["bound_ns"] else 1.0,
             "bound_term": term, "throughput": chip["throughput_per_s"],
+            "paced_by": chip["paced_by"],
             "throughput_no_copies": plain["throughput_per_s"],
             "copies_gain": round(chip["throughput_per_s"] / plain["throughput_per_s"], 3)
             if plain["throughput_per_s"] else 1.0,
@@ -90,7 +92,7 @@ def _us(ns):
 def render(rows):
     head = (f"{'model':<22} {'input':<16} {'chip':<10} {'arrays':>6} {'needed':>6} {'used':>6} "
             f"{'groups':>6} {'latency':>9} {'bound':>9} {'ratio':>6} {'bound by':>9} "
-            f"{'img/s':>9} {'no copies':>9} {'gain':>5} {'memory':>9}")
+            f"{'img/s':>9} {'no copies':>9} {'gain':>5} {'memory':>9}  paced by")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -102,7 +104,7 @@ def render(rows):
             f"{r['needed']:>6} {r['used']:>6} {r['groups']:>6} {_us(r['latency_ns']):>9} "
             f"{_us(r['bound_ns']):>9} {r['ratio']:>6.2f} {r['bound_term']:>9} "
             f"{r['throughput']:>9.0f} {r['throughput_no_copies']:>9.0f} "
-            f"{r['copies_gain']:>5.2f} {mem:>9}")
+            f"{r['copies_gain']:>5.2f} {mem:>9}  {(r['paced_by'] or '-')[:24]}")
         if r.get("refused_on_hermes64"):
             lines.append(f"{'':<22} --fit refuse on hermes64: {r['refused_on_hermes64']}")
     lines.append("(memory: peak activations; ! over the chip's memory, spilled to the host)")

@@ -3,8 +3,9 @@ simulated (schedule.py), and the lower bound the chip description sets.
 
     latency     one image, from its input to its outputs at the host
     throughput  images per second in steady state: with the weights on the chip, images
-                follow each other through the pipeline and the busiest unit sets the pace;
-                in groups, an image at a time, the first group reprogrammed for the next
+                follow each other through the pipeline and the busiest unit (per copy)
+                sets the pace (`paced_by`); in groups, an image at a time, the first
+                group reprogrammed for the next
     bound       the largest of: every array MAC spread over all the chip's arrays at full
                 use; the schedule's own data flow with no unit shared (the critical path
                 of the layers' reads); the busiest shared unit's work (vector unit, lookup
@@ -24,6 +25,7 @@ class ChipEstimate:
     mapping: Mapping
     latency_ns: float
     throughput_per_s: float
+    paced_by: str                  # the unit (or layer) whose work sets the throughput
     bound_ns: float
     bounds: dict                   # {"macs", "data_flow", "shared_unit"}: ns
     busy_ns: dict                  # unit -> ns per image
@@ -43,7 +45,7 @@ class ChipEstimate:
                 "program_ns": round(self.program_ns, 1),
                 "latency_ns": round(self.latency_ns, 1),
                 "throughput_per_s": round(self.throughput_per_s, 3),
-                "bound_ns": round(self.bound_ns, 1),
+                "paced_by": self.paced_by, "bound_ns": round(self.bound_ns, 1),
                 "bounds": {k: round(v, 1) for k, v in self.bounds.items()},
                 "replication": {n: c for n, c in m.copies.items() if c > 1},
                 "busy_ns": {k: round(v, 1) for k, v in self.busy_ns.items()},
@@ -64,7 +66,9 @@ class ChipEstimate:
                                              else "")
         out = [f"chip: {have}; {fit}"]
         ratio = self.latency_ns / self.bound_ns if self.bound_ns else 1.0
-        out.append(f"  latency {_us(self.latency_ns)}, {self.throughput_per_s:,.0f} images/s; "
+        pace = "reprogramming per image" if self.paced_by == "groups" else self.paced_by
+        out.append(f"  latency {_us(self.latency_ns)}, {self.throughput_per_s:,.0f} images/s "
+                   f"(paced by {pace}); "
                    f"bound {_us(self.bound_ns)} ({ratio:.2f}x; "
                    + ", ".join(f"{k.replace('_', ' ')} {_us(v)}" for k, v in self.bounds.items())
                    + ")")
@@ -117,7 +121,7 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
         if t.unit in SHARED:
             shared[t.unit] = shared.get(t.unit, 0.0) + t.ns
     plain = _run(tasks, mapping, program_ns, target)
-    replicate(mapping, layer_busy, max(shared.values(), default=0.0))
+    replicate(mapping, layer_busy)
     run = _run(tasks, mapping, program_ns, target)
     if run["spilled"] and fit == "refuse":
         raise ConversionError(
@@ -130,12 +134,13 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
         * target.cost.array_vmm_ns
     bounds = {"macs": spread, "data_flow": flow.latency_ns,
               "shared_unit": max((v for u, v in shared.items() if u != "program"), default=0.0)}
-    est = ChipEstimate(mapping, run["latency_ns"], run["throughput_per_s"],
+    est = ChipEstimate(mapping, run["latency_ns"], run["throughput_per_s"], run["paced_by"],
                        max(bounds.values()), bounds, run["busy"], layer_busy, program_ns,
                        run["peak"], target.activation_bytes, run["spilled"], run["timeline"])
     if any(c > 1 for c in mapping.copies.values()):
         est.replicated = {"latency_ns": round(plain["latency_ns"], 1),
-                          "throughput_per_s": round(plain["throughput_per_s"], 3)}
+                          "throughput_per_s": round(plain["throughput_per_s"], 3),
+                          "paced_by": plain["paced_by"]}
     return est
 
 
@@ -157,12 +162,13 @@ def _run(tasks, mapping, program_ns, target):
         busy["link"] = busy.get("link", 0.0) + extra
         latency += extra
     if len(mapping.groups) > 1:
-        per_image = latency + program_ns    # the first group back for the next image
+        per_image, pace = latency + program_ns, "groups"   # the first group back, next image
     else:
-        per_image = max((v / (servers.get(u) or 1) for u, v in busy.items()
-                         if u != "program"), default=0.0)
+        per_image, pace = max(((v / (servers.get(u) or 1), u) for u, v in busy.items()
+                               if u != "program"), default=(0.0, None))
+        pace = pace[len("layer:"):] if pace and pace.startswith("layer:") else pace
     return {"latency_ns": latency, "busy": busy, "peak": run.peak_bytes, "spilled": spilled,
-            "timeline": run.timeline,
+            "timeline": run.timeline, "paced_by": pace,
             "throughput_per_s": 1e9 / per_image if per_image else 0.0}
 
 
@@ -179,8 +185,14 @@ def _add_groups(tasks, mapping, program_ns):
             first.setdefault(n, gi)
     for t in tasks:
         if t.layer is not None:
-            t.group = first.get(t.layer, 0)
             t.ns *= len(mapping.group_of(t.layer)) or 1
+    # a task runs in its layer's group, or in a later one when what it reads comes from
+    # there (a layer reading an earlier layer's arrays after later groups: its weights come
+    # back with that group)
+    for i in _data_order(tasks):
+        t = tasks[i]
+        t.group = max([first.get(t.layer, 0) if t.layer is not None else 0] +
+                      [tasks[d.task].group for d in t.deps])
     programs = []
     for gi in range(1, len(mapping.groups)):
         before = [i for i, t in enumerate(tasks) if t.layer is not None and t.group == gi - 1]
@@ -191,3 +203,22 @@ def _add_groups(tasks, mapping, program_ns):
     for t in tasks:
         if t.layer is not None and t.group > 0:
             t.deps.append(Dep(programs[t.group - 1], "after"))
+
+
+def _data_order(tasks):
+    """The task indices in an order where every task comes after those it reads."""
+    waiting = [len(t.deps) for t in tasks]
+    readers = [[] for _ in tasks]
+    for i, t in enumerate(tasks):
+        for d in t.deps:
+            readers[d.task].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    order = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                ready.append(r)
+    return order

@@ -66,20 +66,21 @@ def map_layers(layers, available, fit="groups", name="the model"):
     return m
 
 
-def replicate(m, busy_ns, floor_ns=0.0):
+def replicate(m, busy_ns):
     """Give the spare arrays of a model that fits (one group) to copies of the layers that
-    bound the pipeline: while the layer of the longest busy time per copy (`busy_ns`:
-    {layer: ns}) has more than `floor_ns` (what the chip's shared units take anyway) and its
-    arrays fit in what is spare, it gains a copy. Sets and returns m.copies."""
+    bound the pipeline: of the layers whose arrays fit in what is spare, the one of the
+    longest busy time per copy (`busy_ns`: {layer: ns}) gains a copy, until none fits. Copies of the layer
+    setting the pace raise the throughput (images interleave on them); copies of a layer
+    whose rows they split shorten the latency. Sets and returns m.copies."""
     m.copies = {n: 1 for grp in m.groups for n, _ in grp}
     if not m.available or len(m.groups) != 1:
         return m.copies
     arrays = dict(m.groups[0])
     spare = m.available - m.needed
     while True:
-        layer = max(arrays, key=lambda n: (busy_ns.get(n, 0.0) / m.copies[n], n), default=None)
-        if layer is None or busy_ns.get(layer, 0.0) / m.copies[layer] <= floor_ns or \
-                arrays[layer] > spare:
+        layer = max((n for n in arrays if busy_ns.get(n, 0.0) > 0 and arrays[n] <= spare),
+                    key=lambda n: (busy_ns[n] / m.copies[n], n), default=None)
+        if layer is None:
             return m.copies
         m.copies[layer] += 1
         spare -= arrays[layer]
