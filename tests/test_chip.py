@@ -109,20 +109,24 @@ def test_refused_naming_the_smallest_chip():
 
 
 def test_spare_arrays_copy_the_slowest_layers():
+    many = {"a": 64, "b": 64}
     m = map_layers([("a", 2), ("b", 1)], 6)
     # a (100 ns) gains a copy (3 spare -> 1); then a and b tie at 50 ns, but only b's one
     # array fits
-    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 2, "b": 2}
+    assert replicate(m, {"a": 100.0, "b": 50.0}, many) == {"a": 2, "b": 2}
     assert m.used == 6
     # 6 spare: a (100) -> 2, b (50, by name at the tie) -> 2, a (50) -> 3, then a (33)
     # does not fit in the 1 left: b -> 3
     m = map_layers([("a", 2), ("b", 1)], 9)
-    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 3, "b": 3}
+    assert replicate(m, {"a": 100.0, "b": 50.0}, many) == {"a": 3, "b": 3}
+    # a copy serves whole row vectors: a layer of one vector gets none
+    m = map_layers([("a", 2), ("b", 1)], 9)
+    assert replicate(m, {"a": 100.0, "b": 50.0}, {"a": 1, "b": 2}) == {"a": 1, "b": 2}
     # no copies on a chip of any size, nor in groups
     m = map_layers([("a", 2), ("b", 1)], 0)
-    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 1, "b": 1}
+    assert replicate(m, {"a": 100.0, "b": 50.0}, many) == {"a": 1, "b": 1}
     m = map_layers([("a", 2), ("b", 1)], 2)
-    assert replicate(m, {"a": 100.0, "b": 50.0}) == {"a": 1, "b": 1}
+    assert replicate(m, {"a": 100.0, "b": 50.0}, many) == {"a": 1, "b": 1}
 
 
 def test_target_memory_and_count_are_read_and_checked():

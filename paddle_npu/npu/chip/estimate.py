@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ConversionError
 from .mapping import Mapping, map_layers, replicate
-from .schedule import Dep, Task, build_tasks, simulate
+from .schedule import MAX_ROWS, Dep, Task, build_tasks, simulate
 
 SHARED = ("vector", "lut", "scatter", "written", "cpu", "link", "program")
 
@@ -81,7 +81,7 @@ class ChipEstimate:
                 out.append(f"  without copies: latency {_us(self.replicated['latency_ns'])}, "
                            f"{self.replicated['throughput_per_s']:,.0f} images/s")
         busy = ", ".join(f"{u} {_us(v)}" for u, v in self.busy_ns.items()
-                         if not u.startswith("layer:") and v)
+                         if not u.startswith("layer:") and u != "handover" and v)
         top = sorted(self.layer_busy_ns.items(), key=lambda t: -t[1])[:3]
         out.append(f"  busy: {busy}" + ("; slowest layers " + ", ".join(
             f"{n} {_us(v)}" for n, v in top) if top else ""))
@@ -121,7 +121,14 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
         if t.unit in SHARED:
             shared[t.unit] = shared.get(t.unit, 0.0) + t.ns
     plain = _run(tasks, mapping, program_ns, target)
-    replicate(mapping, layer_busy)
+    vectors = {}
+    for t in tasks:
+        if t.layer is not None:
+            vectors[t.layer] = max(vectors.get(t.layer, 0), t.vectors)
+    replicate(mapping, layer_busy, vectors)
+    for t in tasks:     # a layer's copies share its rows out: at least one step per copy
+        if t.vectors and mapping.copies.get(t.layer, 1) > t.rows:
+            t.rows = min(mapping.copies[t.layer], MAX_ROWS, t.vectors)
     run = _run(tasks, mapping, program_ns, target)
     if run["spilled"] and fit == "refuse":
         raise ConversionError(
@@ -145,7 +152,7 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
 
 
 def _servers(mapping):
-    return {f"layer:{n}": c for n, c in mapping.copies.items()}
+    return {"handover": None, **{f"layer:{n}": c for n, c in mapping.copies.items()}}
 
 
 def _run(tasks, mapping, program_ns, target):
@@ -164,8 +171,8 @@ def _run(tasks, mapping, program_ns, target):
     if len(mapping.groups) > 1:
         per_image, pace = latency + program_ns, "groups"   # the first group back, next image
     else:
-        per_image, pace = max(((v / (servers.get(u) or 1), u) for u, v in busy.items()
-                               if u != "program"), default=(0.0, None))
+        per_image, pace = max(((v / servers.get(u, 1), u) for u, v in busy.items()
+                               if u != "program" and servers.get(u, 1)), default=(0.0, None))
         pace = pace[len("layer:"):] if pace and pace.startswith("layer:") else pace
     return {"latency_ns": latency, "busy": busy, "peak": run.peak_bytes, "spilled": spilled,
             "timeline": run.timeline, "paced_by": pace,

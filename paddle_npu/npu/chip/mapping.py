@@ -66,19 +66,20 @@ def map_layers(layers, available, fit="groups", name="the model"):
     return m
 
 
-def replicate(m, busy_ns):
+def replicate(m, busy_ns, vectors):
     """Give the spare arrays of a model that fits (one group) to copies of the layers that
-    bound the pipeline: of the layers whose arrays fit in what is spare, the one of the
-    longest busy time per copy (`busy_ns`: {layer: ns}) gains a copy, until none fits. Copies of the layer
-    setting the pace raise the throughput (images interleave on them); copies of a layer
-    whose rows they split shorten the latency. Sets and returns m.copies."""
+    bound the pipeline: of the layers whose arrays fit in what is spare and that have more
+    row vectors per image (`vectors`: {layer: n}) than copies (a copy serves whole vectors),
+    the one of the longest busy time per copy (`busy_ns`: {layer: ns}) gains a copy, until
+    none is left. Sets and returns m.copies."""
     m.copies = {n: 1 for grp in m.groups for n, _ in grp}
     if not m.available or len(m.groups) != 1:
         return m.copies
     arrays = dict(m.groups[0])
     spare = m.available - m.needed
     while True:
-        layer = max((n for n in arrays if busy_ns.get(n, 0.0) > 0 and arrays[n] <= spare),
+        layer = max((n for n in arrays if busy_ns.get(n, 0.0) > 0 and arrays[n] <= spare and
+                     m.copies[n] < vectors.get(n, 1)),
                     key=lambda n: (busy_ns[n] / m.copies[n], n), default=None)
         if layer is None:
             return m.copies

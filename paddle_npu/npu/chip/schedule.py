@@ -12,7 +12,9 @@ The lowered program becomes tasks, each on one unit of the chip:
     scatter   the scatter / gather unit a target may declare (max-unpooling, ...)
     written   arrays written at run time (RuntimeVMM: a product of two activations)
     cpu       the nodes placed on the CPU
-    link      hand-overs between chip and CPU (and the host's inputs and outputs)
+    link      hand-overs between chip and CPU (and the host's inputs and outputs): the bytes
+              over the link, after the driver's round trip (`handover`, which occupies
+              nothing: hand-overs of several images overlap)
     program   reprogramming the arrays between groups of layers (every array of the group
               at once, row by row)
 
@@ -33,7 +35,7 @@ from typing import List, Optional
 from .. import graph as g
 from ..ops import DOMAIN, get_primitive
 from ..ops.im2col import image_dims
-from .cost import count, dims, is_array_node, node_ns, transfer_ns, value_bytes
+from .cost import count, dims, is_array_node, node_ns, value_bytes
 from .target import SCATTER_GATHER_OPS
 
 MAX_ROWS = 64           # a task's rows are timed in at most this many steps
@@ -63,6 +65,7 @@ class Task:
     out_bytes: int = 0
     layer: Optional[str] = None    # the matrix layer whose arrays it reads
     group: int = 0
+    vectors: int = 0               # row vectors it reads through the arrays
 
 
 def _window(node):
@@ -121,6 +124,7 @@ def build_tasks(model, segments, target, array_layers):
                 x, w = dims(node.inputs[0]), dims(node.inputs[1])
                 stack = w[0] if w is not None and node.op_type == "VMM" and len(w) == 3 else 1
                 vectors = (count(x[:-1]) or 1) // stack if x else 1
+                t.vectors = max(t.vectors, vectors)
                 t.reads = max(t.reads, vectors * c.array_vmm_ns)   # tiles read at once
             else:
                 t.periphery += node_ns(node, "npu", target)[1]
@@ -175,25 +179,33 @@ def build_tasks(model, segments, target, array_layers):
 
 
 def _add_transfers(model, segments, target, tasks, made_by, device_of, node_task):
-    """A link task per segment receiving from the other device or the host (its inputs as
-    one hand-over, as cost.segment_costs counts them), and one for the outputs the NPU hands
-    to the host; the segment's tasks wait for its hand-over."""
+    """A hand-over per segment receiving from the other device or the host (its inputs
+    together, as cost.segment_costs counts them), and one for the outputs the NPU hands to
+    the host; the segment's tasks wait for its hand-over. A hand-over is the driver's round
+    trip (`transfer_latency_ns`: time that passes, the link free meanwhile for another
+    image's bytes) and then the bytes over the link."""
+    def hand_over(name, nbytes, deps):
+        c = target.cost
+        trip = len(tasks)
+        tasks.append(Task(f"{name}: round trip", "handover", c.transfer_latency_ns, deps=deps))
+        tasks.append(Task(name, "link", nbytes / c.link_bytes_per_ns,
+                          deps=[Dep(trip, "after")]))
+        return trip + 1
+
     for s in segments:
         if not s.cost or not s.cost.get("transfers_in"):
             continue
-        link = len(tasks)
-        tasks.append(Task(f"to #{s.index}", "link", transfer_ns(s.cost["bytes_in"], target)))
         crossing = {made_by[n] for n in s.inputs
                     if n in made_by and device_of[made_by[n]] != s.device}
-        tasks[link].deps = [Dep(p, "whole") for p in sorted(crossing)]
+        link = hand_over(f"to #{s.index}", s.cost["bytes_in"],
+                         [Dep(p, "whole") for p in sorted(crossing)])
         for i in sorted({node_task[n] for n in s.nodes if n in node_task}):
             tasks[i].deps = [d for d in tasks[i].deps if d.task not in crossing]
             tasks[i].deps.append(Dep(link, "whole"))
     outs = [v.name for v in model.graph.outputs if device_of.get(made_by.get(v.name)) == "npu"]
     if outs:
         nbytes = sum(value_bytes(v) for v in model.graph.outputs if v.name in outs)
-        tasks.append(Task("to the host", "link", transfer_ns(nbytes, target),
-                          deps=[Dep(made_by[n], "whole") for n in dict.fromkeys(outs)]))
+        hand_over("to the host", nbytes, [Dep(made_by[n], "whole") for n in dict.fromkeys(outs)])
 
 
 def _needed(dep, j, rows, p_rows):
@@ -239,8 +251,8 @@ def simulate(tasks, servers, memory=True, own_units=False, trace=False):
     n = len(tasks)
     if own_units:
         servers = {i: servers.get(t.unit, 1) for i, t in enumerate(tasks)}
-        tasks = [Task(t.name, i, t.ns, t.rows, t.deps, t.out_bytes, t.layer, t.group)
-                 for i, t in enumerate(tasks)]
+        tasks = [Task(t.name, i, t.ns, t.rows, t.deps, t.out_bytes, t.layer, t.group,
+                      t.vectors) for i, t in enumerate(tasks)]
     consumers = [[] for _ in range(n)]
     readers = [[] for _ in range(n)]           # the consumers holding the data
     for i, t in enumerate(tasks):
