@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..graph import device as device_of, dims, segment as segment_of, source
 from ..ops import DOMAIN, get_primitive
+from ..ops.readout import columns_per_weight, input_cycles, of_attrs as readout_of
 from .tiling import PLANS, PlanCost, plan_cost, plan_cost_of
 
 ARRAY_PRIMITIVES = ("VMM", "QVMM", "RuntimeVMM", "QRuntimeVMM")
@@ -62,6 +63,11 @@ def layer_report(plan, target):
     has_bias = plan.bias is not None
     cost = plan_cost(plan.tiles, plan.tiling, rows, cols, v, has_bias, bits)
     cost.add_elements += plan.extra_adds
+    if plan.readout is not None:      # each weight's cells side by side: more arrays
+        per = columns_per_weight(plan.bits, plan.readout)
+        arrays = sum(-(-t.cols * per // cols) for t in plan.tiles)
+        cost = replace(cost, arrays=arrays, cells=arrays * rows * cols,
+                       vmm_invocations=arrays * v, cells_per_weight=per)
     other = None
     if plan.other is not None:
         tiling = next(p for p in PLANS if p != plan.tiling)
@@ -179,8 +185,24 @@ def node_ns(node, where, target):
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
     tiles = stack * -(-r // target.rows) * -(-m // target.cols)   # a VMM node: a band of tiles
     if node.op_type not in WRITTEN_AT_RUN_TIME:              # weight-stationary
-        return "arrays", vectors * tiles * c.array_vmm_ns
+        return "arrays", vectors * tiles * vector_read_ns(node, target)
     return "arrays", vectors * tiles * c.array_vmm_ns + count(w) * c.array_write_ns_per_cell
+
+
+def vector_read_ns(node, target):
+    """One row vector through an array: one read (`array_vmm_ns`), or, for an integer tile
+    read out as analog arrays are (QVMM's cell / DAC / ADC bits, ops/readout.py), a read
+    per input cycle, the ADC converting its `columns_per_adc` columns of one cycle while
+    the next cycle reads (the longer of the two sets the pace)."""
+    c = target.cost
+    if node.op_type != "QVMM":
+        return c.array_vmm_ns
+    a = get_primitive("QVMM").attrs_of({k: v.value for k, v in node.attributes.items()})
+    r = readout_of(a)
+    if r.ideal:
+        return c.array_vmm_ns
+    per_cycle = max(c.array_vmm_ns, target.columns_per_adc * c.adc_ns if r.adc_bits else 0.0)
+    return input_cycles(8 if a["acc_bits"] == 32 else 16, r) * per_cycle
 
 
 def transfer_ns(nbytes, target):

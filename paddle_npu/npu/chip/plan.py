@@ -47,6 +47,7 @@ from ...errors import ConversionError
 from .. import graph as g
 from ..ops.im2col import column_source
 from ..ops.quant import qrange
+from ..ops.readout import Readout, full_scale_shifts
 from .tiling import Geometry, Tile, bands, plan_tiles, tile_weight
 
 HP_SUFFIX = "_hp"
@@ -145,6 +146,16 @@ class LayerPlan:
     written: Optional[tuple] = None   # "written": (rows, cols, matrices, row vectors each)
     emit: dict = field(default_factory=dict)
     unit_plan: Optional["UnitPlan"] = None   # "written" in an integer lowering: its scales
+    # an integer layer on arrays that read out as analog ones do (ops/readout.py): how, and
+    # each band's ADC shifts; None: exactly
+    readout: Optional[Readout] = None
+    adc_shifts: list = field(default_factory=list)
+
+    def qvmm_attrs(self, band):
+        """The read-out attributes of band `band`'s QVMM ({} for an exact one)."""
+        if self.readout is None:
+            return {}
+        return {**self.readout.attrs(), "adc_shifts": self.adc_shifts[band]}
 
     def tile_keys(self):
         """What tells, per band, that another layer's arrays hold the same weights: the
@@ -206,6 +217,11 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_ta
                      geo.groups * geo.outputs, tiling=tiling)
     if quantization is not None and g.mark(node) != "cpu":
         plan.bits, plan.scales = _scales(node, plan, quantization)
+        readout = Readout(**target.readout_settings())
+        if not readout.ideal:
+            plan.readout = readout
+            plan.adc_shifts = [full_scale_shifts(q, plan.bits, readout)
+                               for q in plan.scales.weights_q]
     return plan
 
 

@@ -35,7 +35,7 @@ from typing import List, Optional
 from .. import graph as g
 from ..ops import DOMAIN, get_primitive
 from ..ops.im2col import image_dims
-from .cost import count, dims, is_array_node, node_ns, value_bytes
+from .cost import count, dims, is_array_node, node_ns, value_bytes, vector_read_ns
 from .target import SCATTER_GATHER_OPS
 
 MAX_ROWS = 64           # a task's rows are timed in at most this many steps
@@ -125,7 +125,7 @@ def build_tasks(model, segments, target, array_layers):
                 stack = w[0] if w is not None and node.op_type == "VMM" and len(w) == 3 else 1
                 vectors = (count(x[:-1]) or 1) // stack if x else 1
                 t.vectors = max(t.vectors, vectors)
-                t.reads = max(t.reads, vectors * c.array_vmm_ns)   # tiles read at once
+                t.reads = max(t.reads, vectors * vector_read_ns(node, target))  # tiles at once
             else:
                 t.periphery += node_ns(node, "npu", target)[1]
             t.ns = max(t.reads, t.periphery)

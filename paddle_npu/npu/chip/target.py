@@ -13,6 +13,11 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     [precision]
     weight_bits = 8
     activation_bits = 8
+    cell_bits = 2                 # bits per cell (0: a weight in one cell)
+    signed_weights = "differential"            # or "offset" (ops/readout.py)
+    dac_bits = 1                  # input bits per cycle (0: the whole input at once)
+    adc_bits = 6                  # ADC bits (0: an exact read-out)
+    columns_per_adc = 8           # columns sharing one ADC
     [npu]
     primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform", "Lut"]
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
@@ -28,6 +33,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     array_vmm_ns = 100                         # one vector through one array tile
     array_write_ns_per_cell = 1                # writing an array at run time (RuntimeVMM)
     array_program_ns_per_row = 1000            # programming a row of weights (groups)
+    adc_ns = 1                                 # one ADC conversion
     vector_elements_per_ns = 16                # vector unit, lookup table, moves
     cpu_macs_per_ns = 4                        # the CPU's multiply-accumulates
     cpu_elements_per_ns = 2                    # the CPU's other element work
@@ -45,6 +51,9 @@ from dataclasses import dataclass, field
 
 from ...errors import ConversionError
 from ...naming import read_settings
+
+# How a signed weight sits in cells of unsigned conductance (ops/readout.py)
+SIGNED_WEIGHTS = ("differential", "offset")
 
 ALL_PRIMITIVES = ("Im2Col", "VMM", "AddInTile", "DimTransform", "Scale", "ScaleLut",
                   "SwapChannel")
@@ -112,6 +121,7 @@ class Cost:
     # of layers of a model larger than the chip (assumed: a few program-verify pulses of
     # ~100 ns per row)
     array_program_ns_per_row: float = 1000.0
+    adc_ns: float = 1.0             # one conversion of an ADC (with adc_bits)
     vector_elements_per_ns: float = 16.0
     cpu_macs_per_ns: float = 4.0
     cpu_elements_per_ns: float = 2.0
@@ -131,6 +141,12 @@ class Target:
     activation_bytes: int = 0             # on-chip activation memory; 0 = not declared
     weight_bits: int = 8
     activation_bits: int = 8
+    # the analog read-out of an integer plan (ops/readout.py); 0: ideal
+    cell_bits: int = 0
+    signed_weights: str = "differential"
+    dac_bits: int = 0
+    adc_bits: int = 0
+    columns_per_adc: int = 1
     primitives: tuple = EDGE_PRIMITIVES
     npu_ops: tuple = EDGE_VECTOR_UNIT_OPS
     cpu_ops: tuple = ("*",)
@@ -146,6 +162,12 @@ class Target:
     broadcast: bool = True
     max_npu_segments: int = 0
     cost: Cost = Cost()
+
+    def readout_settings(self):
+        """How an integer plan's arrays read out: ops.readout.Readout's fields (all 0:
+        an exact read-out)."""
+        return {"cell_bits": self.cell_bits, "dac_bits": self.dac_bits,
+                "adc_bits": self.adc_bits, "weight_scheme": self.signed_weights}
 
     def runs_primitive(self, op_type):
         return op_type in self.primitives
@@ -167,7 +189,10 @@ class Target:
                 "array": {"rows": self.rows, "cols": self.cols, "count": self.array_count},
                 "memory": {"activation_bytes": self.activation_bytes},
                 "precision": {"weight_bits": self.weight_bits,
-                              "activation_bits": self.activation_bits},
+                              "activation_bits": self.activation_bits,
+                              "cell_bits": self.cell_bits, "signed_weights": self.signed_weights,
+                              "dac_bits": self.dac_bits, "adc_bits": self.adc_bits,
+                              "columns_per_adc": self.columns_per_adc},
                 "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops),
                         "scatter_gather": self.scatter_gather},
                 "cpu": {"onnx_ops": list(self.cpu_ops)},
@@ -216,16 +241,20 @@ PRESETS = {
         description="IBM's 64-core PCM chip: 64 arrays of 256 x 256, 133 ns a product"),
     # One tile of ISAAC (Shafiee et al., "ISAAC: a convolutional neural network accelerator
     # with in-situ analog arithmetic in crossbars", ISCA 2016): 12 in-situ multiply-
-    # accumulate units of 8 crossbars each (96 arrays) of 128 x 128 cells of 2 bits, so a
-    # row holds 32 weights of 8 bits (4 cells each); inputs enter one bit per 100 ns
-    # cycle (8 cycles for an 8-bit input); a 64 KB eDRAM buffer per tile holds the
-    # activations. Vector, programming and link figures: the default target's.
+    # accumulate units of 8 crossbars each (96 arrays) of 128 x 128 cells of 2 bits;
+    # inputs enter one bit per 100 ns cycle; one 8-bit ADC at 1.28 GS/s (0.78 ns a
+    # conversion) per crossbar reads its 128 columns while the next cycle's read goes on;
+    # weights are stored unsigned, their bias taken off digitally (our "offset"); a 64 KB
+    # eDRAM buffer per tile holds the activations. Vector, programming and link figures:
+    # the default target's.
     "isaac-tile": Target(
-        "isaac-tile", rows=128, cols=32, array_count=96, activation_bytes=64 * 1024,
+        "isaac-tile", rows=128, cols=128, array_count=96, activation_bytes=64 * 1024,
+        cell_bits=2, dac_bits=1, adc_bits=8, columns_per_adc=128, signed_weights="offset",
         primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
-        cost=Cost(array_vmm_ns=800.0),
-        description="one ISAAC tile: 96 arrays of 128 rows x 32 8-bit weights, "
-                    "800 ns a product, 64 KiB of activation memory"),
+        cost=Cost(array_vmm_ns=100.0, adc_ns=0.78),
+        description="one ISAAC tile: 96 arrays of 128 x 128 2-bit cells, 1-bit inputs, an "
+                    "8-bit ADC per array, 64 KiB of activation memory (integer plans "
+                    "read out so; a float plan is an ideal array)"),
 }
 DEFAULT = "npu256"
 _ALIASES = {"default": DEFAULT}
@@ -254,11 +283,14 @@ def _names(data, key, default, path):
 # the fused preprocessing reads it), and
 # the widths the precision table may take.
 _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "memory": {"activation_bytes"},
-               "precision": {"weight_bits", "activation_bits"},
+               "precision": {"weight_bits", "activation_bits", "cell_bits", "signed_weights",
+                             "dac_bits", "adc_bits", "columns_per_adc"},
                "npu": {"primitives", "onnx_ops", "scatter_gather"}, "cpu": {"onnx_ops"},
                "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
                "cost": set(Cost.__dataclass_fields__)}
-_BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16)}
+_BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16),
+         "cell_bits": tuple(range(0, 9)), "dac_bits": tuple(range(0, 17)),
+         "adc_bits": tuple(range(0, 17))}
 
 
 def target_from_dict(data, source="<dict>"):
@@ -288,6 +320,10 @@ def target_from_dict(data, source="<dict>"):
         if key in flat and flat[key] not in allowed:
             raise ConversionError(f"{source}: {key} = {flat[key]!r} is not a width arrays "
                                   f"are built with (one of {', '.join(map(str, allowed))})")
+    scheme = flat.get("signed_weights", base.signed_weights)
+    if scheme not in SIGNED_WEIGHTS:
+        raise ConversionError(f"{source}: signed_weights = {scheme!r} (known: "
+                              f"{', '.join(SIGNED_WEIGHTS)})")
     npu, cpu = data.get("npu", {}), data.get("cpu", {})
     primitives = _names(npu, "primitives", base.primitives, source)
     bad = sorted(set(primitives) - set(OPERATOR_SET))
@@ -332,6 +368,10 @@ def target_from_dict(data, source="<dict>"):
                                    base.activation_bytes),
         weight_bits=_positive(flat, "weight_bits", base.weight_bits),
         activation_bits=_positive(flat, "activation_bits", base.activation_bits),
+        cell_bits=_positive(flat, "cell_bits", base.cell_bits),
+        dac_bits=_positive(flat, "dac_bits", base.dac_bits),
+        adc_bits=_positive(flat, "adc_bits", base.adc_bits), signed_weights=scheme,
+        columns_per_adc=max(1, _positive(flat, "columns_per_adc", base.columns_per_adc)),
         primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),
         cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source), scatter_gather=scatter_gather,
         description=str(data.get("description", "")), source=source, preprocess=preprocess)

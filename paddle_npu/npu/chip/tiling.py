@@ -131,10 +131,11 @@ class PlanCost:
     macs: int                # useful multiply-accumulates
     add_elements: int        # element additions in AddInTile (partials and bias)
     weight_bytes: int        # the weights at the target's weight bits
+    cells_per_weight: int = 1   # a weight sliced over cells of a few bits (ops/readout.py)
 
     @property
     def utilisation(self):
-        return self.weights / self.cells if self.cells else 0.0
+        return self.weights * self.cells_per_weight / self.cells if self.cells else 0.0
 
     def as_dict(self):
         d = dict(vars(self))

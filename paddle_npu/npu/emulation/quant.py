@@ -8,9 +8,10 @@ non-negative values, MatMul of integers held exactly in float64), so the NumPy r
 import numpy as np
 from onnx import helper, numpy_helper
 
-from ..ops import quant
+from ..ops import quant, readout
 from ..ops.quant import qrange
 from .body import DOUBLE, Emulated, emulates
+from .readout import sliced_product
 
 INT64, FLOAT = 7, 1     # TensorProto's
 
@@ -62,15 +63,23 @@ class QVMM(Emulated):
     @classmethod
     def overload(cls, attrs, in_shapes):
         a = cls.attrs_of(attrs)
-        return f"acc{a['acc_bits']}_o{a['row_offset']}"
+        tag = f"acc{a['acc_bits']}_o{a['row_offset']}"
+        r = readout.of_attrs(a)
+        if r.ideal:
+            return tag
+        return (f"{tag}_c{r.cell_bits}d{r.dac_bits}a{r.adc_bits}{r.weight_scheme[0]}_"
+                + "_".join(map(str, a["adc_shifts"])))
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
-        start = b.const([attrs["row_offset"]])      # specialised: no attribute references
+        a = cls.attrs_of(attrs)
+        start = b.const([a["row_offset"]])      # specialised: no attribute references
         r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
         x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
-        y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
-        b.op("Cast", y, to=acc_type(attrs["acc_bits"]), out="Y")
+        x, w = b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE)
+        r = readout.of_attrs(a)
+        y = b.op("MatMul", x, w) if r.ideal else sliced_product(b, x, w, r, a)
+        b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
 
 
 @emulates("Requantize")

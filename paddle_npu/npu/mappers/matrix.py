@@ -30,8 +30,8 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     if im2col:
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
     partials = [ctx.npu.QVMM(rows, w, row_offset=t.row_start, acc_bits=plan.acc_bits,
-                             _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
-                for t, w in zip(plan.bands, _band_weights(ctx, plan))]
+                             **plan.qvmm_attrs(i), _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
+                for i, (t, w) in enumerate(zip(plan.bands, _band_weights(ctx, plan)))]
     if not plan.sums_tiles:
         acc = partials[0]
     else:

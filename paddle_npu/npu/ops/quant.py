@@ -4,7 +4,9 @@ Requantize (and QDepthwiseConv, the vector unit's depthwise layers: ops/depthwis
 The arithmetic, one convention everywhere (symmetric, zero point 0):
 
     Quantize     q = saturate(round_half_even(x / s))           float -> int8 / int16
-    QVMM         acc = sum over r of x_q[r] * w_q[r, m]         exact, int32 (int64 acc_bits=64)
+    QVMM         acc = sum over r of x_q[r] * w_q[r, m]         exact, int32 (int64 acc_bits=64);
+                 or as an analog array reads it out (weights over cells, inputs bit by
+                 bit, ADCs: ops/readout.py)
     AddInTile    acc = sum of the row tiles' partials + bias_q  (the existing primitive, exact
                  on integers)
     Requantize   y = saturate(round_half_away(acc * M[m] / 2^shift[m]))   per output column;
@@ -14,6 +16,7 @@ The arithmetic, one convention everywhere (symmetric, zero point 0):
 import numpy as np
 
 from .base import Arg, Attr, Primitive, primitive
+from .readout import of_attrs, sliced_product
 
 _INT_OF_BITS = {8: np.int8, 16: np.int16}
 _ACC_OF_BITS = {32: np.int32, 64: np.int64}
@@ -115,7 +118,15 @@ class QVMM(Primitive):
               Arg("W", "constant integer weight tile [R, M]"))
     outputs = (Arg("Y", "[..., K, M], int32 / int64"),)
     attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0", 0),
-                  Attr("acc_bits", "int", "accumulator width: 32 or 64", 32))
+                  Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),
+                  # the analog read-out (ops/readout.py); all 0: an exact product
+                  Attr("cell_bits", "int", "bits per cell (0: a weight in one cell)", 0),
+                  Attr("dac_bits", "int", "input bits per cycle (0: all at once)", 0),
+                  Attr("adc_bits", "int", "bits of the ADC reading each column (0: exact)", 0),
+                  Attr("weight_scheme", "string", '"differential" (w+ - w-, two columns) or '
+                                                  '"offset" (w + 2^(B-1))', "differential"),
+                  Attr("adc_shifts", "ints", "the ADC's step 2^e per pair of input and "
+                                             "weight slices", []))
 
     @classmethod
     def infer(cls, in_shapes, attrs):
@@ -131,6 +142,9 @@ class QVMM(Primitive):
                              f"{r} weight rows do not fit")
         y = array.vmm(attrs.get("_arrays", attrs.get("_node")), x, w, off,
                       _exact_type(x, w, r))
+        readout = of_attrs(a)
+        if not readout.ideal:       # (vmm above counted the reads)
+            y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"])
         return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 

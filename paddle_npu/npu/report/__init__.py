@@ -94,7 +94,8 @@ class Report:
         rows, cols = self.target["array"]["rows"], self.target["array"]["cols"]
         arrays = _sum(costs, "arrays")
         weights = _sum(costs, "weights")
-        return {"arrays": arrays, "utilisation": round(weights / (arrays * rows * cols), 6)
+        held = sum(c.weights * c.cells_per_weight for c in costs)     # cells holding them
+        return {"arrays": arrays, "utilisation": round(held / (arrays * rows * cols), 6)
                 if arrays else 0.0,
                 "vmm_invocations": _sum(costs, "vmm_invocations"), "macs": _sum(costs, "macs"),
                 "add_elements": _sum(costs, "add_elements"),

@@ -94,6 +94,8 @@ def fuse_matrix_layers(graph):
         if len({a.get("acc_bits", 32) for a in tile_attrs}) != 1 or \
                 len({t.input[0] for t in tiles}) != 1:
             continue
+        if any(a.get(k) for a in tile_attrs for k in ("cell_bits", "dac_bits", "adc_bits")):
+            continue        # an analog read-out: each tile computes on its own (QVMM)
         rows = tiles[0].input[0]
         name = f"{node.name or node.output[0]}/matrix_layer"
         plans[name] = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],

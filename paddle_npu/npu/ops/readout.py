@@ -1,0 +1,151 @@
+"""What an analog array returns to an integer layer: weights sliced over cells of a few
+bits, inputs fed a few bits per cycle, each column's sum digitised by an ADC, the digits
+shifted and added (QVMM's `cell_bits`, `dac_bits`, `adc_bits`, `weight_scheme`,
+`adc_shifts`; a target's [precision] table).
+
+    weight  w (signed, B bits). differential: w = w+ - w- (each B-1 bits, the other 0),
+            each cut into S = ceil((B-1) / c) slices of c = cell_bits bits on columns of
+            their own (2 S columns a weight); offset: w + 2^(B-1) (B bits, unsigned) in
+            S = ceil(B / c) slices (S columns), the offset's share, 2^(B-1) * sum(x), taken
+            off digitally
+    input   x (signed, A bits) as sign and magnitude (the DAC drives either polarity): the
+            magnitude's K = ceil(A / d) slices of d = dac_bits bits, one per cycle, each
+            with the input's sign
+    column  y = x_k . w_s (an integer the array sums exactly); the ADC returns
+            clip(round_half_away(y / 2^e), -2^(b-1), 2^(b-1) - 1) * 2^e, b = adc_bits, e the
+            layer's shift for that pair of slices (`adc_shifts`: the smallest that holds the
+            largest sum the columns can reach, their full scale)
+    sum     acc = sum over k, s of 2^(d k + c s) * (ADC(y+) - ADC(y-)); offset: of ADC(y),
+            less the offset's share
+
+A setting of 0 is the ideal one (a weight in one cell, the whole input at once, an exact
+read-out); with all three ideal, QVMM is the exact product of ops/quant.py. With every
+setting finite but an ADC wide enough for every column sum, the product is exact too.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+@dataclass(frozen=True)
+class Readout:
+    cell_bits: int = 0            # bits per cell (0: a weight in one cell)
+    dac_bits: int = 0             # input bits per cycle (0: the whole input at once)
+    adc_bits: int = 0             # ADC bits (0: an exact read-out)
+    weight_scheme: str = "differential"
+
+    @property
+    def ideal(self):
+        return not (self.cell_bits or self.dac_bits or self.adc_bits)
+
+    def attrs(self):
+        return {"cell_bits": self.cell_bits, "dac_bits": self.dac_bits,
+                "adc_bits": self.adc_bits, "weight_scheme": self.weight_scheme}
+
+
+def of_attrs(a):
+    """The Readout of a QVMM's attributes."""
+    return Readout(a["cell_bits"], a["dac_bits"], a["adc_bits"], a["weight_scheme"])
+
+
+def _bits_of(dtype):
+    return np.iinfo(dtype).bits
+
+
+def weight_slices(w, bits, r):
+    """[(shift, sign, slice)] of an integer weight matrix of `bits` bits: its columns'
+    cells (each slice an int64 matrix of values below 2^cell_bits)."""
+    w = w.astype(np.int64)
+    if r.weight_scheme == "differential":
+        mag, parts = bits - 1, ((1, np.maximum(w, 0)), (-1, np.maximum(-w, 0)))
+    else:
+        mag, parts = bits, ((1, w + (1 << (bits - 1))),)
+    c = r.cell_bits if 0 < r.cell_bits < mag else mag
+    count = -(-mag // c)
+    return [(c * s, sign, (part >> (c * s)) & ((1 << c) - 1))
+            for s in range(count) for sign, part in parts]
+
+
+def input_slices(x, bits, r):
+    """[(shift, slice)] of integer rows of `bits` bits fed `dac_bits` of their magnitude at
+    a time, each slice with the row's sign."""
+    x = x.astype(np.int64)
+    d = r.dac_bits if 0 < r.dac_bits < bits else bits
+    count = -(-bits // d)
+    if count == 1:
+        return [(0, x)]
+    sign, mag = np.sign(x), np.abs(x)
+    return [(d * k, sign * ((mag >> (d * k)) & ((1 << d) - 1))) for k in range(count)]
+
+
+def slice_pairs(xbits, wbits, r):
+    """How many (input slice, weight slice) pairs a product has: the length of
+    `adc_shifts`."""
+    d = r.dac_bits if 0 < r.dac_bits < xbits else xbits
+    mag = wbits - 1 if r.weight_scheme == "differential" else wbits
+    c = r.cell_bits if 0 < r.cell_bits < mag else mag
+    return -(-xbits // d) * -(-mag // c) * (2 if r.weight_scheme == "differential" else 1)
+
+
+def columns_per_weight(wbits, r):
+    """Columns of cells one weight takes."""
+    mag = wbits - 1 if r.weight_scheme == "differential" else wbits
+    c = r.cell_bits if 0 < r.cell_bits < mag else mag
+    return -(-mag // c) * (2 if r.weight_scheme == "differential" else 1)
+
+
+def input_cycles(xbits, r):
+    d = r.dac_bits if 0 < r.dac_bits < xbits else xbits
+    return -(-xbits // d)
+
+
+def full_scale_shifts(w, xbits, r):
+    """The ADC shift of every slice pair (input slices outer, weight slices inner): the
+    smallest e with every column's largest sum (its cells times the input slice's largest
+    magnitude, summed over the rows) within 2^e (2^(b-1) - 1). [] for an exact read-out."""
+    if not r.adc_bits:
+        return []
+    top = (1 << (r.adc_bits - 1)) - 1
+    wbits = _bits_of(w.dtype)
+    d = r.dac_bits if 0 < r.dac_bits < xbits else xbits
+    count = -(-xbits // d)
+    shifts = []
+    for k in range(count):
+        # the largest slice value of a magnitude up to 2^(A-1)
+        reach = min((1 << d) - 1, (1 << (xbits - 1)) >> (d * k)) if count > 1 \
+            else 1 << (xbits - 1)
+        for _, _, ws in weight_slices(w, wbits, r):
+            scale = int(ws.sum(axis=0).max(initial=0)) * reach
+            e = 0
+            while scale > top << e:
+                e += 1
+            shifts.append(e)
+    return shifts
+
+
+def adc(y, shift, bits):
+    """The ADC's reading of exact integer column sums `y` (int64) with step 2^shift."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if shift:
+        half = 1 << (shift - 1)
+        q = np.where(y >= 0, (y + half) >> shift, -((-y + half) >> shift))
+    else:
+        q = y
+    return np.clip(q, lo, hi) << shift
+
+
+def sliced_product(x, w, r, shifts):
+    """x [..., R] @ w [R, M] on integers as the array computes it (int64)."""
+    xbits, wbits = _bits_of(x.dtype), _bits_of(w.dtype)
+    ws = weight_slices(w, wbits, r)
+    acc = 0
+    i = 0
+    for kx, xs in input_slices(x, xbits, r):
+        for kw, sign, wsl in ws:
+            y = xs @ wsl
+            if r.adc_bits:
+                y = adc(y, shifts[i], r.adc_bits)
+            acc = acc + (sign * y << (kx + kw))
+            i += 1
+    if r.weight_scheme == "offset":
+        acc = acc - (x.astype(np.int64).sum(axis=-1, keepdims=True) << (wbits - 1))
+    return np.asarray(acc, np.int64)

@@ -1,0 +1,166 @@
+"""The analog read-out of integer layers (ops/readout.py): weights sliced over cells, inputs
+fed a few bits per cycle, column sums through an ADC; in the NumPy reference, in the
+function bodies onnxruntime runs (bit for bit the same), in the mapping and the time."""
+import json
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from paddle_npu.errors import ConversionError
+from paddle_npu.npu.chip.cost import vector_read_ns
+from paddle_npu.npu.chip.target import load_target, target_from_dict
+from paddle_npu.npu.ops import ArrayModel, get_primitive
+from paddle_npu.npu.ops.readout import (Readout, adc, columns_per_weight, full_scale_shifts,
+                                        slice_pairs, sliced_product)
+from paddle_npu.npu.quant.calibrate import calibrate
+from paddle_npu.npu.quant.qlower import quantized_lower
+from paddle_npu.npu.verification.reference import Reference
+from paddle_npu.npu.verification.verifier import verify
+
+from test_npu_quant import run_primitive
+
+
+@pytest.mark.parametrize("xbits", [8, 16])
+@pytest.mark.parametrize("scheme", ["differential", "offset"])
+@pytest.mark.parametrize("cell", [1, 2, 4, 0])
+@pytest.mark.parametrize("dac", [1, 2, 4, 0])
+def test_every_slicing_with_an_adc_that_holds_every_sum_is_the_exact_product(xbits, scheme,
+                                                                           cell, dac):
+    rng = np.random.default_rng(xbits + cell + 7 * dac)
+    xt = np.int8 if xbits == 8 else np.int16
+    x = rng.integers(np.iinfo(xt).min, np.iinfo(xt).max + 1, (3, 5, 40)).astype(xt)
+    w = rng.integers(-127, 128, (40, 7)).astype(np.int8)
+    exact = x.astype(np.int64) @ w.astype(np.int64)
+    for adc_bits in (0, 40):
+        r = Readout(cell, dac, adc_bits, scheme)
+        shifts = full_scale_shifts(w, xbits, r)
+        assert len(shifts) == (slice_pairs(xbits, 8, r) if adc_bits else 0)
+        assert not any(shifts)
+        assert np.array_equal(sliced_product(x, w, r, shifts), exact)
+
+
+def test_the_adc_rounds_half_away_from_zero_and_clips():
+    y = np.array([5, -5, 6, -6, 100, -100, 0], np.int64)
+    # steps of 4, 3 bits (-4 .. 3): 1.25 -> 1, 1.5 -> 2, 25 -> 3
+    assert adc(y, 2, 3).tolist() == [4, -4, 8, -8, 12, -16, 0]
+    assert adc(y, 0, 8).tolist() == [5, -5, 6, -6, 100, -100, 0]
+
+
+def test_a_product_read_out_by_hand():
+    # x = [3, -2] (int8) fed whole (dac_bits 0); w = [[5], [-6]] on 2-bit cells,
+    # differential: w+ = [5, 0] in slices (1, 1) and (0, 0), w- = [0, 6] in (2, 1), (0, 1)
+    r = Readout(cell_bits=2, dac_bits=0, adc_bits=3, weight_scheme="differential")
+    x = np.array([[3, -2]], np.int8)
+    w = np.array([[5], [-6]], np.int8)
+    shifts = full_scale_shifts(w, 8, r)
+    # a slice's column reaches (sum of its cells) * 128 (the whole int8 input at once);
+    # w+ slice 0: 1 * 128 -> 2^e * 3 >= 128: e = 6; w- slice 0: 2 * 128: e = 7; ...
+    assert shifts[:4] == [6, 7, 6, 6]
+    # the sums: w+ s0: 3, w- s0: -4, w+ s1: 3, w- s1: -2; each rounds to 0 at such steps
+    assert sliced_product(x, w, r, shifts).tolist() == [[0]]
+    wide = Readout(2, 0, 16, "differential")
+    assert sliced_product(x, w, wide, full_scale_shifts(w, 8, wide)).tolist() == [[27]]
+
+
+@pytest.mark.parametrize("scheme", ["differential", "offset"])
+@pytest.mark.parametrize("acc_bits, xt", [(32, np.int8), (64, np.int16)])
+def test_the_body_onnxruntime_runs_is_the_reference_bit_for_bit(scheme, acc_bits, xt):
+    rng = np.random.default_rng(acc_bits)
+    info = np.iinfo(xt)
+    x = rng.integers(info.min, info.max + 1, (2, 6, 90)).astype(xt)
+    w = rng.integers(-info.max, info.max + 1, (64, 12)).astype(xt)
+    r = Readout(2, 1, 5, scheme)
+    attrs = {"row_offset": 10, "acc_bits": acc_bits, **r.attrs(),
+             "adc_shifts": full_scale_shifts(w, 8 if acc_bits == 32 else 16, r)}
+    out_type = TensorProto.INT32 if acc_bits == 32 else TensorProto.INT64
+    got = run_primitive("QVMM", [x, w], attrs, out_type)
+    want = get_primitive("QVMM").reference(ArrayModel(64, 16), [x, w], attrs)[0]
+    assert np.array_equal(got, want)
+    exact = x[..., 10:74].astype(np.int64) @ w.astype(np.int64)
+    assert not np.array_equal(want, exact)        # a 5-bit ADC does lose something
+
+
+def test_target_precision_keys_are_read_and_checked():
+    t = target_from_dict({"precision": {"cell_bits": 2, "dac_bits": 1, "adc_bits": 6,
+                                        "columns_per_adc": 8, "signed_weights": "offset"},
+                          "cost": {"adc_ns": 2.5}})
+    assert t.readout_settings() == {"cell_bits": 2, "dac_bits": 1, "adc_bits": 6,
+                                    "weight_scheme": "offset"}
+    assert (t.columns_per_adc, t.cost.adc_ns) == (8, 2.5)
+    assert load_target("npu256").readout_settings()["adc_bits"] == 0     # ideal by default
+    with pytest.raises(ConversionError, match="signed_weights = 'twos'"):
+        target_from_dict({"precision": {"signed_weights": "twos"}})
+    with pytest.raises(ConversionError, match="cell_bits = 12 is not a width"):
+        target_from_dict({"precision": {"cell_bits": 12}})
+
+
+def _conv_model():
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = lambda n, seed: {"x": np.random.default_rng(seed).standard_normal(  # noqa: E731
+        (n, 8, 6, 6)).astype(np.float32)}
+    return m, feeds
+
+
+def _chip(tmp_path, **precision):
+    path = tmp_path / "chip.json"
+    path.write_text(json.dumps({"name": "chip", "array": {"rows": 64, "cols": 16},
+                                "precision": precision}))
+    return str(path)
+
+
+def test_a_lowered_layer_reads_out_as_the_chip_and_its_two_runs_agree(tmp_path):
+    m, feeds = _conv_model()
+    table = calibrate(m.SerializeToString(), feeds(16, 0))
+    ideal, _, _ = quantized_lower(m.SerializeToString(), table, 8, _chip(tmp_path))
+    x = feeds(1, 99)
+    want = Reference(ir.serde.serialize_model(ideal), None).run(x)[0]
+    # slices and an ADC that holds every sum: the same integers as the ideal array
+    wide, report, _ = quantized_lower(m.SerializeToString(), table, 8,
+                                      _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=16))
+    proto = ir.serde.serialize_model(wide)
+    qvmm = [n for n in proto.graph.node if n.op_type == "QVMM"]
+    assert qvmm and all({a.name for a in n.attribute} >= {"cell_bits", "adc_shifts"}
+                        for n in qvmm)
+    assert np.array_equal(Reference(proto, None).run(x)[0], want)
+    # 8-bit weights on 2-bit cells, differential: 8 columns a weight (72 rows x 16 weights:
+    # 2 row tiles x 8 arrays)
+    layer = report.layers[0]
+    assert (layer.cost.arrays, layer.cost.cells_per_weight) == (16, 8)
+    # a 4-bit ADC: onnxruntime and the reference agree bit for bit, and it costs accuracy
+    coarse, _, _ = quantized_lower(m.SerializeToString(), table, 8,
+                                   _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=4))
+    result = verify(m, coarse, target=_chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=4),
+                    feeds=x, min_cosine=0.0)
+    assert result["integer_mismatches"] == [] and result["integer_tensors"] > 0
+    lossy = Reference(ir.serde.serialize_model(coarse), None).run(x)[0]
+    float_y = ort.InferenceSession(m.SerializeToString()).run(None, x)[0]
+
+    def cos(a, b):
+        return float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
+    assert cos(lossy, float_y) < cos(want, float_y) - 0.01
+
+
+def test_a_vector_takes_an_input_cycle_per_dac_slice_and_the_adc_conversions(tmp_path):
+    m, feeds = _conv_model()
+    table = calibrate(m.SerializeToString(), feeds(4, 0))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "array": {"rows": 64, "cols": 16},
+                                "precision": {"cell_bits": 2, "dac_bits": 2, "adc_bits": 6,
+                                              "columns_per_adc": 8},
+                                "cost": {"array_vmm_ns": 10, "adc_ns": 2}}))
+    lowered, _, _ = quantized_lower(m.SerializeToString(), table, 8, str(path))
+    node = next(n for n in lowered.graph if n.op_type == "QVMM")
+    # 4 cycles of 2 input bits, each a read (10 ns) beside 8 conversions (2 ns each)
+    assert vector_read_ns(node, load_target(str(path))) == 4 * max(10, 8 * 2)
+    assert columns_per_weight(16, Readout(2, 2, 6, "offset")) == 8
