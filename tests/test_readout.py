@@ -43,11 +43,11 @@ def test_every_slicing_with_an_adc_that_holds_every_sum_is_the_exact_product(xbi
         assert np.array_equal(sliced_product(x, w, r, shifts), exact)
 
 
-def test_the_adc_rounds_half_away_from_zero_and_clips():
-    y = np.array([5, -5, 6, -6, 100, -100, 0], np.int64)
-    # steps of 4, 3 bits (-4 .. 3): 1.25 -> 1, 1.5 -> 2, 25 -> 3
-    assert adc(y, 2, 3).tolist() == [4, -4, 8, -8, 12, -16, 0]
-    assert adc(y, 0, 8).tolist() == [5, -5, 6, -6, 100, -100, 0]
+def test_the_adc_rounds_to_the_nearest_code_ties_to_even_and_clips():
+    y = np.array([5, -5, 6, -6, 10, 100, -100, 0], np.int64)
+    # steps of 4, 3 bits (codes -3 .. 3): 1.25 -> 1, 1.5 -> 2, 2.5 -> 2, 25 -> 3
+    assert adc(y, 2, 3).tolist() == [4, -4, 8, -8, 8, 12, -12, 0]
+    assert adc(y, 0, 8).tolist() == [5, -5, 6, -6, 10, 100, -100, 0]
 
 
 def test_a_product_read_out_by_hand():

@@ -5,7 +5,6 @@ integers)."""
 import numpy as np
 from onnx import numpy_helper
 
-from ..ops.quant import qrange
 
 
 def _double(b, value):
@@ -38,7 +37,8 @@ def sliced_product(b, x, w, r, a):
              for s in range(-(-mag // c)) for sign, p in parts]
     if inputs > 1:      # sign and magnitude
         x_sign, x_mag = b.op("Sign", x), b.op("Abs", x)
-    lo, hi = qrange(r.adc_bits) if r.adc_bits else (None, None)
+    hi = (1 << (r.adc_bits - 1)) - 1 if r.adc_bits else None      # sign and magnitude
+    lo = -hi if r.adc_bits else None
     acc, i = None, 0
     for k in range(inputs):
         xk = x if inputs == 1 else b.op("Mul", x_sign, _digits(b, x_mag, d * k, d))
@@ -46,10 +46,8 @@ def sliced_product(b, x, w, r, a):
             y = b.op("MatMul", xk, ws)
             if r.adc_bits:
                 e = a["adc_shifts"][i]
-                if e:           # round half away from zero, as the NumPy ADC
-                    q = b.op("Floor", b.op("Add", b.op("Div", b.op("Abs", y),
-                                                       _double(b, 2.0 ** e)), _double(b, 0.5)))
-                    y = b.op("Mul", b.op("Sign", y), q)
+                if e:           # the nearest code, a tie to the even one (Round)
+                    y = b.op("Round", b.op("Div", y, _double(b, 2.0 ** e)))
                 y = b.op("Clip", y, _double(b, lo), _double(b, hi))
                 if e:
                     y = b.op("Mul", y, _double(b, 2.0 ** e))

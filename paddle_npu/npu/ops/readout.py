@@ -12,7 +12,7 @@ shifted and added (QVMM's `cell_bits`, `dac_bits`, `adc_bits`, `weight_scheme`,
             magnitude's K = ceil(A / d) slices of d = dac_bits bits, one per cycle, each
             with the input's sign
     column  y = x_k . w_s (an integer the array sums exactly); the ADC returns
-            clip(round_half_away(y / 2^e), -2^(b-1), 2^(b-1) - 1) * 2^e, b = adc_bits, e the
+            clip(round_half_even(y / 2^e), -(2^(b-1) - 1), 2^(b-1) - 1) * 2^e, b = adc_bits, e the
             layer's shift for that pair of slices (`adc_shifts`: the smallest that holds the
             largest sum the columns can reach, their full scale)
     sum     acc = sum over k, s of 2^(d k + c s) * (ADC(y+) - ADC(y-)); offset: of ADC(y),
@@ -123,13 +123,12 @@ def full_scale_shifts(w, xbits, r):
 
 
 def adc(y, shift, bits):
-    """The ADC's reading of exact integer column sums `y` (int64) with step 2^shift."""
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    if shift:
-        half = 1 << (shift - 1)
-        q = np.where(y >= 0, (y + half) >> shift, -((-y + half) >> shift))
-    else:
-        q = y
+    """The ADC's reading of exact integer column sums `y` (int64) with step 2^shift: the
+    nearest code (a tie to the even one), saturated at the symmetric range of a
+    sign-magnitude ADC (2^(b-1) - 1 codes either side of 0)."""
+    hi = (1 << (bits - 1)) - 1
+    lo = -hi
+    q = np.rint(y / float(1 << shift)).astype(np.int64) if shift else y   # (exact: y < 2^53)
     return np.clip(q, lo, hi) << shift
 
 
