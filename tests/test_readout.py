@@ -164,3 +164,46 @@ def test_a_vector_takes_an_input_cycle_per_dac_slice_and_the_adc_conversions(tmp
     # 4 cycles of 2 input bits, each a read (10 ns) beside 8 conversions (2 ns each)
     assert vector_read_ns(node, load_target(str(path))) == 4 * max(10, 8 * 2)
     assert columns_per_weight(16, Readout(2, 2, 6, "offset")) == 8
+
+
+def test_adc_ranges_calibrated_on_samples_are_finer_and_read_out_closer(tmp_path):
+    m, feeds = _conv_model()
+    onnx_bytes = m.SerializeToString()
+    table = calibrate(onnx_bytes, feeds(16, 0))
+    chip = _chip(tmp_path, cell_bits=2, dac_bits=0, adc_bits=5)
+    full, _, _ = quantized_lower(onnx_bytes, table, 8, chip)
+    tuned, _, _ = quantized_lower(onnx_bytes, table, 8, chip, adc_data=feeds(16, 0))
+
+    def shifts(model):
+        return [list(n.attributes["adc_shifts"].value) for n in model.graph
+                if n.op_type == "QVMM"]
+    assert all(t <= f for a, b in zip(shifts(tuned), shifts(full)) for t, f in zip(a, b))
+    assert shifts(tuned) != shifts(full)
+    x = feeds(1, 99)
+    float_y = ort.InferenceSession(onnx_bytes).run(None, x)[0]
+
+    def cos(model):
+        y = Reference(ir.serde.serialize_model(model), None).run(x)[0]
+        return float(y.ravel() @ float_y.ravel() / np.linalg.norm(y) / np.linalg.norm(float_y))
+    assert cos(tuned) > cos(full) + 0.01
+    result = verify(m, tuned, target=chip, feeds=x, min_cosine=0.0)
+    assert result["integer_mismatches"] == []
+
+
+def test_quant_report_sets_the_chip_beside_ideal_arrays(tmp_path, capsys):
+    from paddle_npu.cli import main
+    m, feeds = _conv_model()
+    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
+    onnx.save(m, str(src))
+    np.savez(data, **feeds(8, 1))
+    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    out = tmp_path / "r.json"
+    assert main(["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+                 "--target", _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=4),
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "the read-out of chip (2-bit cells, inputs 1 bit(s) a cycle, 4-bit ADCs)" in text
+    readout = json.loads(out.read_text())["readout"]
+    (layer,) = readout["layers"]
+    assert layer["layer"] == "conv" and layer["chip_cosine"] < layer["ideal_cosine"]
+    assert 0.0 <= layer["adc_clipped"] <= 1.0

@@ -1,6 +1,8 @@
 """The digits example at int8 on arrays of 2-bit cells fed 1 input bit per cycle, read out
 by ADCs of 4 to 8 bits (and an exact read-out): top-1 accuracy on the example's 359 digits
-and the worst output cosine to the float model, as a table and a picture.
+and the worst output cosine to the float model, as a table and a picture: with the ADCs'
+ranges calibrated on the 64 digits the calibration table was made on, and with each at the
+largest sum its columns can reach (full scale).
 
     python tools/adc_sweep.py [--bits 4,5,6,7,8] [--svg docs/adc_bits_digits.svg]
 
@@ -36,7 +38,7 @@ def target_file(folder, adc_bits):
     return path
 
 
-def sweep(bits):
+def sweep(bits, calibrated):
     data = np.load(os.path.join(EXAMPLE, "reference_io.npz"))
     x, labels, want = data["in_x"], data["labels"], data["out_0"]
     model = export(os.path.join(EXAMPLE, "pir", "model.json"))
@@ -44,7 +46,8 @@ def sweep(bits):
     rows = []
     with tempfile.TemporaryDirectory(prefix="adc_sweep_") as work:
         for b in [0] + list(bits):
-            lowered, _, _ = quantized_lower(model, table, 8, target_file(work, b))
+            lowered, _, _ = quantized_lower(model, table, 8, target_file(work, b),
+                                            adc_data={"x": x[:64]} if calibrated else None)
             got = Reference(ir.serde.serialize_model(lowered), None).run({"x": x})[0]
             cos = [float(g @ w / np.linalg.norm(g) / np.linalg.norm(w))
                    for g, w in zip(got, want)]
@@ -54,8 +57,10 @@ def sweep(bits):
     return rows
 
 
-def write_svg(rows, path):
+def write_svg(series, path):
+    """series: {label: rows of sweep()}, each a line of top-1 against ADC bits."""
     w, h, pad = 520, 300, 50
+    rows = next(iter(series.values()))
     pts = [r for r in rows if r["adc_bits"]]
     lo, hi = min(r["adc_bits"] for r in pts), max(r["adc_bits"] for r in pts)
 
@@ -74,23 +79,29 @@ def write_svg(rows, path):
     for acc in (0.0, 0.5, 1.0):
         _, y = xy(lo, acc)
         ET.SubElement(svg, "text", x="8", y=f"{y + 4:.0f}").text = f"{acc:.1f}"
+    for r in pts:
+        x, _ = xy(r["adc_bits"], 0)
+        ET.SubElement(svg, "text", x=f"{x - 4:.1f}", y=str(h - pad + 18)).text = \
+            str(r["adc_bits"])
     exact = next(r for r in rows if not r["adc_bits"])
     _, ye = xy(lo, exact["top1"])
     ET.SubElement(svg, "line", x1=str(pad), y1=f"{ye:.1f}", x2=str(w - pad), y2=f"{ye:.1f}",
                   stroke="#2ca02c", attrib={"stroke-dasharray": "4 3"})
-    ET.SubElement(svg, "text", x=str(pad + 10), y=str(h - pad - 10),
-                  fill="#2ca02c").text = f"dashed: an exact read-out, {exact['top1']:.3f}"
-    line = " ".join("{:.1f},{:.1f}".format(*xy(r["adc_bits"], r["top1"])) for r in pts)
-    ET.SubElement(svg, "polyline", points=line, fill="none", stroke="#1f5fae",
-                  attrib={"stroke-width": "2"})
-    for r in pts:
-        x, y = xy(r["adc_bits"], r["top1"])
-        dot = ET.SubElement(svg, "circle", cx=f"{x:.1f}", cy=f"{y:.1f}", r="4", fill="#1f5fae")
-        ET.SubElement(dot, "title").text = f"{r['adc_bits']} bits: top-1 {r['top1']:.3f}"
-        ET.SubElement(svg, "text", x=f"{x - 4:.1f}", y=str(h - pad + 18)).text = \
-            str(r["adc_bits"])
-        ET.SubElement(svg, "text", x=f"{x - 14:.1f}", y=f"{y - 8:.1f}").text = \
-            f"{r['top1']:.2f}"
+    legend = [(f"dashed: an exact read-out, {exact['top1']:.3f}", "#2ca02c")]
+    for (label, rows), colour in zip(series.items(), ("#1f5fae", "#d62728")):
+        pts = [r for r in rows if r["adc_bits"]]
+        line = " ".join("{:.1f},{:.1f}".format(*xy(r["adc_bits"], r["top1"])) for r in pts)
+        ET.SubElement(svg, "polyline", points=line, fill="none", stroke=colour,
+                      attrib={"stroke-width": "2"})
+        for r in pts:
+            x, y = xy(r["adc_bits"], r["top1"])
+            dot = ET.SubElement(svg, "circle", cx=f"{x:.1f}", cy=f"{y:.1f}", r="4", fill=colour)
+            ET.SubElement(dot, "title").text = f"{label}, {r['adc_bits']} bits: top-1 " \
+                                               f"{r['top1']:.3f}"
+        legend.append((f"{label}: " + ", ".join(f"{r['top1']:.2f}" for r in pts), colour))
+    for k, (text, colour) in enumerate(legend):
+        ET.SubElement(svg, "text", x=str(pad + 10), y=str(h - pad - 12 - 16 * k),
+                      fill=colour).text = text
     ET.SubElement(svg, "text", x=str(w // 2 - 30), y=str(h - 10)).text = "ADC bits"
     with open(path, "w") as f:
         f.write(ET.tostring(svg, encoding="unicode", xml_declaration=True))
@@ -101,13 +112,16 @@ def main(argv=None):
     ap.add_argument("--bits", default="4,5,6,7,8")
     ap.add_argument("--svg", help="write the picture here")
     args = ap.parse_args(argv)
-    rows = sweep([int(b) for b in args.bits.split(",")])
-    print(f"{'ADC bits':>8} {'top-1':>7} {'float':>7} {'worst cos':>10} {'median cos':>11}")
-    for r in rows:
-        print(f"{r['adc_bits'] or 'exact':>8} {r['top1']:>7.3f} {r['float_top1']:>7.3f} "
-              f"{r['worst_cosine']:>10.4f} {r['median_cosine']:>11.4f}")
+    bits = [int(b) for b in args.bits.split(",")]
+    series = {"ranges calibrated": sweep(bits, True), "full scale": sweep(bits, False)}
+    for label, rows in series.items():
+        print(f"ADC ranges: {label}")
+        print(f"{'ADC bits':>8} {'top-1':>7} {'float':>7} {'worst cos':>10} {'median cos':>11}")
+        for r in rows:
+            print(f"{r['adc_bits'] or 'exact':>8} {r['top1']:>7.3f} {r['float_top1']:>7.3f} "
+                  f"{r['worst_cosine']:>10.4f} {r['median_cosine']:>11.4f}")
     if args.svg:
-        write_svg(rows, args.svg)
+        write_svg(series, args.svg)
         print(f"wrote {args.svg}")
     return 0
 

@@ -66,6 +66,9 @@ class Quantization:
     precision: dict = field(default_factory=dict)
     weight_scales: dict = field(default_factory=dict)
     float_outputs: bool = False
+    # {layer: per band, the ADC shift of each pair of slices} calibrated on sample inputs
+    # (qlower.calibrate_adc); a layer left out reads out at its full scale
+    adc_shifts: dict = field(default_factory=dict)
 
     def bits_of(self, node, output_names):
         """The layer's bits (see the module docstring for the order)."""
@@ -220,8 +223,10 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_ta
         readout = Readout(**target.readout_settings())
         if not readout.ideal:
             plan.readout = readout
-            plan.adc_shifts = [full_scale_shifts(q, plan.bits, readout)
-                               for q in plan.scales.weights_q]
+            full = [full_scale_shifts(q, plan.bits, readout) for q in plan.scales.weights_q]
+            given = quantization.adc_shifts.get(node.name)
+            plan.adc_shifts = given if given is not None and \
+                [len(s) for s in given] == [len(s) for s in full] else full
     return plan
 
 

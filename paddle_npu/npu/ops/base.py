@@ -106,6 +106,12 @@ class ArrayModel:
     def __init__(self, rows, cols):
         self.rows, self.cols = rows, cols
         self.programmed = {}         # VMM node -> its weight as the arrays hold it
+        # {QVMM node: [largest |column sum| per pair of slices]} when recording what an
+        # analog read-out's ADCs see (ops/readout.py), else None
+        self.adc_peaks = None
+        # {QVMM node: [readings clipped, readings]} when counting how often its ADCs
+        # saturate, else None
+        self.adc_clips = None
         self.reset()
 
     def program(self, node, weight, dtype=np.float64):

@@ -144,7 +144,10 @@ class QVMM(Primitive):
                       _exact_type(x, w, r))
         readout = of_attrs(a)
         if not readout.ideal:       # (vmm above counted the reads)
-            y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"])
+            node = attrs.get("_node")
+            peaks = None if array.adc_peaks is None else array.adc_peaks.setdefault(node, [])
+            clips = None if array.adc_clips is None else array.adc_clips.setdefault(node, [0, 0])
+            y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"], peaks, clips)
         return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 

@@ -14,7 +14,8 @@ shifted and added (QVMM's `cell_bits`, `dac_bits`, `adc_bits`, `weight_scheme`,
     column  y = x_k . w_s (an integer the array sums exactly); the ADC returns
             clip(round_half_even(y / 2^e), -(2^(b-1) - 1), 2^(b-1) - 1) * 2^e, b = adc_bits, e the
             layer's shift for that pair of slices (`adc_shifts`: the smallest that holds the
-            largest sum the columns can reach, their full scale)
+            largest sum the columns can reach, their full scale, or, calibrated on sample
+            inputs, the largest they reached)
     sum     acc = sum over k, s of 2^(d k + c s) * (ADC(y+) - ADC(y-)); offset: of ADC(y),
             less the offset's share
 
@@ -104,7 +105,6 @@ def full_scale_shifts(w, xbits, r):
     magnitude, summed over the rows) within 2^e (2^(b-1) - 1). [] for an exact read-out."""
     if not r.adc_bits:
         return []
-    top = (1 << (r.adc_bits - 1)) - 1
     wbits = _bits_of(w.dtype)
     d = r.dac_bits if 0 < r.dac_bits < xbits else xbits
     count = -(-xbits // d)
@@ -114,12 +114,16 @@ def full_scale_shifts(w, xbits, r):
         reach = min((1 << d) - 1, (1 << (xbits - 1)) >> (d * k)) if count > 1 \
             else 1 << (xbits - 1)
         for _, _, ws in weight_slices(w, wbits, r):
-            scale = int(ws.sum(axis=0).max(initial=0)) * reach
-            e = 0
-            while scale > top << e:
-                e += 1
-            shifts.append(e)
+            shifts.append(shift_for(int(ws.sum(axis=0).max(initial=0)) * reach, r.adc_bits))
     return shifts
+
+
+def shift_for(peak, bits):
+    """The smallest ADC shift e whose 2^(b-1) - 1 codes of 2^e hold `peak`."""
+    top, e = (1 << (bits - 1)) - 1, 0
+    while peak > top << e:
+        e += 1
+    return e
 
 
 def adc(y, shift, bits):
@@ -132,8 +136,10 @@ def adc(y, shift, bits):
     return np.clip(q, lo, hi) << shift
 
 
-def sliced_product(x, w, r, shifts):
-    """x [..., R] @ w [R, M] on integers as the array computes it (int64)."""
+def sliced_product(x, w, r, shifts, peaks=None, clips=None):
+    """x [..., R] @ w [R, M] on integers as the array computes it (int64). peaks: a list
+    kept, per pair of slices, the largest |column sum| seen (the ADC's calibration); clips:
+    [readings that saturated, readings], counted on."""
     xbits, wbits = _bits_of(x.dtype), _bits_of(w.dtype)
     ws = weight_slices(w, wbits, r)
     acc = 0
@@ -141,7 +147,15 @@ def sliced_product(x, w, r, shifts):
     for kx, xs in input_slices(x, xbits, r):
         for kw, sign, wsl in ws:
             y = xs @ wsl
+            if peaks is not None:
+                if len(peaks) <= i:
+                    peaks.append(0)
+                peaks[i] = max(peaks[i], int(np.abs(y).max(initial=0)))
             if r.adc_bits:
+                if clips is not None:
+                    full = ((1 << (r.adc_bits - 1)) - 1) << shifts[i]
+                    clips[0] += int(np.sum(np.abs(y) > full))
+                    clips[1] += y.size
                 y = adc(y, shifts[i], r.adc_bits)
             acc = acc + (sign * y << (kx + kw))
             i += 1

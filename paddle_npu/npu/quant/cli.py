@@ -13,6 +13,7 @@ module, so the library (numpy, onnx) is imported inside the commands that run it
 import argparse
 import json
 import os
+from dataclasses import replace
 
 from ...errors import ConversionError
 from ...preprocess_args import add_arguments as add_preprocess_arguments
@@ -56,7 +57,8 @@ def add_quant_options(p):
     g.add_argument("--hp-rank", choices=("measured", "added"), default="measured",
                    help=HP_RANK_HELP)
     g.add_argument("--data", metavar="NPZ",
-                   help="inputs for --auto-hp's sensitivity run (keyed by input name)")
+                   help="inputs for --auto-hp's sensitivity run (keyed by input name); on a "
+                        "target with ADCs, also what their ranges are calibrated on")
 
 
 def add_commands(sub):
@@ -138,14 +140,16 @@ def lower_for(args):
         if _wants_hp(args):
             result = auto_hp(source, args.calibration, args.data, args.auto_hp,
                              _bits(args), target, plan, precision,
-                             until_cosine=args.hp_until_cosine, rank=args.hp_rank, **kw)
+                             until_cosine=args.hp_until_cosine, rank=args.hp_rank,
+                             adc_data=args.data, **kw)
             model, report, records = result["model"], result["report"], result["records"]
             print(f"{_hp_label(args)}: 16-bit layers "
                   f"{', '.join(result['promoted']) or '(none)'}")
             print(render(result["after"]))
         else:
             model, report, records = quantized_lower(source, args.calibration, _bits(args),
-                                                     target, plan, precision, preprocess, **kw)
+                                                     target, plan, precision, preprocess,
+                                                     adc_data=args.data, **kw)
         from .qlower import float_units_of, unit_records_of
         units = unit_records_of(model)
         n16, u16 = (sum(r["bits"] == 16 for r in rs) for rs in (records, units))
@@ -163,6 +167,66 @@ def lower_for(args):
             print(f"wrote {args.qdq} (QDQ)")
         return model, report
     return _lower
+
+
+def readout_report(args, proto, feeds, chip_model, chip_rep, shapes):
+    """On a target whose arrays read out through ADCs: per layer, the integer plan on ideal
+    arrays and on the chip (cosine to float, SQNR) and how often the chip's ADCs saturate,
+    worst drop first; printed, and returned for the JSON (None on an ideal target)."""
+    import onnx_ir as ir    # the library loads when a command runs
+
+    from ..chip.target import load_target
+    from ..graph import source
+    from ..verification.reference import Reference
+    from .accuracy import layer_report
+    from .qlower import quantized_lower
+
+    target = load_target(args.target)
+    if not (target.cell_bits or target.dac_bits or target.adc_bits):
+        return None
+    ideal = replace(target, cell_bits=0, dac_bits=0, adc_bits=0)
+    m, _, records = quantized_lower(args.model, args.calibration, _bits(args), ideal,
+                                    args.plan, args.precision, input_shape=shapes)
+    ideal_rep = layer_report(proto, m, feeds, records)
+    ref = Reference(ir.serde.serialize_model(chip_model), target)
+    ref.array.adc_clips = {}
+    for batch in feeds.batches(1):
+        ref.run(batch)
+    clips = {}
+    for node in chip_model.graph:
+        counted = ref.array.adc_clips.get(node.name)
+        if counted is not None:
+            c = clips.setdefault(source(node), [0, 0])
+            c[0] += counted[0]
+            c[1] += counted[1]
+    by_layer = {lay["layer"]: lay for lay in ideal_rep["layers"]}
+    rows = []
+    for lay in chip_rep["layers"]:
+        i = by_layer.get(lay["layer"])
+        if i is None:
+            continue
+        clipped, total = clips.get(lay["layer"], (0, 0))
+        rows.append({"layer": lay["layer"], "ideal_cosine": i["cosine"],
+                     "chip_cosine": lay["cosine"], "ideal_sqnr_db": i["sqnr_db"],
+                     "chip_sqnr_db": lay["sqnr_db"],
+                     "adc_clipped": clipped / total if total else 0.0})
+    rows.sort(key=lambda r: r["ideal_sqnr_db"] - r["chip_sqnr_db"], reverse=True)
+    cells = f"{target.cell_bits}-bit cells" if target.cell_bits else "a weight a cell"
+    inputs = f"inputs {target.dac_bits} bit(s) a cycle" if target.dac_bits else "whole inputs"
+    adcs = f"{target.adc_bits}-bit ADCs" if target.adc_bits else "exact read-out"
+    print(f"\nthe read-out of {target.name} ({cells}, {inputs}, {adcs}) against ideal "
+          f"arrays, the largest drop first:")
+    print(f"{'layer':<34} {'ideal cos':>10} {'chip cos':>10} {'ideal dB':>9} {'chip dB':>8} "
+          f"{'ADC clips':>10}")
+    for r in rows[:args.top]:
+        print(f"{r['layer'][-34:]:<34} {r['ideal_cosine']:>10.6f} {r['chip_cosine']:>10.6f} "
+              f"{r['ideal_sqnr_db']:>9.2f} {r['chip_sqnr_db']:>8.2f} {r['adc_clipped']:>10.2%}")
+    outs = [{"name": a["name"], "ideal_cosine": b["cosine"], "chip_cosine": a["cosine"]}
+            for a, b in zip(chip_rep["outputs"], ideal_rep["outputs"])]
+    for o in outs:
+        print(f"output {o['name']}: cosine {o['ideal_cosine']:.6f} on ideal arrays, "
+              f"{o['chip_cosine']:.6f} on the chip")
+    return {"layers": rows, "outputs": outs}
 
 
 def _hp_label(args):
@@ -214,9 +278,11 @@ def cmd_quant_report(args):
     # lowered as `lower --input-shape` lowers: the pipeline fixes the sizes of the model it
     # loaded (and upgraded), not of the float reference written back at its own opset
     shapes = parse_input_shapes(args.input_shape) or None
-    kw = {"target": args.target, "plan": args.plan, "input_shape": shapes}
+    kw = {"target": args.target, "plan": args.plan, "input_shape": shapes,
+          "adc_data": feeds}
     m, _, records = quantized_lower(args.model, args.calibration, _bits(args), args.target,
-                                    args.plan, args.precision, input_shape=shapes)
+                                    args.plan, args.precision, input_shape=shapes,
+                                    adc_data=feeds)
     rep = layer_report(proto, m, feeds, records)
     print(render(rep, args.top))
     floor = input_floor(proto, args.calibration, feeds, _bits(args))
@@ -224,6 +290,9 @@ def cmd_quant_report(args):
         print(f"floor: the float model with only its inputs rounded to the {args.quantize} "
               f"grid: output {o['name']} cosine {o['cosine']:.6f}, SQNR {o['sqnr_db']:.2f} dB")
     out = {"layers": rep["layers"], "outputs": rep["outputs"], "input_floor": floor}
+    readout = readout_report(args, proto, feeds, m, rep, shapes)
+    if readout is not None:
+        out["readout"] = readout
     reports = {args.quantize: rep}
     if labels is not None and rep["_float"]:
         name = next(iter(rep["_float"]))

@@ -12,9 +12,14 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from .. import graph as g
 from ..chip.plan import Quantization, fixed_point  # noqa: F401  (fixed_point: part of this API)
+from ..chip.target import load_target
+from ..ops import DOMAIN
+from ..ops.readout import shift_for
 from ..pipeline import lower, quantization_records
+from ..verification.reference import Reference
 from .calibrate import load_precision, load_table
 from .qdq import unquantised
+from .samples import open_samples
 
 
 def _quantization_of(model):
@@ -47,10 +52,13 @@ def float_units_of(model):
 
 
 def quantized_lower(model, table=None, bits=8, target=None, plan="packed", precision=None,
-                    preprocess=None, **lower_options):
+                    preprocess=None, adc_data=None, **lower_options):
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).
     table: calibration table (path / dict); None for a model already quantised (QDQ) whose
-    scales it then keeps. precision: a precision table (path / dict {name: int8|int16})."""
+    scales it then keeps. precision: a precision table (path / dict {name: int8|int16}).
+    adc_data: sample inputs (quant.samples: .npz, folder, dict) on which the ADCs of a
+    target that has them take their ranges (calibrate_adc); without, each reads its full
+    scale."""
     m, qdq_table, weight_scales = unquantised(model)
     if table is None:
         if qdq_table is None:
@@ -72,6 +80,32 @@ def quantized_lower(model, table=None, bits=8, target=None, plan="packed", preci
             source_weight[node.name] = weight_scales[node.inputs[1].name]
     quantization = Quantization(table, bits, layer_bits, source_weight,
                                 float_outputs=qdq_table is not None)
+    if adc_data is not None and load_target(target).adc_bits:
+        # (lower copies the graph it is given: m serves the second lowering unchanged)
+        first, _ = lower(m, target, plan, preprocess, quantization=quantization,
+                         **lower_options)
+        quantization.adc_shifts = calibrate_adc(first, target, adc_data)
     lowered, report = lower(m, target, plan, preprocess, quantization=quantization,
                             **lower_options)
     return lowered, report, quantization_records(lowered)
+
+
+def calibrate_adc(lowered, target, data):
+    """{layer: per band, the ADC shift of each pair of slices}: the smallest step whose
+    codes hold the largest column sum the NumPy reference sees on the sample inputs `data`
+    (the lowered model run at its full-scale steps, which clip nothing), one sample at a
+    time."""
+    proto = ir.serde.serialize_model(lowered)
+    samples = open_samples(proto, data)
+    ref = Reference(proto, target)
+    ref.array.adc_peaks = {}
+    for batch in samples.batches(1):
+        ref.run(batch)
+    bits = load_target(target).adc_bits
+    bands = {}
+    for node in lowered.graph:
+        if node.op_type == "QVMM" and node.domain == DOMAIN:
+            peaks = ref.array.adc_peaks.get(node.name)
+            if peaks is not None:
+                bands.setdefault(g.source(node), []).append([shift_for(p, bits) for p in peaks])
+    return bands
