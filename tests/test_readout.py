@@ -207,3 +207,49 @@ def test_quant_report_sets_the_chip_beside_ideal_arrays(tmp_path, capsys):
     (layer,) = readout["layers"]
     assert layer["layer"] == "conv" and layer["chip_cosine"] < layer["ideal_cosine"]
     assert 0.0 <= layer["adc_clipped"] <= 1.0
+
+
+def test_cell_noise_draws_are_seeded_and_zero_noise_is_the_exact_read_out():
+    from paddle_npu.npu.ops.readout import Noise
+    rng = np.random.default_rng(5)
+    x = rng.integers(-127, 128, (4, 64)).astype(np.int8)
+    w = rng.integers(-127, 128, (64, 8)).astype(np.int8)
+    r = Readout(2, 1, 6, "differential")
+    shifts = full_scale_shifts(w, 8, r)
+    exact = sliced_product(x, w, r, shifts)
+    assert np.array_equal(sliced_product(x, w, r, shifts, noise=Noise(0, 0, 0).of("n")), exact)
+
+    def draw(seed):
+        return sliced_product(x, w, r, shifts, noise=Noise(seed, 0.05, 0.02).of("n"))
+    assert np.array_equal(draw(1), draw(1)) and not np.array_equal(draw(1), draw(2))
+    assert not np.array_equal(draw(1), exact)
+    with pytest.raises(ValueError, match="needs an ADC"):
+        sliced_product(x, w, Readout(2, 1, 0, "differential"), [],
+                       noise=Noise(0, 0.05, 0).of("n"))
+    with pytest.raises(ConversionError, match="noise.read_noise must be a number >= 0"):
+        target_from_dict({"noise": {"read_noise": -1}})
+
+
+def test_quant_report_gives_each_outputs_accuracy_over_noise_draws(tmp_path, capsys):
+    from paddle_npu.cli import main
+    m, feeds = _conv_model()
+    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
+    onnx.save(m, str(src))
+    np.savez(data, **feeds(4, 1))
+    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    noisy = tmp_path / "noisy.json"
+    noisy.write_text(json.dumps({"name": "noisy", "array": {"rows": 64, "cols": 16},
+                                 "precision": {"cell_bits": 2, "dac_bits": 1, "adc_bits": 6},
+                                 "noise": {"programming_error": 0.05, "read_noise": 0.02}}))
+    out = tmp_path / "r.json"
+    args = ["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+            "--noise-draws", "3", "--json", str(out)]
+    assert main(args + ["--target", str(noisy)]) == 0
+    noise = json.loads(out.read_text())["noise"]
+    assert len(noise["draws"]) == 3
+    y = noise["outputs"]["y"]
+    assert y["cosine_worst"] <= y["cosine_mean"] < 0.9999
+    capsys.readouterr()
+    assert main(args + ["--target", _chip(tmp_path, cell_bits=2, adc_bits=6)]) == 2
+    err = capsys.readouterr().err
+    assert "has no cell noise" in err and err.count("\n") == 1

@@ -18,6 +18,9 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     dac_bits = 1                  # input bits per cycle (0: the whole input at once)
     adc_bits = 6                  # ADC bits (0: an exact read-out)
     columns_per_adc = 8           # columns sharing one ADC
+    [noise]                       # quant-report --noise-draws (off: 0)
+    programming_error = 0.02      # a cell's conductance error, of its whole range (sigma)
+    read_noise = 0.01             # each read's, of a cell's range, per unit of input (sigma)
     [npu]
     primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform", "Lut"]
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
@@ -147,6 +150,9 @@ class Target:
     dac_bits: int = 0
     adc_bits: int = 0
     columns_per_adc: int = 1
+    # the cells' non-idealities, drawn by quant-report --noise-draws (0: none)
+    programming_error: float = 0.0
+    read_noise: float = 0.0
     primitives: tuple = EDGE_PRIMITIVES
     npu_ops: tuple = EDGE_VECTOR_UNIT_OPS
     cpu_ops: tuple = ("*",)
@@ -193,6 +199,8 @@ class Target:
                               "cell_bits": self.cell_bits, "signed_weights": self.signed_weights,
                               "dac_bits": self.dac_bits, "adc_bits": self.adc_bits,
                               "columns_per_adc": self.columns_per_adc},
+                "noise": {"programming_error": self.programming_error,
+                          "read_noise": self.read_noise},
                 "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops),
                         "scatter_gather": self.scatter_gather},
                 "cpu": {"onnx_ops": list(self.cpu_ops)},
@@ -285,6 +293,7 @@ def _names(data, key, default, path):
 _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "memory": {"activation_bytes"},
                "precision": {"weight_bits", "activation_bits", "cell_bits", "signed_weights",
                              "dac_bits", "adc_bits", "columns_per_adc"},
+               "noise": {"programming_error", "read_noise"},
                "npu": {"primitives", "onnx_ops", "scatter_gather"}, "cpu": {"onnx_ops"},
                "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
                "cost": set(Cost.__dataclass_fields__)}
@@ -302,8 +311,8 @@ def target_from_dict(data, source="<dict>"):
         raise ConversionError(f"{source}: unknown base preset {data['base']!r} "
                               f"(known: {', '.join(sorted(PRESETS))})")
     flat = {}
-    known = {"name", "description", "base", "array", "memory", "precision", "npu", "cpu",
-             "preprocess", "restruct", "cost"}
+    known = {"name", "description", "base", "array", "memory", "precision", "noise", "npu",
+             "cpu", "preprocess", "restruct", "cost"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConversionError(f"{source}: unknown target fields {unknown} (known: {sorted(known)})")
@@ -320,6 +329,12 @@ def target_from_dict(data, source="<dict>"):
         if key in flat and flat[key] not in allowed:
             raise ConversionError(f"{source}: {key} = {flat[key]!r} is not a width arrays "
                                   f"are built with (one of {', '.join(map(str, allowed))})")
+    noise = {}
+    for key, value in data.get("noise", {}).items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ConversionError(f"{source}: noise.{key} must be a number >= 0, "
+                                  f"not {value!r}")
+        noise[key] = float(value)
     scheme = flat.get("signed_weights", base.signed_weights)
     if scheme not in SIGNED_WEIGHTS:
         raise ConversionError(f"{source}: signed_weights = {scheme!r} (known: "
@@ -371,6 +386,8 @@ def target_from_dict(data, source="<dict>"):
         cell_bits=_positive(flat, "cell_bits", base.cell_bits),
         dac_bits=_positive(flat, "dac_bits", base.dac_bits),
         adc_bits=_positive(flat, "adc_bits", base.adc_bits), signed_weights=scheme,
+        programming_error=noise.get("programming_error", base.programming_error),
+        read_noise=noise.get("read_noise", base.read_noise),
         columns_per_adc=max(1, _positive(flat, "columns_per_adc", base.columns_per_adc)),
         primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),
         cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source), scatter_gather=scatter_gather,

@@ -112,6 +112,8 @@ class ArrayModel:
         # {QVMM node: [readings clipped, readings]} when counting how often its ADCs
         # saturate, else None
         self.adc_clips = None
+        # a draw of the cells' non-idealities (readout.Noise), else None: exact cells
+        self.noise = None
         self.reset()
 
     def program(self, node, weight, dtype=np.float64):

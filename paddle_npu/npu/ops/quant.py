@@ -147,7 +147,8 @@ class QVMM(Primitive):
             node = attrs.get("_node")
             peaks = None if array.adc_peaks is None else array.adc_peaks.setdefault(node, [])
             clips = None if array.adc_clips is None else array.adc_clips.setdefault(node, [0, 0])
-            y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"], peaks, clips)
+            y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"], peaks, clips,
+                               array.noise and array.noise.of(node))
         return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 

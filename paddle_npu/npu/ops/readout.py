@@ -127,26 +127,78 @@ def shift_for(peak, bits):
 
 
 def adc(y, shift, bits):
-    """The ADC's reading of exact integer column sums `y` (int64) with step 2^shift: the
-    nearest code (a tie to the even one), saturated at the symmetric range of a
-    sign-magnitude ADC (2^(b-1) - 1 codes either side of 0)."""
+    """The ADC's reading of column sums `y` (exact integers, int64, or analog ones with
+    noise, float64) with step 2^shift: the nearest code (a tie to the even one), saturated
+    at the symmetric range of a sign-magnitude ADC (2^(b-1) - 1 codes either side of 0)."""
     hi = (1 << (bits - 1)) - 1
     lo = -hi
-    q = np.rint(y / float(1 << shift)).astype(np.int64) if shift else y   # (exact: y < 2^53)
-    return np.clip(q, lo, hi) << shift
+    if shift or y.dtype.kind == "f":
+        y = np.rint(y / float(1 << shift)).astype(np.int64)    # (exact: |y| < 2^53)
+    return np.clip(y, lo, hi) << shift
 
 
-def sliced_product(x, w, r, shifts, peaks=None, clips=None):
+def _cell_bits(wbits, r):
+    mag = wbits - 1 if r.weight_scheme == "differential" else wbits
+    return r.cell_bits if 0 < r.cell_bits < mag else mag
+
+
+class Noise:
+    """One draw of the cells' non-idealities, seeded: each cell programmed off its level by
+    a normal error of `programming` (a fraction of the cell's whole range, drawn once per
+    node and slice), and every read off by a normal error of `read` per cell (the same
+    fraction, times the input driving it)."""
+
+    def __init__(self, seed, programming, read):
+        self.rng = np.random.default_rng(seed)
+        self.programming, self.read = programming, read
+        self.cells = {}                    # (node, slice) -> the programmed conductances
+
+    def of(self, node):
+        return _NodeNoise(self, node)
+
+
+class _NodeNoise:
+    def __init__(self, noise, node):
+        self.noise, self.node = noise, node
+
+    def programmed(self, j, cells, levels):
+        """Slice j's cells (integer levels) as programmed: levels plus the error."""
+        key = (self.node, j)
+        held = self.noise.cells.get(key)
+        if held is None or held.shape != cells.shape:
+            err = self.noise.rng.standard_normal(cells.shape) * self.noise.programming * levels
+            held = self.noise.cells[key] = cells + err
+        return held
+
+    def read(self, xs, y, levels):
+        """Column sums y read with each cell's read error: sigma * levels * |x| summed in
+        quadrature over the rows."""
+        if not self.noise.read:
+            return y
+        spread = np.sqrt((xs.astype(np.float64) ** 2).sum(axis=-1, keepdims=True))
+        return y + self.noise.rng.standard_normal(y.shape) * self.noise.read * levels * spread
+
+
+def sliced_product(x, w, r, shifts, peaks=None, clips=None, noise=None):
     """x [..., R] @ w [R, M] on integers as the array computes it (int64). peaks: a list
     kept, per pair of slices, the largest |column sum| seen (the ADC's calibration); clips:
-    [readings that saturated, readings], counted on."""
+    [readings that saturated, readings], counted on; noise: a draw of the cells' errors
+    (Noise.of(node)), whose analog sums the ADC digitises (an ADC is needed)."""
     xbits, wbits = _bits_of(x.dtype), _bits_of(w.dtype)
     ws = weight_slices(w, wbits, r)
+    if noise is not None:
+        if not r.adc_bits:
+            raise ValueError("cell noise needs an ADC to read the analog sums (adc_bits)")
+        levels = float((1 << _cell_bits(wbits, r)) - 1)
+        ws = [(kw, sign, noise.programmed(j, wsl, levels)) for j, (kw, sign, wsl) in
+              enumerate(ws)]
     acc = 0
     i = 0
     for kx, xs in input_slices(x, xbits, r):
         for kw, sign, wsl in ws:
             y = xs @ wsl
+            if noise is not None:
+                y = noise.read(xs, y, levels)
             if peaks is not None:
                 if len(peaks) <= i:
                     peaks.append(0)

@@ -104,6 +104,9 @@ def add_commands(sub):
                    help="write the promoted layers as a precision table")
     p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
     p.add_argument("--top", type=int, default=None, help="show only the N worst layers")
+    p.add_argument("--noise-draws", type=int, default=0, metavar="N",
+                   help="on a target with cell noise ([noise]) and ADCs: each output's "
+                        "accuracy over N seeded draws of the cells' errors")
     p.add_argument("--json", metavar="OUT", help="write the report as JSON")
     add_input_shape_argument(p)
     p.set_defaults(func=cmd_quant_report)
@@ -229,6 +232,57 @@ def readout_report(args, proto, feeds, chip_model, chip_rep, shapes):
     return {"layers": rows, "outputs": outs}
 
 
+def noise_report(args, feeds, chip_model, rep, labels):
+    """Each output's cosine to float (mean over the samples) and top-1 where labels are
+    given, over `--noise-draws` seeded draws of the cells' programming and read errors
+    (the NumPy reference run once per draw); printed and returned for the JSON."""
+    import numpy as np      # the library loads when a command runs
+    import onnx_ir as ir
+
+    from ..chip.target import load_target
+    from ..ops.readout import Noise
+    from ..verification.reference import Reference
+
+    target = load_target(args.target)
+    if not (target.programming_error or target.read_noise) or not target.adc_bits:
+        raise ConversionError(f"--noise-draws: target {target.name} has no cell noise "
+                              f"([noise] programming_error / read_noise) or no ADCs "
+                              f"([precision] adc_bits) to read noisy sums")
+    proto = ir.serde.serialize_model(chip_model)
+    floats = rep["_float"]
+    draws = []
+    for seed in range(args.noise_draws):
+        ref = Reference(proto, target)
+        ref.array.noise = Noise(seed, target.programming_error, target.read_noise)
+        got = [ref.run(batch) for batch in feeds.batches(1)]
+        per_output = {}
+        for k, name in enumerate(floats):
+            y = np.concatenate([g[k] for g in got])
+            f = np.asarray(floats[name]).reshape(y.shape)
+            a, b = y.reshape(len(y), -1).astype(np.float64), f.reshape(len(f), -1)
+            cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) *
+                                               np.linalg.norm(b, axis=1), 1e-30)
+            per_output[name] = {"cosine": float(cos.mean())}
+            if labels is not None and k == 0:
+                per_output[name]["top1"] = _accuracy(y, labels)
+        draws.append(per_output)
+    print(f"\nnoise: cells programmed with sigma {target.programming_error}, read with "
+          f"sigma {target.read_noise} (of a cell's range), {args.noise_draws} draws:")
+    summary = {}
+    for name in floats:
+        cos = np.array([d[name]["cosine"] for d in draws])
+        summary[name] = {"cosine_mean": float(cos.mean()), "cosine_std": float(cos.std()),
+                         "cosine_worst": float(cos.min())}
+        line = (f"output {name}: cosine {cos.mean():.6f} +- {cos.std():.6f} (worst draw "
+                f"{cos.min():.6f})")
+        if "top1" in draws[0][name]:
+            top1 = np.array([d[name]["top1"] for d in draws])
+            summary[name].update(top1_mean=float(top1.mean()), top1_worst=float(top1.min()))
+            line += f"; top-1 {top1.mean():.4f} (worst draw {top1.min():.4f})"
+        print(line)
+    return {"draws": draws, "outputs": summary}
+
+
 def _hp_label(args):
     parts = [f"--auto-hp {args.auto_hp}"] if args.auto_hp else []
     if args.hp_until_cosine is not None:
@@ -293,6 +347,8 @@ def cmd_quant_report(args):
     readout = readout_report(args, proto, feeds, m, rep, shapes)
     if readout is not None:
         out["readout"] = readout
+    if args.noise_draws:
+        out["noise"] = noise_report(args, feeds, m, rep, labels)
     reports = {args.quantize: rep}
     if labels is not None and rep["_float"]:
         name = next(iter(rep["_float"]))
