@@ -253,3 +253,25 @@ def test_quant_report_gives_each_outputs_accuracy_over_noise_draws(tmp_path, cap
     assert main(args + ["--target", _chip(tmp_path, cell_bits=2, adc_bits=6)]) == 2
     err = capsys.readouterr().err
     assert "has no cell noise" in err and err.count("\n") == 1
+
+
+def test_finer_adcs_for_the_layers_that_drop_most_until_a_cosine(tmp_path, capsys):
+    from paddle_npu.cli import main
+    m, feeds = _conv_model()
+    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
+    onnx.save(m, str(src))
+    np.savez(data, **feeds(4, 1))
+    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    out = tmp_path / "r.json"
+    args = ["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+            "--adc-until-cosine", "0.99", "--json", str(out)]
+    assert main(args + ["--target", _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=3)]) == 0
+    report = json.loads(out.read_text())
+    raised = report["adc_raised"]
+    assert raised == {"raised": ["conv"], "bits": 8, "reached": True,
+                      "cosine": raised["cosine"]} and raised["cosine"] >= 0.99
+    assert report["readout"]["outputs"][0]["chip_cosine"] < 0.99
+    capsys.readouterr()
+    assert main(args + ["--target", _chip(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "the target's arrays have no ADCs" in err and err.count("\n") == 1

@@ -38,7 +38,7 @@ alone reads a layer's output is folded into Requantize (saturating at 0, on the 
 range). Between layers values are dequantised: the vector unit's ops and the CPU see exactly
 the integer grid's values.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -69,6 +69,8 @@ class Quantization:
     # {layer: per band, the ADC shift of each pair of slices} calibrated on sample inputs
     # (qlower.calibrate_adc); a layer left out reads out at its full scale
     adc_shifts: dict = field(default_factory=dict)
+    # {layer: ADC bits} read out finer than the target's (quant-report --adc-until-cosine)
+    adc_bits: dict = field(default_factory=dict)
 
     def bits_of(self, node, output_names):
         """The layer's bits (see the module docstring for the order)."""
@@ -221,6 +223,8 @@ def plan_layer(node, geo, weight, bias, target, tiling, quantization=None, by_ta
     if quantization is not None and g.mark(node) != "cpu":
         plan.bits, plan.scales = _scales(node, plan, quantization)
         readout = Readout(**target.readout_settings())
+        if readout.adc_bits and node.name in quantization.adc_bits:
+            readout = replace(readout, adc_bits=quantization.adc_bits[node.name])
         if not readout.ideal:
             plan.readout = readout
             full = [full_scale_shifts(q, plan.bits, readout) for q in plan.scales.weights_q]

@@ -247,6 +247,14 @@ PRESETS = {
         primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
         cost=Cost(array_vmm_ns=133.0),
         description="IBM's 64-core PCM chip: 64 arrays of 256 x 256, 133 ns a product"),
+    # The default chip read out as analog arrays are: a design point, not a published chip:
+    # cells of 2 bits and inputs fed one bit per cycle as in ISAAC (below), ADCs of 6 bits
+    # shared by 8 columns; its other numbers are the default target's.
+    "npu256-analog": Target(
+        "npu256-analog", array_count=1024, cell_bits=2, dac_bits=1, adc_bits=6,
+        columns_per_adc=8, primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="npu256 read out as analog arrays: 2-bit cells, 1-bit inputs, 6-bit "
+                    "ADCs shared by 8 columns (integer plans)"),
     # One tile of ISAAC (Shafiee et al., "ISAAC: a convolutional neural network accelerator
     # with in-situ analog arithmetic in crossbars", ISCA 2016): 12 in-situ multiply-
     # accumulate units of 8 crossbars each (96 arrays) of 128 x 128 cells of 2 bits;

@@ -104,6 +104,12 @@ def add_commands(sub):
                    help="write the promoted layers as a precision table")
     p.add_argument("--plot", metavar="PNG", help="plot per-layer SQNR")
     p.add_argument("--top", type=int, default=None, help="show only the N worst layers")
+    p.add_argument("--adc-until-cosine", type=float, default=None, metavar="C",
+                   help="on a target with ADCs: read the fewest layers (the largest drop "
+                        "first) through finer ADCs (--adc-raise-to bits) for every output's "
+                        "cosine to float to reach C")
+    p.add_argument("--adc-raise-to", type=int, default=8, metavar="BITS",
+                   help="the ADC bits --adc-until-cosine gives a layer (default 8)")
     p.add_argument("--noise-draws", type=int, default=0, metavar="N",
                    help="on a target with cell noise ([noise]) and ADCs: each output's "
                         "accuracy over N seeded draws of the cells' errors")
@@ -232,6 +238,23 @@ def readout_report(args, proto, feeds, chip_model, chip_rep, shapes):
     return {"layers": rows, "outputs": outs}
 
 
+def raised_adc_report(args, feeds, rep, readout, kw):
+    """The --adc-until-cosine search (promote.raise_adc) on the read-out report's order,
+    printed; returned for the JSON."""
+    from .promote import raise_adc  # the library loads when a command runs
+
+    order = [r["layer"] for r in readout["layers"]]
+    res = raise_adc(args.model, args.calibration, feeds, order, rep["_float"],
+                    args.adc_until_cosine, args.adc_raise_to, _bits(args),
+                    precision=args.precision, **kw)
+    how = "reached" if res["reached"] else "NOT reached even with every layer"
+    print(f"\n--adc-until-cosine {args.adc_until_cosine}: {len(res['raised'])} of "
+          f"{len(order)} layers read through {args.adc_raise_to}-bit ADCs, worst output "
+          f"cosine {res['cosine']:.6f} ({how}): {', '.join(res['raised']) or '(none)'}")
+    return {"raised": res["raised"], "bits": args.adc_raise_to, "reached": res["reached"],
+            "cosine": res["cosine"]}
+
+
 def noise_report(args, feeds, chip_model, rep, labels):
     """Each output's cosine to float (mean over the samples) and top-1 where labels are
     given, over `--noise-draws` seeded draws of the cells' programming and read errors
@@ -347,6 +370,11 @@ def cmd_quant_report(args):
     readout = readout_report(args, proto, feeds, m, rep, shapes)
     if readout is not None:
         out["readout"] = readout
+    if args.adc_until_cosine is not None:
+        if readout is None:
+            raise ConversionError("--adc-until-cosine: the target's arrays have no ADCs "
+                                  "([precision] adc_bits)")
+        out["adc_raised"] = raised_adc_report(args, feeds, rep, readout, kw)
     if args.noise_draws:
         out["noise"] = noise_report(args, feeds, m, rep, labels)
     reports = {args.quantize: rep}

@@ -198,3 +198,37 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     return {"model": m2, "report": report2, "records": records2, "promoted": worst[:k],
             "precision": prec, "before": before, "after": after, "model_before": m,
             "sensitivity": sens, "reached": reached}
+
+
+def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to, bits=8,
+              target=None, plan="packed", precision=None, **kw):
+    """Read the fewest of `order`'s layers (the largest drop from ideal arrays first)
+    through ADCs of `raise_to` bits for every output's cosine to float (`float_outputs`,
+    the float model's on `feeds`) to reach `until_cosine` on every sample: bisection on the
+    count, a quantised run per probe. Returns {"raised", "reached", "model", "cosine"}."""
+    proto = load_proto(model)
+    count = 1 if feeds.whole else feeds.count
+    shapes = kw.get("input_shape")
+    reference = with_input_shapes(proto, shapes) if shapes else proto
+    selections, held = _held(reference, feeds)
+
+    def lowered(k):
+        return quantized_lower(proto, table, bits, target, plan, precision,
+                               adc_bits={name: raise_to for name in order[:k]}, **kw)[0]
+
+    def cosine(m):
+        return min_cosine(float_outputs, _outputs(m, held, float_outputs, selections), count)
+    lo, hi, found = -1, len(order), None
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        m = lowered(mid)
+        c = cosine(m)
+        if c >= until_cosine:
+            hi, found = mid, (m, c)
+        else:
+            lo = mid
+    if found is None:
+        m = lowered(hi)
+        found = (m, cosine(m))
+    return {"raised": order[:hi], "reached": found[1] >= until_cosine, "model": found[0],
+            "cosine": found[1]}

@@ -52,13 +52,13 @@ def float_units_of(model):
 
 
 def quantized_lower(model, table=None, bits=8, target=None, plan="packed", precision=None,
-                    preprocess=None, adc_data=None, **lower_options):
+                    preprocess=None, adc_data=None, adc_bits=None, **lower_options):
     """Lower an ONNX model and quantise it: (ir.Model, Report, records).
     table: calibration table (path / dict); None for a model already quantised (QDQ) whose
     scales it then keeps. precision: a precision table (path / dict {name: int8|int16}).
     adc_data: sample inputs (quant.samples: .npz, folder, dict) on which the ADCs of a
     target that has them take their ranges (calibrate_adc); without, each reads its full
-    scale."""
+    scale. adc_bits: {layer: ADC bits} of layers read out finer than the target's."""
     m, qdq_table, weight_scales = unquantised(model)
     if table is None:
         if qdq_table is None:
@@ -79,7 +79,8 @@ def quantized_lower(model, table=None, bits=8, target=None, plan="packed", preci
                 node.inputs[1] is not None and node.inputs[1].name in weight_scales:
             source_weight[node.name] = weight_scales[node.inputs[1].name]
     quantization = Quantization(table, bits, layer_bits, source_weight,
-                                float_outputs=qdq_table is not None)
+                                float_outputs=qdq_table is not None,
+                                adc_bits=dict(adc_bits or {}))
     if adc_data is not None and load_target(target).adc_bits:
         # (lower copies the graph it is given: m serves the second lowering unchanged)
         first, _ = lower(m, target, plan, preprocess, quantization=quantization,
@@ -101,11 +102,11 @@ def calibrate_adc(lowered, target, data):
     ref.array.adc_peaks = {}
     for batch in samples.batches(1):
         ref.run(batch)
-    bits = load_target(target).adc_bits
     bands = {}
     for node in lowered.graph:
         if node.op_type == "QVMM" and node.domain == DOMAIN:
             peaks = ref.array.adc_peaks.get(node.name)
             if peaks is not None:
+                bits = node.attributes["adc_bits"].value
                 bands.setdefault(g.source(node), []).append([shift_for(p, bits) for p in peaks])
     return bands
