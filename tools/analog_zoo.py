@@ -1,0 +1,108 @@
+"""Zoo models at int8 on arrays read out through ADCs (default: the npu256-analog preset,
+6-bit ADCs): per model the output cosine on ideal arrays and on the chip, the three layers
+that drop most, and the fewest layers read through 8-bit ADCs for every output's cosine to
+reach 0.99 (`quant-report --adc-until-cosine`), one `paddle-npu` process per model.
+
+    python tools/analog_zoo.py [--models lenet,resnet18,...] [--target npu256-analog]
+                               [--samples 8] [--cache DIR] [--work DIR] [--json OUT]
+
+Data as tools/quant_zoo.py makes it: the model at its deployment size, calibrated on the
+zoo's own inputs (photo-like images for vision models), reported on 4 others.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import zoo  # noqa: E402
+from quant_zoo import make_data, run, shape_args  # noqa: E402
+
+CNN_OCR = ("lenet,resnet18,mobilenet_v1,mobilenet_v2,mobilenet_v3_small,shufflenet_v2_x0_25,"
+           "squeezenet1_0,ocr_head,det_head,crnn")
+
+
+def analog_model(name, cache, work, target, samples, until):
+    model = zoo.MODELS[name]
+    work = os.path.join(work, name)
+    os.makedirs(work, exist_ok=True)
+    info = zoo.export(name, "legacy", os.path.join(cache, name, "legacy"))
+    onnx_path, table = os.path.join(work, "model.onnx"), os.path.join(work, "table.json")
+    row = {"model": name}
+    rc, _, _, text = run(["convert", os.path.join(info["dir"], info["model_file"]), "-o",
+                          onnx_path, "-q"] + shape_args(model), os.path.join(work, "c.log"))
+    if rc:
+        return {**row, "error": f"convert: {text.strip().splitlines()[-1][:160]}"}
+    calib, _, evaluation, _ = make_data(model, work, samples)
+    rc, _, _, text = run(["calibrate", onnx_path, "-o", table] + calib,
+                         os.path.join(work, "cal.log"))
+    if rc:
+        return {**row, "error": f"calibrate: {text.strip().splitlines()[-1][:160]}"}
+    out = os.path.join(work, "report.json")
+    rc, s, mib, text = run(["quant-report", onnx_path, "--calibration", table, "--data",
+                            evaluation, "--target", target, "--top", "3",
+                            "--adc-until-cosine", str(until), "--json", out],
+                           os.path.join(work, "report.log"))
+    if rc:
+        return {**row, "error": f"quant-report: {text.strip().splitlines()[-1][:160]}"}
+    rep = json.load(open(out))
+    outs = rep["readout"]["outputs"]
+    raised = rep["adc_raised"]
+    return {**row, "seconds": round(s), "peak_mib": round(mib),
+            "ideal_cosine": min(o["ideal_cosine"] for o in outs),
+            "chip_cosine": min(o["chip_cosine"] for o in outs),
+            "worst": [(r["layer"], r["chip_sqnr_db"] - r["ideal_sqnr_db"])
+                      for r in rep["readout"]["layers"][:3]],
+            "layers": len(rep["readout"]["layers"]), "raised": len(raised["raised"]),
+            "reached": raised["reached"], "after": raised["cosine"]}
+
+
+def render(rows, until):
+    head = (f"{'model':<20} {'ideal cos':>10} {'chip cos':>10} {'8-bit ADC layers':>17} "
+            f"{'cos after':>10} {'s':>5}  worst layers (SQNR drop dB)")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['model']:<20} error: {r['error']}")
+            continue
+        raised = f"{r['raised']}/{r['layers']}" + ("" if r["reached"] else " (not reached)")
+        worst = ", ".join(f"{n} {d:.1f}" for n, d in r["worst"])
+        lines.append(f"{r['model']:<20} {r['ideal_cosine']:>10.5f} {r['chip_cosine']:>10.5f} "
+                     f"{raised:>17} {r['after']:>10.5f} {r['seconds']:>5}  {worst}")
+    lines.append(f"(cosines: the worst output and sample; 8-bit ADC layers: the fewest read "
+                 f"through 8-bit ADCs for every output to reach {until})")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=CNN_OCR)
+    ap.add_argument("--target", default="npu256-analog")
+    ap.add_argument("--samples", type=int, default=8, help="calibration inputs")
+    ap.add_argument("--until", type=float, default=0.99)
+    ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
+                    os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_analog"))
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        start = time.perf_counter()
+        try:
+            rows.append(analog_model(name, args.cache, args.work, args.target, args.samples,
+                                     args.until))
+        except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
+            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    print(render(rows, args.until))
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
