@@ -151,6 +151,17 @@ def test_a_lowered_layer_reads_out_as_the_chip_and_its_two_runs_agree(tmp_path):
     assert cos(lossy, float_y) < cos(want, float_y) - 0.01
 
 
+def _files(tmp_path, samples):
+    """The conv model, its inputs and its calibration table as files: (model, table, data)."""
+    from paddle_npu.cli import main
+    m, feeds = _conv_model()
+    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
+    onnx.save(m, str(src))
+    np.savez(data, **feeds(samples, 1))
+    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    return str(src), str(table), str(data)
+
+
 def test_a_vector_takes_an_input_cycle_per_dac_slice_and_the_adc_conversions(tmp_path):
     m, feeds = _conv_model()
     table = calibrate(m.SerializeToString(), feeds(4, 0))
@@ -192,13 +203,9 @@ def test_adc_ranges_calibrated_on_samples_are_finer_and_read_out_closer(tmp_path
 
 def test_quant_report_sets_the_chip_beside_ideal_arrays(tmp_path, capsys):
     from paddle_npu.cli import main
-    m, feeds = _conv_model()
-    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
-    onnx.save(m, str(src))
-    np.savez(data, **feeds(8, 1))
-    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    src, table, data = _files(tmp_path, 8)
     out = tmp_path / "r.json"
-    assert main(["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+    assert main(["quant-report", src, "--calibration", table, "--data", data,
                  "--target", _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=4),
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
@@ -232,17 +239,13 @@ def test_cell_noise_draws_are_seeded_and_zero_noise_is_the_exact_read_out():
 
 def test_quant_report_gives_each_outputs_accuracy_over_noise_draws(tmp_path, capsys):
     from paddle_npu.cli import main
-    m, feeds = _conv_model()
-    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
-    onnx.save(m, str(src))
-    np.savez(data, **feeds(4, 1))
-    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    src, table, data = _files(tmp_path, 4)
     noisy = tmp_path / "noisy.json"
     noisy.write_text(json.dumps({"name": "noisy", "array": {"rows": 64, "cols": 16},
                                  "precision": {"cell_bits": 2, "dac_bits": 1, "adc_bits": 6},
                                  "noise": {"programming_error": 0.05, "read_noise": 0.02}}))
     out = tmp_path / "r.json"
-    args = ["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+    args = ["quant-report", src, "--calibration", table, "--data", data,
             "--noise-draws", "3", "--json", str(out)]
     assert main(args + ["--target", str(noisy)]) == 0
     noise = json.loads(out.read_text())["noise"]
@@ -257,13 +260,9 @@ def test_quant_report_gives_each_outputs_accuracy_over_noise_draws(tmp_path, cap
 
 def test_finer_adcs_for_the_layers_that_drop_most_until_a_cosine(tmp_path, capsys):
     from paddle_npu.cli import main
-    m, feeds = _conv_model()
-    src, table, data = tmp_path / "m.onnx", tmp_path / "t.json", tmp_path / "d.npz"
-    onnx.save(m, str(src))
-    np.savez(data, **feeds(4, 1))
-    assert main(["calibrate", str(src), "--data", str(data), "-o", str(table)]) == 0
+    src, table, data = _files(tmp_path, 4)
     out = tmp_path / "r.json"
-    args = ["quant-report", str(src), "--calibration", str(table), "--data", str(data),
+    args = ["quant-report", src, "--calibration", table, "--data", data,
             "--adc-until-cosine", "0.99", "--json", str(out)]
     assert main(args + ["--target", _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=3)]) == 0
     report = json.loads(out.read_text())

@@ -14,12 +14,11 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402
-from quant_zoo import make_data, run, shape_args  # noqa: E402
+from quant_zoo import make_data, rows_of, run, shape_args  # noqa: E402
 
 CNN_OCR = ("lenet,resnet18,mobilenet_v1,mobilenet_v2,mobilenet_v3_small,shufflenet_v2_x0_25,"
            "squeezenet1_0,ocr_head,det_head,crnn")
@@ -88,18 +87,8 @@ def main(argv=None):
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_analog"))
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
-    rows = []
-    for name in args.models.split(","):
-        start = time.perf_counter()
-        try:
-            rows.append(analog_model(name, args.cache, args.work, args.target, args.samples,
-                                     args.until))
-        except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
-            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
-        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+    rows = rows_of(args.models.split(","), lambda name: analog_model(
+        name, args.cache, args.work, args.target, args.samples, args.until), args.json)
     print(render(rows, args.until))
     return 1 if any("error" in r for r in rows) else 0
 

@@ -285,6 +285,23 @@ def render(rows):
     return "\n".join(lines)
 
 
+def rows_of(names, row, json_path=None):
+    """[row(name)] for each model, one model's failure a row of its `error`; each model's
+    time on stderr, and the rows so far written to `json_path` after each."""
+    rows = []
+    for name in names:
+        start = time.perf_counter()
+        try:
+            rows.append(row(name))
+        except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
+            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(rows, f, indent=1)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="deploy",
@@ -303,19 +320,9 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     bits = {int(b) for b in args.bits.split(",")}
-    rows = []
-    for name in select(args.models):
-        start = time.perf_counter()
-        try:
-            rows.append(sweep_model(name, args.cache, args.work, args.samples, bits,
-                                    float(args.min_cosine), args.target,
-                                    set(args.skip.split(","))))
-        except Exception as exc:  # noqa: BLE001 - one model's failure is a row, not the end
-            rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
-        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+    rows = rows_of(select(args.models), lambda name: sweep_model(
+        name, args.cache, args.work, args.samples, bits, float(args.min_cosine), args.target,
+        set(args.skip.split(","))), args.json)
     print(render(rows))
     return 1 if any("error" in r or failures(r) for r in rows) else 0
 
