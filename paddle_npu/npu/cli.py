@@ -161,12 +161,12 @@ def _lower_and_save(source, output, args, quiet=False):
     if not quiet and not getattr(args, "quiet", False) and (args.progress or sys.stderr.isatty()):
         from ..progress import stage_printer
         show = stage_printer("lower")
+    named = source if isinstance(source, str) else getattr(args, "model", None)
     model, report = lower(source, args.target, args.plan,
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape), progress=show,
-                          emulation=args.emulation, fit=args.fit,
-                          name=source if isinstance(source, str) else None)
+                          emulation=args.emulation, fit=args.fit, name=named)
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:
