@@ -48,7 +48,8 @@ is then not timed (its table compares float lowerings).
 With --whole, the whole-model story instead, per zoo model (`--models ci|all|a,b`): the
 NPU's share of the MACs and the segments, lowered as exported (sizes left open) and at the
 zoo's test input size (--input-shape), the arrays, the latency at that size (the chip's
-simulated schedule, chip/estimate.py; with the number of hand-overs between chip and CPU), the lowering time and how the lowered model agrees with the ONNX one
+simulated schedule, chip/estimate.py; with the number of hand-overs between chip and CPU),
+the lowering time and how the lowered model agrees with the ONNX one
 (onnxruntime and the NumPy reference, worst relative diff), and how many times as far from
 the ONNX model computed in float64 as the ONNX model's own float32 run it is (`f64 x`;
 agrees: yes within verify's factor, NO otherwise; where the model cannot be run in float64,

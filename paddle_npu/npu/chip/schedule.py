@@ -23,9 +23,10 @@ one piece when its output is not an image. A task's row starts when the rows of 
 that row needs are ready and its unit is free: a window needs the input rows under it, an
 elementwise op or a matrix layer's product the same rows, anything else (a global pool, a
 transpose, attention) the whole input. So layers overlap where the data flow allows. A
-shared unit serves the task latest in the program first, so that rows flow on. The simulation gives one image's latency, every
-unit's busy time and the activation memory held at the worst moment (a row is held from
-when it is made until the last task reading it no longer needs it).
+shared unit serves the task latest in the program first, so that rows flow on. The
+simulation gives one image's latency, every unit's busy time and the activation memory
+held at the worst moment (a row is held from when it is made until the last task reading
+it no longer needs it).
 """
 import heapq
 import math
