@@ -67,6 +67,8 @@ class Task:
     layer: Optional[str] = None    # the matrix layer whose arrays it reads
     group: int = 0
     vectors: int = 0               # row vectors it reads through the arrays
+    reads: float = 0.0             # a layer's: its arrays' time, and its periphery's
+    periphery: float = 0.0
 
 
 def _window(node):
@@ -104,10 +106,9 @@ def _has_rows(value):
 
 
 def build_tasks(model, segments, target, array_layers):
-    """The tasks of the lowered model ([Task]) and the index of the task making each
-    model output. array_layers: {layer: the layer whose arrays it reads} of the matrix
-    layers on arrays (a layer reads its own, or an earlier one's)."""
-    c = target.cost
+    """The tasks of the lowered model ([Task]). array_layers: {layer: the layer whose
+    arrays it reads} of the matrix layers on arrays (a layer reads its own, or an earlier
+    one's)."""
     tasks, made_by = [], {}             # value name -> task index
     layer_task, node_task, device_of = {}, {}, {}
     for node in model.graph:
@@ -119,7 +120,6 @@ def build_tasks(model, segments, target, array_layers):
                 i = layer_task[layer] = len(tasks)
                 tasks.append(Task(layer, f"layer:{array_layers[layer]}", 0.0,
                                   layer=array_layers[layer]))
-                tasks[i].reads = tasks[i].periphery = 0.0
             t = tasks[i]
             if is_array_node(node):
                 x, w = dims(node.inputs[0]), dims(node.inputs[1])
