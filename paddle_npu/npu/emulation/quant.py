@@ -78,7 +78,8 @@ class QVMM(Emulated):
         x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
         x, w = b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE)
         r = readout.of_attrs(a)
-        y = b.op("MatMul", x, w) if r.ideal else sliced_product(b, x, w, r, a)
+        y = b.op("MatMul", x, w) if r.ideal else \
+            sliced_product(b, x, w, r, a, len(in_shapes[0]))
         b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
 
 

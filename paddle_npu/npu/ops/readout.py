@@ -192,13 +192,18 @@ def sliced_product(x, w, r, shifts, peaks=None, clips=None, noise=None):
         levels = float((1 << _cell_bits(wbits, r)) - 1)
         ws = [(kw, sign, noise.programmed(j, wsl, levels)) for j, (kw, sign, wsl) in
               enumerate(ws)]
+    # products in float64 (BLAS; exact: every sum is an integer below 2^53)
+    ws = [(kw, sign, wsl.astype(np.float64)) for kw, sign, wsl in ws]
     acc = 0
     i = 0
     for kx, xs in input_slices(x, xbits, r):
+        xf = xs.astype(np.float64)
         for kw, sign, wsl in ws:
-            y = xs @ wsl
+            y = xf @ wsl
             if noise is not None:
                 y = noise.read(xs, y, levels)
+            else:
+                y = y.astype(np.int64)
             if peaks is not None:
                 if len(peaks) <= i:
                     peaks.append(0)
