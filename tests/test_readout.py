@@ -274,3 +274,22 @@ def test_finer_adcs_for_the_layers_that_drop_most_until_a_cosine(tmp_path, capsy
     assert main(args + ["--target", _chip(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "the target's arrays have no ADCs" in err and err.count("\n") == 1
+
+
+def test_one_sliced_body_per_rank_of_the_rows():
+    """The sliced body stacks the slices in front of X's axes, so two QVMM nodes alike but
+    for the rank of their rows (a conv's [N, HW, R], a Gemm's [N, R]) need bodies of their
+    own (onnxruntime ran resnet50's with one body's shapes and failed)."""
+    from paddle_npu.npu.emulation.registry import emulation_of_op
+    r = Readout(2, 1, 6, "differential")
+    attrs = {"row_offset": 0, "acc_bits": 32, **r.attrs(), "adc_shifts": [1] * 64}
+    qvmm = emulation_of_op("QVMM")
+    assert qvmm.overload(attrs, [[1, 4, 9], [9, 8]]) != qvmm.overload(attrs, [[1, 9], [9, 8]])
+    x3 = np.random.default_rng(0).integers(-127, 128, (1, 4, 9)).astype(np.int8)
+    w = np.random.default_rng(1).integers(-127, 128, (9, 8)).astype(np.int8)
+    shifts = {"adc_shifts": full_scale_shifts(w, 8, r)}
+    for x in (x3, x3[:, 0]):
+        got = run_primitive("QVMM", [x, w], {**attrs, **shifts}, TensorProto.INT32)
+        want = get_primitive("QVMM").reference(ArrayModel(64, 16), [x, w],
+                                               {**attrs, **shifts})[0]
+        assert np.array_equal(got, want)

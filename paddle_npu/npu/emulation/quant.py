@@ -67,8 +67,9 @@ class QVMM(Emulated):
         r = readout.of_attrs(a)
         if r.ideal:
             return tag
-        return (f"{tag}_c{r.cell_bits}d{r.dac_bits}a{r.adc_bits}{r.weight_scheme[0]}_"
-                + "_".join(map(str, a["adc_shifts"])))
+        # (the sliced body stacks the slices in front of X's axes: one body per X rank)
+        return (f"{tag}_r{len(in_shapes[0])}_c{r.cell_bits}d{r.dac_bits}a{r.adc_bits}"
+                f"{r.weight_scheme[0]}_" + "_".join(map(str, a["adc_shifts"])))
 
     @classmethod
     def body(cls, b, attrs, in_shapes):
