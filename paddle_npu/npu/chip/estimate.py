@@ -35,7 +35,7 @@ class ChipEstimate:
     memory_bytes: int              # the chip's (0: not declared)
     spilled_bytes: int = 0         # held beyond it: to the host and back over the link
     timeline: dict = field(default_factory=dict)    # unit -> [(start, end)] ns (the picture)
-    replicated: dict = field(default_factory=dict)   # the mapping with copies: latency, ...
+    without_copies: dict = field(default_factory=dict)   # latency, throughput, pace: copies aside
 
     def as_dict(self):
         m = self.mapping
@@ -52,7 +52,7 @@ class ChipEstimate:
                 "layer_busy_ns": {k: round(v, 1) for k, v in self.layer_busy_ns.items()},
                 "memory": {"peak_bytes": self.peak_bytes, "available": self.memory_bytes,
                            "spilled_bytes": self.spilled_bytes},
-                "without_replication": self.replicated or None}
+                "without_replication": self.without_copies or None}
 
     def lines(self):
         m = self.mapping
@@ -77,9 +77,9 @@ class ChipEstimate:
             shown = sorted(copies.items(), key=lambda t: -t[1])
             out.append("  copies: " + ", ".join(f"{n} x{c}" for n, c in shown[:6])
                        + (f" (+{len(shown) - 6})" if len(shown) > 6 else ""))
-            if self.replicated:
-                out.append(f"  without copies: latency {_us(self.replicated['latency_ns'])}, "
-                           f"{self.replicated['throughput_per_s']:,.0f} images/s")
+            if self.without_copies:
+                out.append(f"  without copies: latency {_us(self.without_copies['latency_ns'])}, "
+                           f"{self.without_copies['throughput_per_s']:,.0f} images/s")
         busy = ", ".join(f"{u} {_us(v)}" for u, v in self.busy_ns.items()
                          if not u.startswith("layer:") and u != "handover" and v)
         top = sorted(self.layer_busy_ns.items(), key=lambda t: -t[1])[:3]
@@ -145,7 +145,7 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
                        max(bounds.values()), bounds, run["busy"], layer_busy, program_ns,
                        run["peak"], target.activation_bytes, run["spilled"], run["timeline"])
     if any(c > 1 for c in mapping.copies.values()):
-        est.replicated = {"latency_ns": round(plain["latency_ns"], 1),
+        est.without_copies = {"latency_ns": round(plain["latency_ns"], 1),
                           "throughput_per_s": round(plain["throughput_per_s"], 3),
                           "paced_by": plain["paced_by"]}
     return est

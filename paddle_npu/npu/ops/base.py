@@ -151,10 +151,17 @@ class ArrayModel:
                 y = part
             else:
                 y[:, j:j + mj] += part
-            self.tile_ids.add((node, i, j))
-            self.vmm_invocations += vectors
-            self.macs += vectors * ri * mj
+        self.count(node, vectors, r, m)
         return y.reshape(lead + (m,))
+
+    def count(self, node, vectors, r, m):
+        """Count `vectors` row vectors through the array tiles of an r x m weight (what `vmm`
+        reads; a product computed otherwise, as an analog read-out's, counts the same)."""
+        for i, ri in chunks(r, self.rows):
+            for j, mj in chunks(m, self.cols):
+                self.tile_ids.add((node, i, j))
+                self.vmm_invocations += vectors
+                self.macs += vectors * ri * mj
 
     def vmm_stack(self, node, x, weight, dtype):
         """X[..., t, k, :] @ W[t] for every tile t of a stack W [T, R, M], each on its own

@@ -140,15 +140,17 @@ class QVMM(Primitive):
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
                              f"{r} weight rows do not fit")
-        y = array.vmm(attrs.get("_arrays", attrs.get("_node")), x, w, off,
-                      _exact_type(x, w, r))
+        held = attrs.get("_arrays", attrs.get("_node"))
         readout = of_attrs(a)
-        if not readout.ideal:       # (vmm above counted the reads)
+        if readout.ideal:
+            y = array.vmm(held, x, w, off, _exact_type(x, w, r))
+        else:
             node = attrs.get("_node")
             peaks = None if array.adc_peaks is None else array.adc_peaks.setdefault(node, [])
             clips = None if array.adc_clips is None else array.adc_clips.setdefault(node, [0, 0])
             y = sliced_product(x[..., off:off + r], w, readout, a["adc_shifts"], peaks, clips,
                                array.noise and array.noise.of(node))
+            array.count(held, y.size // y.shape[-1], r, w.shape[1])
         return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
 
 

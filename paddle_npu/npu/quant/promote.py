@@ -182,15 +182,9 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
             else:
                 qouts = _outputs(model, held, fouts, selections)
             return min_cosine(fouts, qouts, count) >= until_cosine
-        lo, hi = -1, len(worst)         # hi: the fewest known to reach it (or all)
-        while lo + 1 < hi:
-            mid = (lo + hi) // 2
-            probe = first if mid == 0 else quantise(mid)
-            if meets(probe[1]):
-                hi, kept = mid, {mid: probe}
-            else:
-                lo = mid
-        k = hi
+        k, found = fewest(len(worst), lambda mid: first if mid == 0 else quantise(mid),
+                          lambda probe: meets(probe[1]))
+        kept = {} if found is None else {k: found}
     prec, m2, report2, records2 = kept[k] if k in kept else first if k == 0 else quantise(k)
     after = before if k == 0 else layer_report(reference, m2, feeds, records2)
     if until_cosine is not None:
@@ -218,17 +212,24 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
 
     def cosine(m):
         return min_cosine(float_outputs, _outputs(m, held, float_outputs, selections), count)
-    lo, hi, found = -1, len(order), None
+    def probe(k):
+        m = lowered(k)
+        return m, cosine(m)
+    k, found = fewest(len(order), probe, lambda p: p[1] >= until_cosine)
+    m, c = found if found is not None else probe(k)
+    return {"raised": order[:k], "reached": c >= until_cosine, "model": m, "cosine": c}
+
+
+def fewest(n, probe, meets):
+    """(the fewest k of 0..n for which meets(probe(k)), found by bisection on the count,
+    which assumes more never measures worse; that probe, or None where k = n was never
+    probed)."""
+    lo, hi, found = -1, n, None         # hi: the fewest known to meet it (or n)
     while lo + 1 < hi:
         mid = (lo + hi) // 2
-        m = lowered(mid)
-        c = cosine(m)
-        if c >= until_cosine:
-            hi, found = mid, (m, c)
+        p = probe(mid)
+        if meets(p):
+            hi, found = mid, p
         else:
             lo = mid
-    if found is None:
-        m = lowered(hi)
-        found = (m, cosine(m))
-    return {"raised": order[:hi], "reached": found[1] >= until_cosine, "model": found[0],
-            "cosine": found[1]}
+    return hi, found
