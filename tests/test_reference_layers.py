@@ -6,7 +6,9 @@ import pytest
 from npu_helpers import model, on_arrays, serialized
 from onnx import helper, numpy_helper
 
+from paddle_npu.compare import run_onnx
 from paddle_npu.npu import DOMAIN, VERSION, Reference, get_primitive, lower
+from paddle_npu.npu.mappers.matrix import MAX_PARTIALS
 from paddle_npu.npu.ops import ArrayModel
 from paddle_npu.npu.ops.quant import requantize_array
 from paddle_npu.npu.quant.calibrate import calibrate
@@ -292,3 +294,24 @@ def test_a_batch_the_model_was_not_made_for_is_refused_by_name():
     with pytest.raises(ValueError, match=r"input 'x' is 1x8x6x6, but .* made for 1x8x5x5$"):
         ref.run({"x": np.zeros((1, 8, 6, 6), np.float32)})
 
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_many_tiles_sum_in_a_chain_of_add_in_tiles(bits):
+    """A per-channel plan of a 1x1 layer on 80 channels has 80 one-row tiles: AddInTile adds
+    at most MAX_PARTIALS of them, the rest in links that add the running sum (the last
+    input). Fused, node by node and in onnxruntime: the same integers, the same counts."""
+    rng = np.random.default_rng(bits)
+    onnx_bytes = serialized(_conv_model(rng, 80, 24, 1, 5))
+    calib = {"x": rng.standard_normal((4, 80, 5, 5)).astype(np.float32)}
+    lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), bits, "npu256",
+                                    plan="per-channel", input_shape={"x": [2, 80, 5, 5]})
+    sums = [n for n in load_proto(serialized(lowered)).graph.node if n.op_type == "AddInTile"]
+    assert [len(n.input) for n in sums] == [1 + MAX_PARTIALS, 1 + MAX_PARTIALS, 1 + 18]
+    assert [bool(n.input[0]) for n in sums] == [True, False, False]      # the bias once
+    assert all(n.input[-1] == prev.output[0] for prev, n in zip(sums, sums[1:]))
+    x = rng.standard_normal((2, 80, 5, 5)).astype(np.float32)
+    assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
+    (got,) = Reference(serialized(lowered), "npu256").run({"x": x})
+    _, (ort,) = run_onnx(serialized(lowered), {"x": x})
+    assert ort.tobytes() == got.tobytes()

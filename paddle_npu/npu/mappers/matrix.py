@@ -2,6 +2,9 @@
 import numpy as np
 import onnx_ir as ir
 
+# the most partial results one AddInTile adds (a longer sum is a chain: _sum_partials)
+MAX_PARTIALS = 32
+
 
 def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     """x's rows (x itself [..., K], or Im2Col(x) with the attributes `im2col`) times the
@@ -36,9 +39,28 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         acc = partials[0]
     else:
         bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
-        acc = ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
-                                _name="add_in_tile", _dtype=acc_type)
+        acc = _sum_partials(ctx, plan, bias, partials, acc_type)
     return read_out(ctx, plan, acc)
+
+
+def _sum_partials(ctx, plan, bias, partials, acc_type):
+    """The integer partials + bias summed by AddInTile, at most MAX_PARTIALS at a time: a
+    layer of more tiles (a per-channel plan's, one per input channel) sums them in a chain,
+    each link adding its tiles' partials to the running sum (exact in integers, so the
+    grouping changes no result). The running sum is a link's last input: onnxruntime then
+    computes each link's tiles just before it, holding a few partials at a time instead of
+    all of them."""
+    total, first = None, 0
+    while first < len(partials):
+        end = min(first + MAX_PARTIALS - (total is not None), len(partials))
+        running = [] if total is None else [total]
+        total = ctx.npu.AddInTile(None if running else bias, *partials[first:end], *running,
+                                  offsets=plan.offsets[first:end] + [0] * len(running),
+                                  width=plan.width, _dtype=acc_type,
+                                  _name="add_in_tile" if end == len(partials)
+                                  else f"add_in_tile_{first}")
+        first = end
+    return total
 
 
 def _band_weights(ctx, plan):

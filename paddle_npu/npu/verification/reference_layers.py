@@ -51,7 +51,8 @@ class LayerPlan:
     names: list                  # the tiles' VMM node names
     arrays: list                 # ... and their weights' names (the arrays they run on)
     tile_attrs: list             # each tile node's own attributes
-    sum_attrs: dict              # the AddInTile's
+    sum_attrs: dict              # the AddInTile's (a chain's: all its tiles' offsets)
+    links: list = None           # a chain of AddInTiles: each link's tile count
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
 
     @cached_property
@@ -74,20 +75,26 @@ class LayerPlan:
 
 def fuse_matrix_layers(graph):
     """Replace, in a GraphProto (in place), every AddInTile whose partials are all VMM (or all
-    QVMM) outputs of the same rows, used nowhere else, by one MatrixLayer node.
-    Returns {MatrixLayer node name: LayerPlan}."""
+    QVMM) outputs of the same rows, used nowhere else, by one MatrixLayer node; a chain of
+    AddInTiles (an integer layer of many tiles: each link adds its tiles to the running sum,
+    its last input) becomes one node too. Returns {MatrixLayer node name: LayerPlan}."""
     used = _uses(graph)
     producer = {o: n for n in graph.node for o in n.output}
     plans, drop, replace = {}, set(), {}
+    # a fused AddInTile's output -> (its node, its plan's name, the rows, the bias)
+    links = {}
     for node in graph.node:
         if node.domain != DOMAIN or node.op_type != "AddInTile" or len(node.input) < 2:
             continue
-        tiles = [producer.get(p) for p in node.input[1:]]
+        parts, chained = list(node.input[1:]), None
+        if parts[-1] in links and used.get(parts[-1], 0) == 1 and not node.input[0]:
+            chained, parts = links[parts[-1]], parts[:-1]
+        tiles = [producer.get(p) for p in parts]
         kinds = {(t.domain, t.op_type) if t is not None else None for t in tiles}
         if len(kinds) != 1 or next(iter(kinds)) not in ((DOMAIN, "VMM"), (DOMAIN, "QVMM")):
             continue
-        if len(set(node.input[1:])) != len(tiles) \
-                or any(used.get(p, 0) != 1 for p in node.input[1:]) \
+        if len(set(parts)) != len(tiles) \
+                or any(used.get(p, 0) != 1 for p in parts) \
                 or len({t.name for t in tiles}) != len(tiles) or not all(t.name for t in tiles):
             continue
         tile_attrs = [_attrs(t) for t in tiles]
@@ -96,15 +103,31 @@ def fuse_matrix_layers(graph):
             continue
         if any(a.get(k) for a in tile_attrs for k in ("cell_bits", "dac_bits", "adc_bits")):
             continue        # an analog read-out: each tile computes on its own (QVMM)
-        rows = tiles[0].input[0]
+        rows, bias, sum_attrs = tiles[0].input[0], node.input[0], _attrs(node)
+        plan = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
+                         arrays=[t.input[1] for t in tiles], tile_attrs=tile_attrs,
+                         sum_attrs=sum_attrs, links=[len(tiles)])
+        if chained is not None:
+            before, before_name, before_rows, bias = chained
+            first = plans[before_name]
+            if first.kind != "QVMM" or plan.kind != "QVMM" or before_rows != rows or \
+                    first.acc_bits != plan.acc_bits:
+                continue
+            del plans[before_name], replace[id(before)]
+            drop.add(id(before))
+            offsets = first.offsets + list(sum_attrs.get("offsets") or [0] * len(parts))[:-1]
+            plan = LayerPlan(kind="QVMM", names=first.names + plan.names,
+                             arrays=first.arrays + plan.arrays,
+                             tile_attrs=first.tile_attrs + tile_attrs,
+                             sum_attrs={**sum_attrs, "offsets": offsets},
+                             links=first.links + plan.links)
         name = f"{node.name or node.output[0]}/matrix_layer"
-        plans[name] = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
-                                arrays=[t.input[1] for t in tiles], tile_attrs=tile_attrs,
-                                sum_attrs=_attrs(node))
-        drop.update(id(t) for t in tiles)
+        plans[name] = plan
+        links[node.output[0]] = (node, name, rows, bias)
+        drop.update(id(producer[p]) for p in parts)
         replace[id(node)] = helper.make_node(
-            LAYER_OP, [rows, node.input[0]] + [t.input[1] for t in tiles],
-            list(node.output), name=name, domain=LAYER_DOMAIN)
+            LAYER_OP, [rows, bias] + plan.arrays, list(node.output), name=name,
+            domain=LAYER_DOMAIN)
     nodes = [replace.get(id(n), n) for n in graph.node if id(n) not in drop]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -173,7 +196,17 @@ def tile_by_tile(array, plan, x, bias, weights):
     parts = []
     for name, arrays, attrs, w in zip(plan.names, plan.arrays, plan.tile_attrs, weights):
         parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name, "_arrays": arrays}))
-    return get_primitive("AddInTile").reference(array, [bias] + parts, plan.sum_attrs)[0]
+    add = get_primitive("AddInTile")
+    if not plan.links or len(plan.links) == 1:
+        return add.reference(array, [bias] + parts, plan.sum_attrs)[0]
+    total, first = None, 0
+    for n in plan.links:                          # a chain: link by link
+        running = [] if total is None else [total]
+        attrs = {**plan.sum_attrs, "offsets": plan.offsets[first:first + n] + [0] * len(running)}
+        total = add.reference(array, [None if running else bias] + parts[first:first + n]
+                              + running, attrs)[0]
+        first += n
+    return total
 
 
 @dataclass
@@ -220,12 +253,7 @@ def _prepare(array, plan, x, bias, weights):
             for j, mj in chunks(w.shape[1], array.cols):
                 tile_ids.add((name, i, j))
                 macs += ri * mj
-    written, adds = np.zeros(plan.width, dtype=bool), 0
-    for o, m in spans:               # AddInTile's count: a partial landing on written columns
-        if written[o:o + m].any():
-            adds += m
-        written[o:o + m] = True
-    adds += plan.width if bias is not None else 0
+    adds = _additions_count(plan, spans) + (plan.width if bias is not None else 0)
     if any(w.shape[0] > array.rows for w in weights):   # rows over several arrays: tile path
         return None
     if plan.kind == "QVMM":
@@ -240,6 +268,21 @@ def _prepare(array, plan, x, bias, weights):
     stacks = _stacks(plan, weights, np.float64)
     return _Prepared(np.float64, tile_ids, macs, adds, stacks=stacks,
                      additions=_additions(plan, stacks))
+
+
+def _additions_count(plan, spans):
+    """AddInTile's count of additions per row: a partial landing on written columns adds its
+    columns; in a chain, each link after the first also adds the running sum (its last
+    partial, every column) to its tiles'."""
+    adds, first = 0, 0
+    for k, n in enumerate(plan.links or [len(spans)]):
+        written = np.zeros(plan.width, dtype=bool)
+        for o, m in spans[first:first + n] + ([(0, plan.width)] if k else []):
+            if written[o:o + m].any():
+                adds += m
+            written[o:o + m] = True
+        first += n
+    return adds
 
 
 def _additions(plan, stacks):
