@@ -1723,6 +1723,40 @@ def _table_decoder_paddle2(steps=8, tokens=12, hidden=32):
     return Decoder()
 
 
+@_register("seq_decoder_paddle2", [("x", (None, 6, 16))], ci=True, batch=2,
+           tags=("ocr", "decoder", "attention", "embedding", "while", "multi_output",
+                 "paddle2_shapes"),
+           expect_ops={"legacy": ("while",), "pir": ("pd_op.while",),
+                       "translated": ("pd_op.while", "pd_op.stack")})
+def _seq_decoder_paddle2(steps=5, vocab=10, d=16):
+    """Greedy decoding as NRTR's test-time decoder does it, reduced to one attention step:
+    the sequence starts as the start token ([N, 1], its shape a list of [1] tensors as Paddle
+    2.x wrote it), each step embeds the prefix, attends over the encoder memory x [N, 6, 16]
+    and appends its argmax, so the loop carries a value that grows by a column per step.
+    Outputs the token sequence [N, 5] (int64) and the last step's logits [N, 10]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Decoder(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.q = nn.Embedding(vocab, d), nn.Linear(d, d)
+            self.out = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            n = paddle.shape(x)[0:1]
+            seq = paddle.full([n, paddle.full([1], 1, "int32")], 2, "int64")
+            for _ in range(1, paddle.to_tensor(steps)):  # a while loop in the program
+                q = self.q(self.emb(seq).mean(1))
+                att = F.softmax(paddle.matmul(x, q.unsqueeze(2)), 1)
+                logits = self.out((att * x).sum(1))
+                seq = paddle.concat([seq, logits.argmax(-1, keepdim=True)], 1)
+            return seq, logits
+
+    return Decoder()
+
+
 def _tokens(vocab, seq, types=True):
     """A generator of test batches for language models: ids in [1, vocab), all but the
     first sequence padded (id 0) over their last quarter; segment ids 0 then 1."""
