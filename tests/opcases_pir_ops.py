@@ -4,6 +4,7 @@ legacy name at all), put_along_axis, index_put, addmm, logit, trunc. Found by ex
 PaddleX-style layers with the new IR and listing what the PIR reader left unmapped."""
 import numpy as np
 
+from opcase_harness import case
 from opcase_layers import fcase
 
 PIR = dict(formats=("pir",))
@@ -56,6 +57,39 @@ fcase("index_put_points_accumulate", {"x": ((3, 6), "float32"), "v": ((4,), "flo
       ["index_put"],
       lambda p, x, v: p.index_put(x, (p.to_tensor([0, 2, 0, 1]), p.to_tensor([5, 1, 5, 0])), v,
                                   accumulate=True), opsets=(16, 17), **PIR)
+
+# index_put with one boolean mask: x[mask] = value, the mask over x's leading dims. Paddle
+# reads the mask as the integer indices of its true positions, so value broadcasts to
+# [count of trues] + the dims the mask leaves; masks computed from the data, as in layout models.
+_XM = {"x": ((None, 4, 6), "float32")}
+fcase("index_put_mask_computed_scalar", _XM, ["index_put"],
+      lambda p, x: p.index_put(x, (x > 0.5,), p.to_tensor(-1.0)), **PIR)
+fcase("index_put_mask_leading_dims_row", {**_XM, "v": ((6,), "float32")}, ["index_put"],
+      lambda p, x, v: p.index_put(x, (x.sum(-1) > 0,), v), **PIR)
+fcase("index_put_mask_first_dim", {"x": ((5, 4, 6), "float32"), "v": ((1,), "float32")},
+      ["index_put"], lambda p, x, v: p.index_put(x, (x[:, 0, 0] > 0,), v), **PIR)
+fcase("index_put_mask_input", {**_XM, "m": ((None, 4), "bool"), "v": ((1, 6), "float32")},
+      ["index_put"], lambda p, x, m, v: p.index_put(x, (m,), v), **PIR)
+fcase("index_put_mask_one_value_per_true", {**_XM, "y": ((None, 4, 6), "float32")},
+      ["index_put"],
+      lambda p, x, y: p.index_put(x, (y > 0,), p.masked_select(y, y > 0) * 3.0), **PIR)
+fcase("index_put_mask_accumulate", {**_XM, "v": ((6,), "float32")}, ["index_put"],
+      lambda p, x, v: p.index_put(x, (x.mean(-1) < 0,), v, accumulate=True),
+      opsets=(16, 17), **PIR)
+fcase("index_put_mask_int64", {"x": ((None, 4, 6), "int64")}, ["index_put"],
+      lambda p, x: p.index_put(x, (x > 2,), p.to_tensor(9, "int64")), **PIR)
+
+
+def _mask_setitem(paddle):
+    class MaskSetItem(paddle.nn.Layer):
+        def forward(self, x):
+            y = x * 1.0
+            y[y < 0] = 0.0                  # what x[mask] = v becomes in a to_static forward
+            return y
+    return MaskSetItem()
+
+
+case("index_put_mask_setitem", _XM, ["index_put"], **PIR)(_mask_setitem)
 
 # --- addmm, logit, trunc --------------------------------------------------------------------
 fcase("addmm_scaled", {"c": ((3, 5), "float32"), "a": ((3, 4), "float32"),

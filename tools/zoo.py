@@ -1670,6 +1670,93 @@ _image_model("slanet", _slanet, (488, 488), ci=False,
              tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
 
 
+@_register("table_decoder_paddle2", [("x", (None, 16, 3, 3))], ci=True, batch=2,
+           tags=("ocr", "table", "decoder", "gru", "while", "set_value", "multi_output",
+                 "paddle2_shapes"),
+           expect_ops={"legacy": ("while", "set_value"), "pir": ("pd_op.while",),
+                       "translated": ("pd_op.while", "pd_op.stack")})
+def _table_decoder_paddle2(steps=8, tokens=12, hidden=32):
+    """SLANet's attention GRU decoder (SLAHead above) alone on a small 1/32 map, written the
+    way PaddleOCR 2.x's table heads came out of Paddle 2.x's dy2static, as the legacy programs
+    of released table models hold them: the batch size a [1] tensor (shape(x)[0:1]) and every
+    size in a shape list a [1] tensor; the step's outputs first set inside the loop.
+    paddle.pir.translate_to_pir (how PaddleX ships such models) turns each shape list into a
+    stack of those [1] tensors, a [k, 1] shape, and gives each value first set in the loop a
+    float64 stand-in. Outputs structure probabilities [N, 8, 12], boxes [N, 8, 4] and the
+    last step's structure logits [N, 12]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Decoder(nn.Layer):
+        def __init__(self, cin=16):
+            super().__init__()
+            self.i2h, self.h2h = nn.Linear(cin, hidden, bias_attr=False), nn.Linear(hidden, hidden)
+            self.score = nn.Linear(hidden, 1, bias_attr=False)
+            self.rnn = nn.GRUCell(cin + tokens, hidden)
+            self.structure = nn.Linear(hidden, tokens)
+            self.loc = nn.Sequential(nn.Linear(hidden, 4), nn.Sigmoid())
+
+        def forward(self, x):
+            fea = paddle.reshape(x, [0, x.shape[1], -1]).transpose([0, 2, 1])
+            n = paddle.shape(fea)[0:1]
+
+            def size(v):
+                return paddle.full([1], v, "int32")
+
+            h = paddle.zeros([n, size(hidden)], fea.dtype)
+            structure = paddle.zeros([n, size(steps), size(tokens)], fea.dtype)
+            boxes = paddle.zeros([n, size(steps), size(4)], fea.dtype)
+            prev = paddle.zeros([n], "int32")
+            for i in range(paddle.to_tensor(steps)):  # a while loop in the program
+                e = self.score(paddle.tanh(self.i2h(fea) + paddle.unsqueeze(self.h2h(h), 1)))
+                alpha = paddle.transpose(F.softmax(e, axis=1), [0, 2, 1])
+                context = paddle.squeeze(paddle.matmul(alpha, fea), axis=1)
+                token = F.one_hot(prev, tokens).astype(fea.dtype)
+                out, h = self.rnn(paddle.concat([context, token], 1), h)
+                step = self.structure(out)
+                prev = step.argmax(axis=1, dtype="int32")
+                structure[:, i, :] = step
+                boxes[:, i, :] = self.loc(out)
+            return F.softmax(structure), boxes, step
+
+    return Decoder()
+
+
+@_register("seq_decoder_paddle2", [("x", (None, 6, 16))], ci=True, batch=2,
+           tags=("ocr", "decoder", "attention", "embedding", "while", "multi_output",
+                 "paddle2_shapes"),
+           expect_ops={"legacy": ("while",), "pir": ("pd_op.while",),
+                       "translated": ("pd_op.while", "pd_op.stack")})
+def _seq_decoder_paddle2(steps=5, vocab=10, d=16):
+    """Greedy decoding as NRTR's test-time decoder does it, reduced to one attention step:
+    the sequence starts as the start token ([N, 1], its shape a list of [1] tensors as Paddle
+    2.x wrote it), each step embeds the prefix, attends over the encoder memory x [N, 6, 16]
+    and appends its argmax, so the loop carries a value that grows by a column per step.
+    Outputs the token sequence [N, 5] (int64) and the last step's logits [N, 10]."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class Decoder(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.q = nn.Embedding(vocab, d), nn.Linear(d, d)
+            self.out = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            n = paddle.shape(x)[0:1]
+            seq = paddle.full([n, paddle.full([1], 1, "int32")], 2, "int64")
+            for _ in range(1, paddle.to_tensor(steps)):  # a while loop in the program
+                q = self.q(self.emb(seq).mean(1))
+                att = F.softmax(paddle.matmul(x, q.unsqueeze(2)), 1)
+                logits = self.out((att * x).sum(1))
+                seq = paddle.concat([seq, logits.argmax(-1, keepdim=True)], 1)
+            return seq, logits
+
+    return Decoder()
+
+
 def _tokens(vocab, seq, types=True):
     """A generator of test batches for language models: ids in [1, vocab), all but the
     first sequence padded (id 0) over their last quarter; segment ids 0 then 1."""

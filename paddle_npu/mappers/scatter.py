@@ -154,13 +154,17 @@ class PutAlongAxis:
 @paddle_op("index_put")
 class IndexPut:
     """x[i0, i1, ...] = value (or += with accumulate) for integer index tensors, which
-    broadcast together; value broadcasts to the region they select."""
+    broadcast together; value broadcasts to the region they select. A boolean mask (Paddle
+    takes one alone, over x's leading dims) stands for the integer indices of its true
+    positions, so value broadcasts to [count of trues] + the dims the mask leaves."""
 
     @classmethod
     def check(cls, op):
-        if any(op.block.find_var(n) is not None and op.block.find_var(n).dtype == "bool"
-               for n in op.input("indices")):
-            return "index_put with a boolean mask index is not supported"
+        names = op.input("indices")
+        masks = [n for n in names if op.block.find_var(n) is not None
+                 and op.block.find_var(n).dtype == "bool"]
+        if masks and len(names) != 1:          # Paddle's kernel rejects these too
+            return "index_put with a boolean mask among other indices is not supported"
         return None
 
     @classmethod
@@ -170,18 +174,14 @@ class IndexPut:
     @classmethod
     def version_11(cls, ctx, op):
         x = ctx.input(op, "x")
-        names = op.input("indices")
-        idx = [as_int64(ctx, ctx.input(op, "indices", i), ctx.dtype(op, "indices", i))
-               for i in range(len(names))]
-        shape = idx[0] if len(idx) == 1 else None
-        if shape is None:                        # broadcast the index tensors together
-            total = idx[0]
-            for v in idx[1:]:
-                total = ctx.op.Add(total, ctx.op.Mul(v, const_i64(ctx, 0)))
-            idx = [ctx.op.Expand(v, ctx.op.Shape(total)) for v in idx]
-        stacked = ctx.op.Concat(*[unsqueeze(ctx, v, [-1]) for v in idx], axis=-1)
-        region = ctx.op.Concat(ctx.op.Shape(idx[0]),
-                               ctx.op.Slice(ctx.op.Shape(x), const_i64(ctx, [len(idx)]),
+        if ctx.dtype(op, "indices") == "bool":
+            stacked, n_dims = cls._mask_positions(ctx, op)
+        else:
+            stacked, n_dims = cls._index_positions(ctx, op)
+        # the region written: the index shape, then the dims of x the indices leave
+        region = ctx.op.Concat(ctx.op.Slice(ctx.op.Shape(stacked), const_i64(ctx, [0]),
+                                            const_i64(ctx, [-1])),
+                               ctx.op.Slice(ctx.op.Shape(x), const_i64(ctx, [n_dims]),
                                             const_i64(ctx, [2 ** 62])), axis=0)
         value = ctx.input(op, "value")
         if ctx.dtype(op, "value") != ctx.dtype(op, "x"):
@@ -189,3 +189,23 @@ class IndexPut:
         value = ctx.op.Expand(value, region)
         attrs = {"reduction": "add"} if op.attr("accumulate", False) else {}
         ctx.set_output(op, "out", ctx.op.ScatterND(x, stacked, value, **attrs))
+
+    @staticmethod
+    def _mask_positions(ctx, op):
+        """[count of trues, mask rank]: the true positions, in row-major order like Paddle's."""
+        rank = ctx.rank(op, "indices")
+        if not rank:
+            raise ConversionError("index_put needs a boolean mask of known rank >= 1")
+        return ctx.op.Transpose(ctx.op.NonZero(ctx.input(op, "indices")), perm=[1, 0]), rank
+
+    @staticmethod
+    def _index_positions(ctx, op):
+        """[*broadcast index shape, number of indices]: the integer indices side by side."""
+        idx = [as_int64(ctx, ctx.input(op, "indices", i), ctx.dtype(op, "indices", i))
+               for i in range(len(op.input("indices")))]
+        if len(idx) > 1:                         # broadcast the index tensors together
+            total = idx[0]
+            for v in idx[1:]:
+                total = ctx.op.Add(total, ctx.op.Mul(v, const_i64(ctx, 0)))
+            idx = [ctx.op.Expand(v, ctx.op.Shape(total)) for v in idx]
+        return ctx.op.Concat(*[unsqueeze(ctx, v, [-1]) for v in idx], axis=-1), len(idx)

@@ -45,7 +45,10 @@ def int_list_input(ctx, op, attr, tensor=None, tensor_list=None):
         c = const_of(ctx, op, tensor)
         if c is not None:
             return ints(np.asarray(c).reshape(-1))
-        return as_int64(ctx, ctx.input(op, tensor), ctx.dtype(op, tensor))
+        v = as_int64(ctx, ctx.input(op, tensor), ctx.dtype(op, tensor))
+        # Paddle reads every element (IntArray); a program translated from Paddle 2.x stacks
+        # its [1]-shaped sizes into a [k, 1] tensor
+        return v if ctx.rank(op, tensor) == 1 else reshape(ctx, v, [-1])
     if tensor_list and ctx.has_input(op, tensor_list):
         values = ctx.inputs(op, tensor_list)
         if all(v.const_value is not None for v in values):
