@@ -766,29 +766,35 @@ class MaxPoolWithIndex:
 
     @classmethod
     def version_7(cls, ctx, op):
-        n = cls._n(op)
         xs = _first_slot(op, cls.X)
         x = ctx.input(op, xs)
-        spatial = pool_spatial(ctx, op, xs, n)
+        if _is_used(op, _first_slot(op, cls.MASK, inputs=False)):   # (opset 8 and up)
+            return cls._pool(ctx, op, x, want_mask=True)
+        # onnxruntime has no float64 GlobalMaxPool, nor a float64 MaxPool before opset 8
+        y = in_float32(ctx, ctx.dtype(op, xs), lambda v: cls._pool(ctx, op, v, False), x)
+        ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x, want_mask):
+        """Out, or with want_mask both outputs set."""
+        n = cls._n(op)
+        spatial = pool_spatial(ctx, op, _first_slot(op, cls.X), n)
         ksize = ints(_pool_ksize(op))
-        want_mask = _is_used(op, _first_slot(op, cls.MASK, inputs=False))
         adaptive = op.attr("adaptive", False)
         if adaptive and not op.attr("global_pooling", False):
             if all(k == 1 for k in ksize) and not want_mask:
-                y = ctx.op.GlobalMaxPool(x)
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+                return ctx.op.GlobalMaxPool(x)
             if all(d > 0 and d % k == 0 for d, k in zip(spatial, ksize)):
                 kern = [d // k for d, k in zip(spatial, ksize)]
                 attrs = {"kernel_shape": kern, "strides": kern, "pads": [0] * (2 * n)}
             else:
-                y = _adaptive_pool(ctx, x, spatial, ksize, "max")
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+                return _adaptive_pool(ctx, x, spatial, ksize, "max")
         else:
             if op.attr("global_pooling", False) and any(d <= 0 for d in spatial):
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.GlobalMaxPool(x))
+                return ctx.op.GlobalMaxPool(x)
             attrs = _pool_attrs(op, n, spatial)
         if not want_mask:
-            return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.MaxPool(x, **attrs))
+            return ctx.op.MaxPool(x, **attrs)
         y, idx = ctx.op.MaxPool(x, _outputs=2, **attrs)
         # ONNX indexes the whole tensor, Paddle each (n, c) plane
         plane = _shape_slice(ctx, x, 2, 3)
@@ -1020,11 +1026,11 @@ class Unfold:
         pads = ints(op.attr("paddings", [0, 0, 0, 0]))
         if len(pads) == 2:
             pads = pads + pads
-        eye = np.eye(kh * kw, dtype=np.dtype(ctx.dtype(op, x_slot))).reshape(kh * kw, 1, kh, kw)
-        w = ctx.const(np.tile(eye, (c, 1, 1, 1)))
-        y = ctx.op.Conv(x, w, group=c, kernel_shape=[kh, kw],
-                        strides=ints(op.attr("strides", [1, 1])),
-                        dilations=ints(op.attr("dilations", [1, 1])), pads=pads)
+        eye = np.eye(kh * kw, dtype=np.dtype(computed_dtype(ctx, op, x_slot)))
+        w = ctx.const(np.tile(eye.reshape(kh * kw, 1, kh, kw), (c, 1, 1, 1)))
+        y = in_float32(ctx, ctx.dtype(op, x_slot), lambda v: ctx.op.Conv(
+            v, w, group=c, kernel_shape=[kh, kw], strides=ints(op.attr("strides", [1, 1])),
+            dilations=ints(op.attr("dilations", [1, 1])), pads=pads), x, onnx_op="Conv")
         ctx.set_output(op, first_output(op, "Y", "out0"), reshape(ctx, y, [0, 0, -1]))
 
 
