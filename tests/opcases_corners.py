@@ -15,3 +15,17 @@ case("adaptive_max_pool2d_float64_global", IMG64, ["max_pool2d_with_index"],
      opsets=(7, 11))(lambda paddle: paddle.nn.AdaptiveMaxPool2D(1))
 case("adaptive_max_pool2d_float64_even", IMG64, ["max_pool2d_with_index"], opsets=(7, 11))(
     lambda paddle: paddle.nn.AdaptiveMaxPool2D((3, 7)))
+# float64 through ops onnxruntime runs in float32 only (PRelu before opset 16, GridSample
+# before 20, Erf always)
+fcase("gelu_float64", IMG64, ["gelu"], lambda p, x: p.nn.functional.gelu(x), opsets=(9, 17, 20),
+      raw=("gelu", {"X": ["x"]}, {"Out": 1}, {"approximate": False}))
+fcase("prelu_float64", {**IMG64, "w": ((3,), "float64")}, ["prelu"],
+      lambda p, x, w: p.nn.functional.prelu(x, w), opsets=(7, 9, 16),
+      values={"w": lambda rng, s: rng.uniform(0.05, 0.5, s)})
+fcase("grid_sample_float64", {**IMG64, "g": ((None, 5, 4, 2), "float64")}, ["grid_sampler"],
+      lambda p, x, g: p.nn.functional.grid_sample(x, g, align_corners=False),
+      values={"g": lambda rng, s: rng.uniform(-1.2, 1.2, s)}, opsets=(16, 20),
+      raw=("grid_sampler", {"X": ["x"], "Grid": ["g"]}, {"Output": 1},
+           {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}))
+
+

@@ -967,9 +967,10 @@ class GridSampler:
         mode = op.attr("mode", "bilinear")
         if ctx.opset >= 20 and mode == "bilinear":
             mode = "linear"
-        y = ctx.op.GridSample(ctx.input(op, "X"), ctx.input(op, "Grid"), mode=mode,
-                              padding_mode=op.attr("padding_mode", "zeros"),
-                              align_corners=int(bool(op.attr("align_corners", True))))
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x, g: ctx.op.GridSample(
+            x, g, mode=mode, padding_mode=op.attr("padding_mode", "zeros"),
+            align_corners=int(bool(op.attr("align_corners", True)))),
+            ctx.input(op, "X"), ctx.input(op, "Grid"), onnx_op="GridSample")
         ctx.set_output(op, "Output", y)
 
 
