@@ -29,3 +29,17 @@ fcase("grid_sample_float64", {**IMG64, "g": ((None, 5, 4, 2), "float64")}, ["gri
            {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}))
 
 
+# output_size with input sizes known only at run time (batch 6: each open size is 6)
+@case("conv2d_transpose_output_size_open", {"x": ((None, 4, None, None), "float32")},
+      ["conv2d_transpose"], batch=6, opsets=(7, 11, 17))
+def _convt_out_size_open(paddle):
+    class Net(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv = paddle.nn.Conv2DTranspose(4, 6, 3, stride=2, padding=[1, 0])
+
+        def forward(self, x):
+            return self.conv(x, output_size=[12, 13])
+    return Net()
+
+

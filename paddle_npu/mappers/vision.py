@@ -419,8 +419,8 @@ class Pad:
 # --- transposed convolution -------------------------------------------------------------------
 
 def _conv_t_geometry(op):
-    """(pads in ONNX order, dilations, output_padding, strides) of a conv*_transpose op, or
-    the reason it can't be converted."""
+    """(pads in ONNX order, dilations, output_padding, strides, sizes to crop the output to
+    or None) of a conv*_transpose op, or the reason it can't be converted."""
     n = 3 if op.type == "conv3d_transpose" else 2
     strides = ints(op.attr("strides", [1] * n))
     dilations = ints(op.attr("dilations", [1] * n))
@@ -444,9 +444,11 @@ def _conv_t_geometry(op):
         pads = paddle_pads_nd(op.attr("paddings", [0] * n), n)
     out_pad = ints(op.attr("output_padding", []) or [0] * n)
     out_size = ints(op.attr("output_size", []) or [])
+    if out_size and any(d <= 0 for d in in_sp):
+        # sizes known at run time: the output from the begin pad on, stride - 1 past the end
+        # (Paddle takes output_size below natural size + stride), cropped to output_size
+        return pads[:n] + [0] * n, dilations, [s - 1 for s in strides], strides, out_size
     if out_size:
-        if any(d <= 0 for d in in_sp):
-            return "output_size needs static input sizes"
         out_pad = []
         for i in range(n):
             natural = (in_sp[i] - 1) * strides[i] - pads[i] - pads[n + i] + \
@@ -455,7 +457,7 @@ def _conv_t_geometry(op):
             if extra < 0:
                 return f"output_size {out_size} does not fit the input size {in_sp}"
             out_pad.append(extra)
-    return pads, dilations, out_pad, strides
+    return pads, dilations, out_pad, strides, None
 
 
 @paddle_op("conv2d_transpose", "depthwise_conv2d_transpose", "conv3d_transpose")
@@ -472,11 +474,13 @@ class ConvTranspose:
 
     @classmethod
     def version_7(cls, ctx, op):
-        pads, dilations, out_pad, strides = _conv_t_geometry(op)
+        pads, dilations, out_pad, strides, crop = _conv_t_geometry(op)
         x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
         y = ctx.op.ConvTranspose(x, w, strides=strides, dilations=dilations, pads=pads,
                                  output_padding=out_pad if any(out_pad) else None,
                                  group=int(op.attr("groups", 1) or 1))
+        if crop:
+            y = slice_(ctx, y, [0] * len(crop), crop, list(range(2, 2 + len(crop))))
         if ctx.has_input(op, "Bias"):
             n = len(strides)
             b = ctx.input(op, "Bias")
