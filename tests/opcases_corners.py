@@ -43,3 +43,9 @@ def _convt_out_size_open(paddle):
     return Net()
 
 
+# ONNX Flatten takes only float tensors before opset 9
+fcase("flatten_int32", {"x": ((None, 3, 4, 5), "int32")}, ["flatten_contiguous_range"],
+      lambda p, x: p.flatten(x, 1, -1), opsets=(7, 9, 11))
+case("flatten2_int32", {"x": ((None, 3, 4, 5), "int32")}, ["flatten2"], formats=("legacy",),
+     opsets=(7, 11), raw=("flatten2", {"X": ["x"]}, {"Out": 1, "XShape": 1}, {"axis": 2}))(None)
+

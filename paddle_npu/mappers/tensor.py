@@ -104,7 +104,7 @@ class FlattenRange:
         elif start == 0 and stop == rank - 1:
             out = reshape(ctx, x, [-1])
         elif start == 1 and stop == rank - 1:
-            out = ctx.op.Flatten(x, axis=1)
+            out = flatten(ctx, x, 1, ctx.dtype(op, "X"), shape)
         elif stop == rank - 1:   # Reshape's 0 copies the input dim at the same index
             out = reshape(ctx, x, [0] * start + [-1])
         elif all(d > 0 for d in shape[stop + 1:]):
@@ -121,7 +121,26 @@ class FlattenRange:
 class Flatten2:
     @classmethod
     def version_7(cls, ctx, op):
-        ctx.set_output(op, "Out", ctx.op.Flatten(ctx.input(op, "X"), axis=op.attr("axis", 1)))
+        ctx.set_output(op, "Out", flatten(ctx, ctx.input(op, "X"), op.attr("axis", 1),
+                                          ctx.dtype(op, "X"), ctx.shape(op, "X")))
+
+
+def flatten(ctx, x, axis, dtype_name, shape):
+    """ONNX Flatten to 2-D at `axis`; before opset 9 Flatten takes float tensors only, and
+    the others are reshaped (a dim of the product of the dims before or after axis known)."""
+    if ctx.opset >= 9 or dtype_name in ("float16", "float32", "float64"):
+        return ctx.op.Flatten(x, axis=axis)
+    shape = list(shape or [])
+    if axis == 0:
+        return reshape(ctx, x, [1, -1])
+    if axis == 1:
+        return reshape(ctx, x, [0, -1])
+    if len(shape) > axis and all(d >= 0 for d in shape[axis:]):
+        return reshape(ctx, x, [-1, int(np.prod(shape[axis:]))])
+    if len(shape) >= axis and all(d >= 0 for d in shape[:axis]):
+        return reshape(ctx, x, [int(np.prod(shape[:axis])), -1])
+    raise ConversionError(f"flattening a {dtype_name} tensor of shape {shape} at axis {axis} "
+                          "needs opset 9 (or the dims on one side of the axis known)")
 
 
 @paddle_op("squeeze2")
