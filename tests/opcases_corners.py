@@ -49,3 +49,9 @@ fcase("flatten_int32", {"x": ((None, 3, 4, 5), "int32")}, ["flatten_contiguous_r
 case("flatten2_int32", {"x": ((None, 3, 4, 5), "int32")}, ["flatten2"], formats=("legacy",),
      opsets=(7, 11), raw=("flatten2", {"X": ["x"]}, {"Out": 1, "XShape": 1}, {"axis": 2}))(None)
 
+# unsqueeze's axes computed at run time (Unsqueeze's axes input: opset 13), Paddle's order
+for _rank in (0, 2):
+    fcase(f"unsqueeze_axes_computed_rank{_rank}", {"x": ((3, 4)[:_rank], "float32")},
+          ["unsqueeze2"], lambda p, x: p.unsqueeze(x, p.to_tensor([0, -1]) * 1),
+          opsets=(13, 17))
+

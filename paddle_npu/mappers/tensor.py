@@ -200,9 +200,31 @@ class Unsqueeze:
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         axes = int_list_input(ctx, op, "axes", "AxesTensor", "AxesTensorList")
+        rank = ctx.rank(op, "X")
         if is_value(axes):
-            raise ConversionError("unsqueeze with computed axes is not supported")
-        ctx.set_output(op, "Out", unsqueeze(ctx, x, unsqueeze_positions(axes, ctx.rank(op, "X"))))
+            return ctx.set_output(op, "Out", cls._computed_axes(ctx, op, x, axes, rank))
+        ctx.set_output(op, "Out", unsqueeze(ctx, x, unsqueeze_positions(axes, rank)))
+
+    @staticmethod
+    def _computed_axes(ctx, op, x, axes, rank):
+        """Axes known at run time (their count known): unsqueeze_positions in the graph, for
+        Unsqueeze's axes input (opset 13)."""
+        if ctx.opset < 13:
+            raise ConversionError("unsqueeze with axes computed at run time needs opset 13")
+        n = out_rank(ctx, op)
+        n = None if n is None else n - rank
+        if n is None or n < 0:
+            raise ConversionError("unsqueeze with computed axes needs their count")
+        positions = []
+        for i in range(n):
+            a = ctx.op.Gather(axes, const_i64(ctx, [i]), axis=0)
+            a = ctx.op.Where(ctx.op.Less(a, const_i64(ctx, [0])),
+                             ctx.op.Add(a, const_i64(ctx, [rank + i + 1])), a)
+            # the earlier new dims at or after this one move along
+            positions = [ctx.op.Add(p, cast(ctx, ctx.op.Not(ctx.op.Less(p, a)), "int64"))
+                         for p in positions] + [a]
+        return ctx.op.Unsqueeze(x, ctx.op.Concat(*positions, axis=0)) if positions else \
+            ctx.op.Identity(x)
 
 
 # --- shape, slices -----------------------------------------------------------------------
