@@ -1,6 +1,8 @@
 """Op cases for corners Paddle2ONNX's op tests reach: float64 where onnxruntime has no float64
 kernel, old opsets' type limits, tensors given where attributes are usual, 0-d operands,
 open sizes and ceil_mode's last windows."""
+import numpy as np
+
 from opcase_harness import case
 from opcase_layers import fcase
 
@@ -54,4 +56,14 @@ for _rank in (0, 2):
     fcase(f"unsqueeze_axes_computed_rank{_rank}", {"x": ((3, 4)[:_rank], "float32")},
           ["unsqueeze2"], lambda p, x: p.unsqueeze(x, p.to_tensor([0, -1]) * 1),
           opsets=(13, 17))
+
+# scatter of one row given as 0-d index and updates (of a 1-D x)
+for _overwrite, _opsets in ((True, (11, 17)), (False, (16, 17))):
+    fcase(f"scatter_0d_{'overwrite' if _overwrite else 'add'}",
+          {"x": ((6,), "float32"), "ids": ((), "int64"), "upd": ((), "float32")}, ["scatter"],
+          lambda p, x, ids, upd, o=_overwrite: p.scatter(x, ids, upd, overwrite=o),
+          values={"ids": lambda rng, s: np.array(4)}, opsets=_opsets)
+fcase("scatter_0d_index_row", {"x": ((6, 3), "float32"), "ids": ((), "int64"),
+                               "upd": ((3,), "float32")}, ["scatter"],
+      lambda p, x, ids, upd: p.scatter(x, ids, upd), values={"ids": lambda rng, s: np.array(2)})
 
