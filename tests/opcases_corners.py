@@ -67,3 +67,23 @@ fcase("scatter_0d_index_row", {"x": ((6, 3), "float32"), "ids": ((), "int64"),
                                "upd": ((3,), "float32")}, ["scatter"],
       lambda p, x, ids, upd: p.scatter(x, ids, upd), values={"ids": lambda rng, s: np.array(2)})
 
+# average pooling with ceil_mode whose last window Paddle keeps and onnxruntime drops (it
+# starts past the input: Paddle divides its sum 0 by a count of 0, NaN, or less, 0)
+_POOL_CEIL = {
+    "k5_s4_p2": (5, 4, 2, (10, 11)),
+    "asym_pads": (3, 2, [1, 2, 0, 1], (9, 9)),
+    "stride_over_kernel": (3, 5, [1, 0, 1, 0], (9, 9)),     # along both axes: a corner too
+}
+for _name, (_k, _s, _p, _hw) in _POOL_CEIL.items():
+    for _ex in (True, False):
+        case(f"pool2d_avg_ceil_{_name}_{'exclusive' if _ex else 'inclusive'}",
+             {"x": ((None, 3) + _hw, "float32")}, ["pool2d"], opsets=(10, 17))(
+            lambda paddle, k=_k, s=_s, p=_p, ex=_ex: paddle.nn.AvgPool2D(
+                k, stride=s, padding=p, ceil_mode=True, exclusive=ex))
+for _ex in (True, False):
+    case(f"pool3d_avg_ceil_k5_s4_p2_{'exclusive' if _ex else 'inclusive'}",
+         {"x": ((None, 2, 10, 6, 7), "float32")}, ["pool3d"], opsets=(10, 17))(
+        lambda paddle, ex=_ex: paddle.nn.AvgPool3D(5, stride=4, padding=2, ceil_mode=True,
+                                                    exclusive=ex))
+
+

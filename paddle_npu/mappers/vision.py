@@ -593,6 +593,57 @@ def max_pool(ctx, x, attrs, spatial, dtype_name):
 
 
 def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
+    """AveragePool with Paddle's divisor and output size (see _avg_pool_empty_windows)."""
+    if attrs.get("ceil_mode") and "pads" in attrs and spatial and all(d > 0 for d in spatial):
+        y = _avg_pool_empty_windows(ctx, x, attrs, exclusive, spatial, dtype_name)
+        if y is not None:
+            return y
+    return _avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name)
+
+
+def _avg_pool_empty_windows(ctx, x, attrs, exclusive, spatial, dtype_name):
+    """ceil_mode's last window where it starts past the input: onnxruntime drops it, Paddle
+    keeps it. None when onnxruntime keeps Paddle's windows.
+
+    Paddle's exclusive=False is exclusive pooling of the input zero-padded by pad_begin on
+    each side (its count stops at in + pad_begin). The windows starting in what is counted
+    are pooled without ceil_mode, the end pad (uncounted) just long enough for them; the
+    others hold nothing, and Paddle divides their sum 0 by their count, that extent less
+    their start (0 or below): NaN where it is 0, else 0, appended."""
+    n = len(attrs["kernel_shape"])
+    pads = attrs["pads"]
+    if all(pooled_size(d, k, s, 1, p0, p1, 1) == paddle_pooled_size(d, k, s, p0, p1, 1)
+           for d, k, s, p0, p1 in zip(spatial, attrs["kernel_shape"], attrs["strides"],
+                                      pads[:n], pads[n:])):
+        return None
+    begin = [0 if exclusive else p for p in pads[:n]]       # pads left to the pooling
+    sizes = [d if exclusive else d + 2 * p for d, p in zip(spatial, pads[:n])]
+    held, end, fills = [], [], []
+    for i, (size, k, s) in enumerate(zip(sizes, attrs["kernel_shape"], attrs["strides"])):
+        p0 = pads[:n][i]
+        want = paddle_pooled_size(spatial[i], k, s, p0, pads[n + i], 1)
+        q0 = p0 if exclusive else 0
+        inside = min(want, -(-(size + q0) // s))            # windows starting in `size`
+        held.append(inside)
+        end.append(max(0, (inside - 1) * s + k - size - q0))
+        fills.append([size - (j * s - q0) == 0 for j in range(inside, want)])
+    if not exclusive:
+        x = _onnx_pad(ctx, x, [0, 0] + pads[:n] + [0, 0] + pads[:n], "constant", 0.0,
+                      dtype_name)
+    y = ctx.op.AveragePool(x, count_include_pad=0, kernel_shape=attrs["kernel_shape"],
+                           strides=attrs["strides"], pads=[p if exclusive else 0
+                                                           for p in pads[:n]] + end)
+    # the axes filling with NaN last: a corner empty along two axes is NaN if either count is 0
+    for i in sorted(range(n), key=lambda i: any(fills[i])):
+        for nan in fills[i]:
+            after = [0] * (n + 2)
+            after[2 + i] = 1
+            y = _onnx_pad(ctx, y, [0] * (n + 2) + after, "constant",
+                          float("nan") if nan else 0.0, dtype_name)
+    return y
+
+
+def _avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
     """AveragePool with Paddle's divisor.
 
     With exclusive=False Paddle counts a window's padding only up to in + pad_begin, so an
