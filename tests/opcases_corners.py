@@ -4,7 +4,7 @@ open sizes and ceil_mode's last windows."""
 import numpy as np
 
 from opcase_harness import case
-from opcase_layers import fcase
+from opcase_layers import fcase, fn_layer
 
 IMG64 = {"x": ((None, 3, 6, 7), "float64")}
 
@@ -87,3 +87,12 @@ for _ex in (True, False):
                                                     exclusive=ex))
 
 
+def _yolo_float64(paddle):
+    return fn_layer(paddle, lambda x, im: paddle.vision.ops.yolo_box(
+        x, im, anchors=[10, 13, 16, 30], class_num=3, conf_thresh=0.2, downsample_ratio=16,
+        clip_bbox=False, scale_x_y=1.3))
+
+
+case("yolo_box_float64_scale_xy", {"x": ((1, 16, 12, 12), "float64"), "im": ((1, 2), "int32")},
+     ["yolo_box"], values={"im": lambda rng, s: rng.randint(320, 640, s)}, opsets=(11, 17))(
+    _yolo_float64)
