@@ -2,8 +2,7 @@
 import numpy as np
 
 from ..errors import ConversionError
-from .common import (NO_FLOAT64_KERNEL, cast, clip, clip_opset, in_float32, reshape, split,
-                     var_dtype)
+from .common import cast, clip, clip_opset, in_float32, reshape, split, var_dtype
 from .registry import paddle_op
 
 _UNARY = {
@@ -27,9 +26,7 @@ class Unary:
         onnx_op = _UNARY[op.type]
         fn = getattr(ctx.op, onnx_op)
         x = ctx.input(op, "X")
-        if onnx_op in NO_FLOAT64_KERNEL:
-            return ctx.set_output(op, "Out", in_float32(ctx, ctx.dtype(op, "X"), fn, x))
-        ctx.set_output(op, "Out", fn(x))
+        ctx.set_output(op, "Out", in_float32(ctx, ctx.dtype(op, "X"), fn, x, onnx_op=onnx_op))
 
 
 def _c(ctx, op, value, slot="X"):
@@ -208,6 +205,7 @@ class Gelu:
     @classmethod
     def version_9(cls, ctx, op):
         x = ctx.input(op, "X")
+        dt = ctx.dtype(op, "X")
         if op.attr("approximate", False):
             if ctx.opset >= 20:
                 return ctx.set_output(op, "Out", ctx.op.Gelu(x, approximate="tanh"))
@@ -219,9 +217,11 @@ class Gelu:
                            ctx.op.Add(_c(ctx, op, 1.0), ctx.op.Tanh(inner)))
             return ctx.set_output(op, "Out", y)
         if ctx.opset >= 20:
-            return ctx.set_output(op, "Out", ctx.op.Gelu(x))
+            # (onnxruntime runs it as its function body, on Erf)
+            return ctx.set_output(op, "Out", in_float32(ctx, dt, ctx.op.Gelu, x, onnx_op="Erf"))
         # 0.5 x (1 + erf(x / sqrt(2)))
-        erf = ctx.op.Erf(ctx.op.Div(x, _c(ctx, op, np.sqrt(2.0))))
+        erf = in_float32(ctx, dt, ctx.op.Erf, ctx.op.Div(x, _c(ctx, op, np.sqrt(2.0))),
+                         onnx_op="Erf")
         y = ctx.op.Mul(ctx.op.Mul(x, ctx.op.Add(erf, _c(ctx, op, 1.0))), _c(ctx, op, 0.5))
         ctx.set_output(op, "Out", y)
 
@@ -319,7 +319,10 @@ class PRelu:
                 alpha = ctx.const(const.reshape(ctx.shape(op, "X")[1:]))
             else:
                 alpha = ctx.const(const.reshape(1))
-        ctx.set_output(op, "Out", ctx.op.PRelu(x, alpha))
+        elif mode == "channel" and rank > 2:   # a computed [C] alpha: [C, 1, ..., 1] too
+            alpha = reshape(ctx, alpha, [-1] + [1] * (rank - 2))
+        ctx.set_output(op, "Out", in_float32(ctx, ctx.dtype(op, "X"), ctx.op.PRelu, x, alpha,
+                                             onnx_op="PRelu"))
 
 
 @paddle_op("softmax", "log_softmax")

@@ -191,15 +191,25 @@ def as_int64(ctx, v, dtype_name):
     return v if dtype_name == "int64" else cast(ctx, v, "int64")
 
 
-# ONNX ops onnxruntime (1.32, checked at opsets 7 to 17) has no float64 kernel for.
+# ONNX ops onnxruntime (1.32; checked at opsets 7 to 17, PRelu and GridSample to 20) has no
+# float64 kernel for
 NO_FLOAT64_KERNEL = {"Acos", "Asin", "Atan", "Tan", "Cosh", "Sinh", "Softplus", "Selu", "Erf",
-                     "LeakyRelu", "Elu", "HardSigmoid", "Softsign"}
+                     "LeakyRelu", "Elu", "HardSigmoid", "Softsign", "Conv", "GlobalMaxPool",
+                     "GlobalAveragePool"}
+# and those it has one for only from an opset on
+FLOAT64_KERNEL_SINCE = {"MaxPool": 8, "PRelu": 16, "GridSample": 20}
 
 
-def in_float32(ctx, dtype_name, fn, *values):
+def has_float64_kernel(ctx, onnx_op):
+    """Whether onnxruntime runs `onnx_op` in float64 at the opset being written."""
+    return onnx_op not in NO_FLOAT64_KERNEL and ctx.opset >= FLOAT64_KERNEL_SINCE.get(onnx_op, 0)
+
+
+def in_float32(ctx, dtype_name, fn, *values, onnx_op=None):
     """fn(*values), computed in float32 and cast back when the dtype is float64: onnxruntime
-    runs these ops in float32 only (about 1e-7 relative is lost)."""
-    if dtype_name != "float64":
+    runs these ops in float32 only (about 1e-7 relative is lost). With `onnx_op`, only where
+    onnxruntime has no float64 kernel for that op at this opset."""
+    if dtype_name != "float64" or (onnx_op is not None and has_float64_kernel(ctx, onnx_op)):
         return fn(*values)
     return cast(ctx, fn(*[cast(ctx, v, "float32") for v in values]), "float64")
 

@@ -43,9 +43,9 @@ class YoloBox:
     @classmethod
     def version_9(cls, ctx, op):
         x = ctx.input(op, "X")
-        # float64 is decoded in float32 (the constants below) and the results cast to the
-        # dtype the program records (Paddle 3.3's PIR records float32 Scores for float64 inputs)
-        if ctx.dtype(op, "X") != "float32":
+        # float64 is decoded in float32 (the constants below) and the results cast back
+        dt = ctx.dtype(op, "X")
+        if dt != "float32":
             x = cast(ctx, x, "float32")
         anchors = [int(a) for a in op.attr("anchors")]
         na, nc = len(anchors) // 2, int(op.attr("class_num"))
@@ -114,18 +114,24 @@ class YoloBox:
 
         boxes = ctx.op.Concat(*[unsqueeze(ctx, v, [4]) for v in (x1, y1, x2, y2)], axis=4)
         boxes = ctx.op.Where(unsqueeze(ctx, keep, [4]), boxes, _f32(ctx, 0.0))  # [N,A,H,W,4]
-        ctx.set_output(op, "Boxes", _as_recorded(ctx, op, "Boxes", reshape(ctx, boxes, [0, -1, 4])))
+        boxes = reshape(ctx, boxes, [0, -1, 4])
+        ctx.set_output(op, "Boxes", _as_x_dtype(ctx, op, "Boxes", boxes, dt))
 
         cls_p = ctx.op.Sigmoid(slice_(ctx, p, [5], [5 + nc], [2]))        # [N, A, C, H, W]
         scores = ctx.op.Mul(cls_p, unsqueeze(ctx, conf, [2]))
         scores = ctx.op.Where(unsqueeze(ctx, keep, [2]), scores, _f32(ctx, 0.0))
         scores = ctx.op.Transpose(scores, perm=[0, 1, 3, 4, 2])           # [N, A, H, W, C]
-        ctx.set_output(op, "Scores", _as_recorded(ctx, op, "Scores", reshape(ctx, scores, [0, -1, nc])))
+        scores = reshape(ctx, scores, [0, -1, nc])
+        ctx.set_output(op, "Scores", _as_x_dtype(ctx, op, "Scores", scores, dt))
 
 
-def _as_recorded(ctx, op, slot, v):
-    """A float32 result cast to the dtype the program records for the output."""
-    dt = ctx.out_dtype(op, slot) or "float32"
+def _as_x_dtype(ctx, op, slot, v, dt):
+    """A float32 result in X's dtype, as Paddle's kernel writes both outputs. Paddle 3.3's PIR
+    records float32 Scores for float64 X (its run gives float64): the record is corrected for
+    the ops that read it."""
+    var = ctx.var(op.output(slot)[0]) if op.output(slot) else None
+    if var is not None:
+        var.dtype = dt
     return v if dt == "float32" else cast(ctx, v, dt)
 
 

@@ -24,6 +24,8 @@ class Scatter:
     def version_11(cls, ctx, op):
         x, upd = ctx.input(op, "X"), ctx.input(op, "Updates")
         ids = reshape(ctx, _int64(ctx, op, "Ids"), [-1, 1])   # [N] or [N, 1] -> rows
+        if ctx.rank(op, "Ids") == 0 and ctx.rank(op, "Updates") == ctx.rank(op, "X") - 1:
+            upd = unsqueeze(ctx, upd, [0])      # one row given without its axis (0-d for 1-D X)
         if op.attr("overwrite", True):
             return ctx.set_output(op, "Out", ctx.op.ScatterND(x, ids, upd))
         zeros = ctx.op.Mul(upd, ctx.const(np.zeros((), np.dtype(ctx.dtype(op, "X")))))

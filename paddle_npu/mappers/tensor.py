@@ -107,7 +107,7 @@ class FlattenRange:
         elif start == 0 and stop == rank - 1:
             out = reshape(ctx, x, [-1])
         elif start == 1 and stop == rank - 1:
-            out = ctx.op.Flatten(x, axis=1)
+            out = flatten(ctx, x, 1, ctx.dtype(op, "X"), shape)
         elif stop == rank - 1:   # Reshape's 0 copies the input dim at the same index
             out = reshape(ctx, x, [0] * start + [-1])
         elif all(d > 0 for d in shape[stop + 1:]):
@@ -124,7 +124,26 @@ class FlattenRange:
 class Flatten2:
     @classmethod
     def version_7(cls, ctx, op):
-        ctx.set_output(op, "Out", ctx.op.Flatten(ctx.input(op, "X"), axis=op.attr("axis", 1)))
+        ctx.set_output(op, "Out", flatten(ctx, ctx.input(op, "X"), op.attr("axis", 1),
+                                          ctx.dtype(op, "X"), ctx.shape(op, "X")))
+
+
+def flatten(ctx, x, axis, dtype_name, shape):
+    """ONNX Flatten to 2-D at `axis`; before opset 9 Flatten takes float tensors only, and
+    the others are reshaped (a dim of the product of the dims before or after axis known)."""
+    if ctx.opset >= 9 or dtype_name in ("float16", "float32", "float64"):
+        return ctx.op.Flatten(x, axis=axis)
+    shape = list(shape or [])
+    if axis == 0:
+        return reshape(ctx, x, [1, -1])
+    if axis == 1:
+        return reshape(ctx, x, [0, -1])
+    if len(shape) > axis and all(d >= 0 for d in shape[axis:]):
+        return reshape(ctx, x, [-1, int(np.prod(shape[axis:]))])
+    if len(shape) >= axis and all(d >= 0 for d in shape[:axis]):
+        return reshape(ctx, x, [int(np.prod(shape[:axis])), -1])
+    raise ConversionError(f"flattening a {dtype_name} tensor of shape {shape} at axis {axis} "
+                          "needs opset 9 (or the dims on one side of the axis known)")
 
 
 @paddle_op("squeeze2")
@@ -184,9 +203,31 @@ class Unsqueeze:
     def version_7(cls, ctx, op):
         x = ctx.input(op, "X")
         axes = int_list_input(ctx, op, "axes", "AxesTensor", "AxesTensorList")
+        rank = ctx.rank(op, "X")
         if is_value(axes):
-            raise ConversionError("unsqueeze with computed axes is not supported")
-        ctx.set_output(op, "Out", unsqueeze(ctx, x, unsqueeze_positions(axes, ctx.rank(op, "X"))))
+            return ctx.set_output(op, "Out", cls._computed_axes(ctx, op, x, axes, rank))
+        ctx.set_output(op, "Out", unsqueeze(ctx, x, unsqueeze_positions(axes, rank)))
+
+    @staticmethod
+    def _computed_axes(ctx, op, x, axes, rank):
+        """Axes known at run time (their count known): unsqueeze_positions in the graph, for
+        Unsqueeze's axes input (opset 13)."""
+        if ctx.opset < 13:
+            raise ConversionError("unsqueeze with axes computed at run time needs opset 13")
+        n = out_rank(ctx, op)
+        n = None if n is None else n - rank
+        if n is None or n < 0:
+            raise ConversionError("unsqueeze with computed axes needs their count")
+        positions = []
+        for i in range(n):
+            a = ctx.op.Gather(axes, const_i64(ctx, [i]), axis=0)
+            a = ctx.op.Where(ctx.op.Less(a, const_i64(ctx, [0])),
+                             ctx.op.Add(a, const_i64(ctx, [rank + i + 1])), a)
+            # the earlier new dims at or after this one move along
+            positions = [ctx.op.Add(p, cast(ctx, ctx.op.Not(ctx.op.Less(p, a)), "int64"))
+                         for p in positions] + [a]
+        return ctx.op.Unsqueeze(x, ctx.op.Concat(*positions, axis=0)) if positions else \
+            ctx.op.Identity(x)
 
 
 # --- shape, slices -----------------------------------------------------------------------

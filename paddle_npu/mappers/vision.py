@@ -419,8 +419,8 @@ class Pad:
 # --- transposed convolution -------------------------------------------------------------------
 
 def _conv_t_geometry(op):
-    """(pads in ONNX order, dilations, output_padding, strides) of a conv*_transpose op, or
-    the reason it can't be converted."""
+    """(pads in ONNX order, dilations, output_padding, strides, sizes to crop the output to
+    or None) of a conv*_transpose op, or the reason it can't be converted."""
     n = 3 if op.type == "conv3d_transpose" else 2
     strides = ints(op.attr("strides", [1] * n))
     dilations = ints(op.attr("dilations", [1] * n))
@@ -444,9 +444,11 @@ def _conv_t_geometry(op):
         pads = paddle_pads_nd(op.attr("paddings", [0] * n), n)
     out_pad = ints(op.attr("output_padding", []) or [0] * n)
     out_size = ints(op.attr("output_size", []) or [])
+    if out_size and any(d <= 0 for d in in_sp):
+        # sizes known at run time: the output from the begin pad on, stride - 1 past the end
+        # (Paddle takes output_size below natural size + stride), cropped to output_size
+        return pads[:n] + [0] * n, dilations, [s - 1 for s in strides], strides, out_size
     if out_size:
-        if any(d <= 0 for d in in_sp):
-            return "output_size needs static input sizes"
         out_pad = []
         for i in range(n):
             natural = (in_sp[i] - 1) * strides[i] - pads[i] - pads[n + i] + \
@@ -455,7 +457,7 @@ def _conv_t_geometry(op):
             if extra < 0:
                 return f"output_size {out_size} does not fit the input size {in_sp}"
             out_pad.append(extra)
-    return pads, dilations, out_pad, strides
+    return pads, dilations, out_pad, strides, None
 
 
 @paddle_op("conv2d_transpose", "depthwise_conv2d_transpose", "conv3d_transpose")
@@ -472,11 +474,13 @@ class ConvTranspose:
 
     @classmethod
     def version_7(cls, ctx, op):
-        pads, dilations, out_pad, strides = _conv_t_geometry(op)
+        pads, dilations, out_pad, strides, crop = _conv_t_geometry(op)
         x, w = ctx.input(op, "Input"), ctx.input(op, "Filter")
         y = ctx.op.ConvTranspose(x, w, strides=strides, dilations=dilations, pads=pads,
                                  output_padding=out_pad if any(out_pad) else None,
                                  group=int(op.attr("groups", 1) or 1))
+        if crop:
+            y = slice_(ctx, y, [0] * len(crop), crop, list(range(2, 2 + len(crop))))
         if ctx.has_input(op, "Bias"):
             n = len(strides)
             b = ctx.input(op, "Bias")
@@ -589,6 +593,57 @@ def max_pool(ctx, x, attrs, spatial, dtype_name):
 
 
 def avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
+    """AveragePool with Paddle's divisor and output size (see _avg_pool_empty_windows)."""
+    if attrs.get("ceil_mode") and "pads" in attrs and spatial and all(d > 0 for d in spatial):
+        y = _avg_pool_empty_windows(ctx, x, attrs, exclusive, spatial, dtype_name)
+        if y is not None:
+            return y
+    return _avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name)
+
+
+def _avg_pool_empty_windows(ctx, x, attrs, exclusive, spatial, dtype_name):
+    """ceil_mode's last window where it starts past the input: onnxruntime drops it, Paddle
+    keeps it. None when onnxruntime keeps Paddle's windows.
+
+    Paddle's exclusive=False is exclusive pooling of the input zero-padded by pad_begin on
+    each side (its count stops at in + pad_begin). The windows starting in what is counted
+    are pooled without ceil_mode, the end pad (uncounted) just long enough for them; the
+    others hold nothing, and Paddle divides their sum 0 by their count, that extent less
+    their start (0 or below): NaN where it is 0, else 0, appended."""
+    n = len(attrs["kernel_shape"])
+    pads = attrs["pads"]
+    if all(pooled_size(d, k, s, 1, p0, p1, 1) == paddle_pooled_size(d, k, s, p0, p1, 1)
+           for d, k, s, p0, p1 in zip(spatial, attrs["kernel_shape"], attrs["strides"],
+                                      pads[:n], pads[n:])):
+        return None
+    begin = [0 if exclusive else p for p in pads[:n]]       # pads left to the pooling
+    sizes = [d if exclusive else d + 2 * p for d, p in zip(spatial, pads[:n])]
+    held, end, fills = [], [], []
+    for i, (size, k, s) in enumerate(zip(sizes, attrs["kernel_shape"], attrs["strides"])):
+        p0 = pads[:n][i]
+        want = paddle_pooled_size(spatial[i], k, s, p0, pads[n + i], 1)
+        q0 = p0 if exclusive else 0
+        inside = min(want, -(-(size + q0) // s))            # windows starting in `size`
+        held.append(inside)
+        end.append(max(0, (inside - 1) * s + k - size - q0))
+        fills.append([size - (j * s - q0) == 0 for j in range(inside, want)])
+    if not exclusive:
+        x = _onnx_pad(ctx, x, [0, 0] + pads[:n] + [0, 0] + pads[:n], "constant", 0.0,
+                      dtype_name)
+    y = ctx.op.AveragePool(x, count_include_pad=0, kernel_shape=attrs["kernel_shape"],
+                           strides=attrs["strides"], pads=[p if exclusive else 0
+                                                           for p in pads[:n]] + end)
+    # the axes filling with NaN last: a corner empty along two axes is NaN if either count is 0
+    for i in sorted(range(n), key=lambda i: any(fills[i])):
+        for nan in fills[i]:
+            after = [0] * (n + 2)
+            after[2 + i] = 1
+            y = _onnx_pad(ctx, y, [0] * (n + 2) + after, "constant",
+                          float("nan") if nan else 0.0, dtype_name)
+    return y
+
+
+def _avg_pool(ctx, x, attrs, exclusive, spatial, dtype_name):
     """AveragePool with Paddle's divisor.
 
     With exclusive=False Paddle counts a window's padding only up to in + pad_begin, so an
@@ -766,29 +821,35 @@ class MaxPoolWithIndex:
 
     @classmethod
     def version_7(cls, ctx, op):
-        n = cls._n(op)
         xs = _first_slot(op, cls.X)
         x = ctx.input(op, xs)
-        spatial = pool_spatial(ctx, op, xs, n)
+        if _is_used(op, _first_slot(op, cls.MASK, inputs=False)):   # (opset 8 and up)
+            return cls._pool(ctx, op, x, want_mask=True)
+        # onnxruntime has no float64 GlobalMaxPool, nor a float64 MaxPool before opset 8
+        y = in_float32(ctx, ctx.dtype(op, xs), lambda v: cls._pool(ctx, op, v, False), x)
+        ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+
+    @classmethod
+    def _pool(cls, ctx, op, x, want_mask):
+        """Out, or with want_mask both outputs set."""
+        n = cls._n(op)
+        spatial = pool_spatial(ctx, op, _first_slot(op, cls.X), n)
         ksize = ints(_pool_ksize(op))
-        want_mask = _is_used(op, _first_slot(op, cls.MASK, inputs=False))
         adaptive = op.attr("adaptive", False)
         if adaptive and not op.attr("global_pooling", False):
             if all(k == 1 for k in ksize) and not want_mask:
-                y = ctx.op.GlobalMaxPool(x)
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+                return ctx.op.GlobalMaxPool(x)
             if all(d > 0 and d % k == 0 for d, k in zip(spatial, ksize)):
                 kern = [d // k for d, k in zip(spatial, ksize)]
                 attrs = {"kernel_shape": kern, "strides": kern, "pads": [0] * (2 * n)}
             else:
-                y = _adaptive_pool(ctx, x, spatial, ksize, "max")
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), y)
+                return _adaptive_pool(ctx, x, spatial, ksize, "max")
         else:
             if op.attr("global_pooling", False) and any(d <= 0 for d in spatial):
-                return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.GlobalMaxPool(x))
+                return ctx.op.GlobalMaxPool(x)
             attrs = _pool_attrs(op, n, spatial)
         if not want_mask:
-            return ctx.set_output(op, _first_slot(op, cls.OUT, False), ctx.op.MaxPool(x, **attrs))
+            return ctx.op.MaxPool(x, **attrs)
         y, idx = ctx.op.MaxPool(x, _outputs=2, **attrs)
         # ONNX indexes the whole tensor, Paddle each (n, c) plane
         plane = _shape_slice(ctx, x, 2, 3)
@@ -961,9 +1022,10 @@ class GridSampler:
         mode = op.attr("mode", "bilinear")
         if ctx.opset >= 20 and mode == "bilinear":
             mode = "linear"
-        y = ctx.op.GridSample(ctx.input(op, "X"), ctx.input(op, "Grid"), mode=mode,
-                              padding_mode=op.attr("padding_mode", "zeros"),
-                              align_corners=int(bool(op.attr("align_corners", True))))
+        y = in_float32(ctx, ctx.dtype(op, "X"), lambda x, g: ctx.op.GridSample(
+            x, g, mode=mode, padding_mode=op.attr("padding_mode", "zeros"),
+            align_corners=int(bool(op.attr("align_corners", True)))),
+            ctx.input(op, "X"), ctx.input(op, "Grid"), onnx_op="GridSample")
         ctx.set_output(op, "Output", y)
 
 
@@ -1020,11 +1082,11 @@ class Unfold:
         pads = ints(op.attr("paddings", [0, 0, 0, 0]))
         if len(pads) == 2:
             pads = pads + pads
-        eye = np.eye(kh * kw, dtype=np.dtype(ctx.dtype(op, x_slot))).reshape(kh * kw, 1, kh, kw)
-        w = ctx.const(np.tile(eye, (c, 1, 1, 1)))
-        y = ctx.op.Conv(x, w, group=c, kernel_shape=[kh, kw],
-                        strides=ints(op.attr("strides", [1, 1])),
-                        dilations=ints(op.attr("dilations", [1, 1])), pads=pads)
+        eye = np.eye(kh * kw, dtype=np.dtype(computed_dtype(ctx, op, x_slot)))
+        w = ctx.const(np.tile(eye.reshape(kh * kw, 1, kh, kw), (c, 1, 1, 1)))
+        y = in_float32(ctx, ctx.dtype(op, x_slot), lambda v: ctx.op.Conv(
+            v, w, group=c, kernel_shape=[kh, kw], strides=ints(op.attr("strides", [1, 1])),
+            dilations=ints(op.attr("dilations", [1, 1])), pads=pads), x, onnx_op="Conv")
         ctx.set_output(op, first_output(op, "Y", "out0"), reshape(ctx, y, [0, 0, -1]))
 
 
