@@ -292,3 +292,49 @@ def test_a_layer_on_an_earlier_layers_arrays_after_a_later_group(tmp_path):
     # counts a group's programming once), third's
     assert chip["latency_ns"] >= 3 * 4 * 100 + 16 * 1000
     assert verify(model, lowered, target=_target(tmp_path, count=1))["ok"]
+
+
+def _depthwise_block(size=16, channels=32):
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32)
+    dw = rng.standard_normal((channels, 1, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((8, channels, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "dw"], ["c2"], name="dw", pads=[1, 1, 1, 1],
+                              group=channels),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w2"], ["y"], name="pw")]
+    graph = helper.make_graph(
+        nodes, "depthwise_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, size, size])],
+        [onnx.numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (dw, "dw"), (w2, "w2"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_balance_puts_a_pacing_depthwise_layer_on_spare_arrays(tmp_path):
+    """A vector unit of 1 element per ns sets the pace (the depthwise layer's 9 products per
+    output element, the ReLUs), and copies of the array layers cannot help; with arrays to
+    spare, balance lowers the depthwise layer onto block-diagonal array tiles, with copies,
+    1.5x faster at least."""
+    model = _depthwise_block()
+    slow = {"transfer_latency_ns": 100, "vector_elements_per_ns": 1}
+    big = {"rows": 64, "cols": 64}
+    _, kept = lower(model, _target(tmp_path, count=2, cost=slow, **big))
+    chip = kept.as_dict()["chip"]
+    # conv1 27 x 32 and pw 32 x 8 on an array each; dw, 7 channels' 9 taps per array: 5
+    assert chip["paced_by"] == "vector" and chip["arrays_needed"] == 2
+    target = _target(tmp_path, count=16, cost=slow, **big)    # twice 2 + 5, and 2 more
+    _, plain = lower(model, target)
+    lowered, balanced = lower(model, target, balance=True)
+    moved = balanced.as_dict()["chip"]["depthwise_on_arrays"]
+    assert moved["layers"] == ["dw"] and moved["arrays"] == 5
+    assert moved["before"]["throughput_per_s"] == plain.as_dict()["chip"]["throughput_per_s"]
+    assert not any(n.op_type == "DepthwiseConv" for n in lowered.graph)
+    gain = balanced.chip.throughput_per_s / plain.chip.without_copies["throughput_per_s"]
+    assert gain >= 1.5
+    assert verify(model, lowered, target=target)["ok"]
+    # a chip without arrays to spare keeps the lowering as it is
+    _, full = lower(model, _target(tmp_path, count=2, cost=slow, **big), balance=True)
+    assert full.as_dict()["chip"]["depthwise_on_arrays"] is None

@@ -11,7 +11,8 @@ groups it runs in (reprogrammings), one image's latency, the lower bound and the
 the copies and without (and their ratio), the peak activation memory (`!` where it is over
 the chip's) and what sets the pace (the busiest unit or layer per copy, or `groups`: an
 image at a time, reprogrammed). `2x` is npu256 with twice the arrays the model needs (count = 2 x
-needed). A model refused with `--fit refuse` on hermes64 (64 arrays) shows the one line
+needed); `2x bal` the same chip lowered with --balance (depthwise layers on spare arrays where
+the vector unit sets the pace; its gain is over the `2x` lowering without copies). A model refused with `--fit refuse` on hermes64 (64 arrays) shows the one line
 naming the smallest chip. Exit status 1 when a lowering failed.
 """
 import argparse
@@ -42,11 +43,14 @@ def convert(name, cache, work):
     return out, " ".join(shape_args(model)[1::2])
 
 
-def chip_row(name, shape, target, onnx_path, label=None):
+def chip_row(name, shape, target, onnx_path, label=None, balance=False):
     start = time.perf_counter()
-    _, report = lower(onnx_path, target)
+    _, report = lower(onnx_path, target, balance=balance)
     chip = report.as_dict()["chip"]
-    plain = chip["without_replication"] or chip
+    # the gain is over the lowering as it was, without copies (before --balance moved any
+    # depthwise layer to the arrays)
+    kept = (chip["depthwise_on_arrays"] or {}).get("before", chip)
+    plain = kept["without_replication"] or kept
     term = max(chip["bounds"], key=chip["bounds"].get)
     return {"model": name, "input": shape, "target": label or target.name,
             "available": chip["arrays_available"], "needed": chip["arrays_needed"],
@@ -58,6 +62,7 @@ def chip_row(name, shape, target, onnx_path, label=None):
             "throughput_no_copies": plain["throughput_per_s"],
             "copies_gain": round(chip["throughput_per_s"] / plain["throughput_per_s"], 3)
             if plain["throughput_per_s"] else 1.0,
+            "moved_to_arrays": len((chip["depthwise_on_arrays"] or {}).get("layers", [])),
             "peak_bytes": chip["memory"]["peak_bytes"],
             "spilled": chip["memory"]["spilled_bytes"],
             "seconds": round(time.perf_counter() - start, 2)}
@@ -81,6 +86,7 @@ def bench_model(name, cache, work, targets):
     double = target_from_dict({"name": "npu256-2x", "base": "npu256",
                                "array": {"count": max(1, 2 * needed)}})
     rows.append(chip_row(name, shape, double, onnx_path, "2x"))
+    rows.append(chip_row(name, shape, double, onnx_path, "2x bal", balance=True))
     rows[-1]["refused_on_hermes64"] = refusal(onnx_path)
     return rows
 
@@ -104,7 +110,8 @@ def render(rows):
             f"{r['needed']:>6} {r['used']:>6} {r['groups']:>6} {_us(r['latency_ns']):>9} "
             f"{_us(r['bound_ns']):>9} {r['ratio']:>6.2f} {r['bound_term']:>9} "
             f"{r['throughput']:>9.0f} {r['throughput_no_copies']:>9.0f} "
-            f"{r['copies_gain']:>5.2f} {mem:>9}  {(r['paced_by'] or '-')[:24]}")
+            f"{r['copies_gain']:>5.2f} {mem:>9}  {(r['paced_by'] or '-')[:24]}"
+            + (f" ({r['moved_to_arrays']} depthwise on arrays)" if r["moved_to_arrays"] else ""))
         if r.get("refused_on_hermes64"):
             lines.append(f"{'':<22} --fit refuse on hermes64: {r['refused_on_hermes64']}")
     lines.append("(memory: peak activations; ! over the chip's memory, spilled to the host)")

@@ -113,6 +113,11 @@ def add_lowering_options(p, target_flag="--target"):
                    help="a model needing more arrays than the target has: run it in groups, "
                         "the arrays reprogrammed between them (default), or refuse it, "
                         "naming the smallest chip that holds it")
+    p.add_argument("--balance", action="store_true",
+                   help="where the vector unit sets the pace and the chip has arrays to "
+                        "spare, put the depthwise layers with the most vector work on "
+                        "arrays instead (the lowering is repeated for a few choices; the "
+                        "fastest on the chip is kept)")
     p.add_argument("--report", metavar="JSON", help="write the cost report as JSON too")
     p.add_argument("--progress", action="store_true",
                    help="one line per lowering stage on stderr (the default on a terminal; "
@@ -166,7 +171,8 @@ def _lower_and_save(source, output, args, quiet=False):
                           preprocess=spec_from_args(args, args.target), marks=marks,
                           enable=split(args.restruct), disable=split(args.no_restruct),
                           input_shape=parse_input_shapes(args.input_shape), progress=show,
-                          emulation=args.emulation, fit=args.fit, name=named)
+                          emulation=args.emulation, fit=args.fit, name=named,
+                          balance=args.balance)
     start = time.perf_counter()
     save_model(model, output)
     if show is not None:

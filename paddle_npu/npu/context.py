@@ -25,11 +25,13 @@ class _Builder:
 
 class LowerContext:
     """plan: the tiling plan ("packed" / "per-channel"); quantization: a plan.Quantization
-    for integer matrix layers, None for float ones."""
+    for integer matrix layers, None for float ones; array_layers: names of depthwise layers
+    put on the arrays (block-diagonal tiles) instead of the vector unit."""
 
-    def __init__(self, model, target, plan, quantization=None):
+    def __init__(self, model, target, plan, quantization=None, array_layers=()):
         self.model, self.graph = model, model.graph
         self.target, self.plan, self.quantization = target, plan, quantization
+        self.array_layers = frozenset(array_layers)
         self.npu, self.onnx = _Builder(self, DOMAIN), _Builder(self, "")
         self.plans = {}             # layer -> its plan.LayerPlan (the planning pass's)
         self._source, self._marks, self._absorbed = None, {}, []

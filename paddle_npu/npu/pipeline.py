@@ -13,6 +13,7 @@
     -> the NPU program; then the function bodies onnxruntime emulates it with are attached
        (emulation/: the program stays as it is) -> (ir.Model, Report)
 """
+import math
 import time
 
 from ..errors import ConversionError
@@ -22,7 +23,7 @@ from .chip.cost import layer_report, node_macs, segment_costs
 from .chip.estimate import estimate_chip
 from .chip.plan import LayerPlan, UnitPlan
 from .chip.target import load_target
-from .chip.tiling import PLANS
+from .chip.tiling import PLANS, Geometry, plan_tiles
 from .context import LowerContext
 from .emulation import DEFAULT as DEFAULT_EMULATION
 from .emulation import MIN_BODY_OPSET, check_emulation
@@ -125,7 +126,7 @@ def passes(ctx, preprocess=None, marks=None, enable=(), disable=(), input_shape=
 
 def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable=(),
           disable=(), input_shape=None, quantization=None, progress=None,
-          emulation=DEFAULT_EMULATION, fit="groups", name=None):
+          emulation=DEFAULT_EMULATION, fit="groups", name=None, balance=False):
     """Lower an ONNX model (path, bytes, ModelProto or ir.Model) for a target (preset name,
     target file or Target). Returns (ir.Model, Report); the input is left unchanged.
     preprocess: a PreprocessSpec (or dict) to fuse image preprocessing in front of the
@@ -141,16 +142,59 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
     (emulation/); the NPU program is the same with either.
     fit: a model needing more arrays than the target has runs in "groups" (the arrays
     reprogrammed between them), or is refused ("refuse": ConversionError naming the
-    smallest chip that holds it); chip/mapping.py. name: the model's file, for messages."""
+    smallest chip that holds it); chip/mapping.py. name: the model's file, for messages.
+    balance: where the vector unit sets the pace and the chip has arrays to spare, put the
+    depthwise layers with the most vector work on arrays instead (block-diagonal tiles), as
+    many as the throughput gains by, lowering again (`balanced`)."""
     if plan not in PLANS:
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     check_emulation(emulation)
-    start = time.perf_counter()
     target = load_target(target)
+    args = (model, target, plan, preprocess, marks, enable, disable, input_shape,
+            quantization, progress, emulation, fit, name)
+    m, report, plans = _lower_once(*args)
+    return balanced(args, m, report, plans) if balance else (m, report)
+
+
+def balanced(args, m, report, plans):
+    """Of the lowering `m, report` of `args` (_lower_once's), and of lowerings of the same
+    with depthwise layers on spare arrays, the one whose chip estimate has the most images
+    per second. Only where the vector unit sets the pace and the chip has arrays to spare;
+    the candidates move the depthwise layers of most vector work: the first quarter, half,
+    three quarters and all of them, each cut to what the spare arrays hold. The chosen
+    estimate records what it moved and the first one's figures (ChipEstimate.balanced)."""
+    target, chip = args[1], report.chip
+    spare = chip.mapping.available - chip.mapping.needed
+    if chip.paced_by != "vector" or spare <= 0:
+        return m, report
+    vector = sorted((p for p in plans if p.unit == "vector"),
+                    key=lambda p: -p.vectors * p.tiles[0].useful)
+    arrays = [len(plan_tiles(Geometry(p.tiles[0].cols, 1, p.tiles[0].rows, 1), "packed",
+                             target.rows, target.cols)) for p in vector]
+    best, tried = (m, report), set()
+    for share in (0.25, 0.5, 0.75, 1.0):
+        k = math.ceil(len(vector) * share)
+        while k and sum(arrays[:k]) > spare:
+            k -= 1
+        if not k or k in tried:
+            continue
+        tried.add(k)
+        moved = [p.layer for p in vector[:k]]
+        m2, report2, _ = _lower_once(*args, array_layers=moved)
+        if report2.chip.throughput_per_s > best[1].chip.throughput_per_s:
+            report2.chip.balanced = {"layers": moved, "arrays": sum(arrays[:k]),
+                                     "before": chip.summary()}
+            best = (m2, report2)
+    return best
+
+
+def _lower_once(model, target, plan, preprocess, marks, enable, disable, input_shape,
+                quantization, progress, emulation, fit, name, array_layers=()):
+    start = time.perf_counter()
     m = prepare(model)
     if progress is not None:
         progress("load", time.perf_counter() - start)
-    ctx = LowerContext(m, target, plan, quantization)
+    ctx = LowerContext(m, target, plan, quantization, array_layers)
     steps = passes(ctx, preprocess, marks, enable, disable, input_shape)
     steps.progress = progress
     steps(m)
@@ -191,7 +235,7 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                     restruct=restructured, marks=steps.result(ApplyMarks).marks.as_dict(),
                     dynamic=_left_dynamic(m, target), plain_macs=_plain_macs(m),
                     cpu_reasons=placed.cpu_reasons, emulation=emulated, chip=chip)
-    return m, report
+    return m, report, plans
 
 
 def lowerable(model, target=None, preprocess=None, marks=None, enable=(), disable=(),

@@ -36,6 +36,15 @@ class ChipEstimate:
     spilled_bytes: int = 0         # held beyond it: to the host and back over the link
     timeline: dict = field(default_factory=dict)    # unit -> [(start, end)] ns (the picture)
     without_copies: dict = field(default_factory=dict)   # latency, throughput, pace: copies aside
+    # depthwise layers lowered onto spare arrays (pipeline.balanced): {"layers", "arrays",
+    # "before": the summary() of the lowering that kept them on the vector unit}
+    balanced: dict = field(default_factory=dict)
+
+    def summary(self):
+        """Latency, images per second and pace, with and without copies."""
+        return {"latency_ns": round(self.latency_ns, 1),
+                "throughput_per_s": round(self.throughput_per_s, 3), "paced_by": self.paced_by,
+                "without_replication": self.without_copies or None}
 
     def as_dict(self):
         m = self.mapping
@@ -52,7 +61,8 @@ class ChipEstimate:
                 "layer_busy_ns": {k: round(v, 1) for k, v in self.layer_busy_ns.items()},
                 "memory": {"peak_bytes": self.peak_bytes, "available": self.memory_bytes,
                            "spilled_bytes": self.spilled_bytes},
-                "without_replication": self.without_copies or None}
+                "without_replication": self.without_copies or None,
+                "depthwise_on_arrays": self.balanced or None}
 
     def lines(self):
         m = self.mapping
@@ -80,6 +90,12 @@ class ChipEstimate:
             if self.without_copies:
                 out.append(f"  without copies: latency {_us(self.without_copies['latency_ns'])}, "
                            f"{self.without_copies['throughput_per_s']:,.0f} images/s")
+        if self.balanced:
+            before = self.balanced["before"]
+            out.append(f"  {len(self.balanced['layers'])} depthwise layers on "
+                       f"{self.balanced['arrays']} spare arrays instead of the vector unit: "
+                       f"{self.throughput_per_s:,.0f} images/s, kept there "
+                       f"{before['throughput_per_s']:,.0f} (paced by {before['paced_by']})")
         busy = ", ".join(f"{u} {_us(v)}" for u, v in self.busy_ns.items()
                          if not u.startswith("layer:") and u != "handover" and v)
         top = sorted(self.layer_busy_ns.items(), key=lambda t: -t[1])[:3]

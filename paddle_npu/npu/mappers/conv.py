@@ -29,14 +29,14 @@ def operand_reason(ctx, node):
     return None
 
 
-def runs_depthwise(ctx, group, channels, outputs):
+def runs_depthwise(ctx, node, group, channels, outputs):
     """Whether a Conv runs on the vector unit (DepthwiseConv, QDepthwiseConv on integers): a
-    group per channel, one output channel each, on a target that lists the primitive. There
-    it costs KH*KW multiply-adds per output element, the element operations its Im2Col
-    alone would take on the arrays' way, and no array; its block-diagonal tiles would be
-    mostly zeros."""
+    group per channel, one output channel each, on a target that lists the primitive, unless
+    the lowering puts it on spare arrays (LowerContext.array_layers). There it costs KH*KW
+    multiply-adds per output element, the element operations its Im2Col alone would take
+    on the arrays' way, and no array; its block-diagonal tiles would be mostly zeros."""
     return group > 1 and group == channels == outputs and \
-        ctx.target.runs_primitive("DepthwiseConv")
+        ctx.target.runs_primitive("DepthwiseConv") and node.name not in ctx.array_layers
 
 
 def _depthwise(ctx, plan, x):
@@ -138,7 +138,7 @@ class Conv:
         emit = {"one_d": one_d, "window": window, "out": [m, oh, ow],
                 "shape": [0, m, ow] if one_d else [0, m, oh, ow], "image": [c, h, wd]}
         vectors = (n_ if isinstance(n_, int) else 1) * oh * ow
-        if runs_depthwise(ctx, group, c, m):
+        if runs_depthwise(ctx, node, group, c, m):
             plan = plan_vector_layer(node, w.reshape(len(w), -1).T, b, ctx.quantization)
             plan.vectors, plan.detail = vectors, detail + " on the vector unit"
             plan.emit = {**emit, "taps": w}
