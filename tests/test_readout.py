@@ -276,6 +276,29 @@ def test_finer_adcs_for_the_layers_that_drop_most_until_a_cosine(tmp_path, capsy
     assert "the target's arrays have no ADCs" in err and err.count("\n") == 1
 
 
+def test_sixteen_bits_on_top_of_raised_adcs_until_a_cosine(tmp_path, capsys):
+    """--adc-until-cosine with --hp-until-cosine: where every layer's ADC raised (4 -> 6
+    bits) does not reach the cosine, layers go to 16 bits on top (through the raised ADCs);
+    where the ADCs reach it, none does."""
+    from paddle_npu.cli import main
+    src, table, data = _files(tmp_path, 4)
+    out = tmp_path / "r.json"
+    chip = _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=4)
+    args = ["quant-report", src, "--calibration", table, "--data", data, "--target", chip,
+            "--adc-raise-to", "6", "--hp-rank", "added", "--json", str(out)]
+    assert main(args + ["--adc-until-cosine", "0.99999", "--hp-until-cosine", "0.99999"]) == 0
+    report = json.loads(out.read_text())
+    assert report["adc_raised"]["raised"] == ["conv"]
+    assert not report["adc_raised"]["reached"] and report["adc_raised"]["cosine"] < 0.99999
+    hp = report["auto_hp"]
+    assert hp["promoted"] == ["conv"] and hp["reached"]
+    assert min(o["cosine"] for o in hp["outputs"]) >= 0.99999
+    capsys.readouterr()
+    assert main(args + ["--adc-until-cosine", "0.99", "--hp-until-cosine", "0.99"]) == 0
+    assert "no layer promoted, the raised ADCs reach 0.99" in capsys.readouterr().out
+    assert "auto_hp" not in json.loads(out.read_text())
+
+
 def test_one_sliced_body_per_rank_of_the_rows():
     """The sliced body stacks the slices in front of X's axes, so two QVMM nodes alike but
     for the rank of their rows (a conv's [N, HW, R], a Gemm's [N, R]) need bodies of their

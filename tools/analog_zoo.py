@@ -1,7 +1,9 @@
 """Zoo models at int8 on arrays read out through ADCs (default: the npu256-analog preset,
 6-bit ADCs): per model the output cosine on ideal arrays and on the chip, the three layers
 that drop most, and the fewest layers read through 8-bit ADCs for every output's cosine to
-reach 0.99 (`quant-report --adc-until-cosine`), one `paddle-npu` process per model.
+reach 0.99 (`quant-report --adc-until-cosine`) and, where every layer's ADC raised does not,
+the fewest layers at 16 bits on top (`--hp-until-cosine`, layers ranked by the noise they
+add), one `paddle-npu` process per model.
 
     python tools/analog_zoo.py [--models lenet,resnet18,...] [--target npu256-analog]
                                [--samples 8] [--cache DIR] [--work DIR] [--json OUT]
@@ -43,25 +45,30 @@ def analog_model(name, cache, work, target, samples, until):
     out = os.path.join(work, "report.json")
     rc, s, mib, text = run(["quant-report", onnx_path, "--calibration", table, "--data",
                             evaluation, "--target", target, "--top", "3",
-                            "--adc-until-cosine", str(until), "--json", out],
+                            "--adc-until-cosine", str(until), "--hp-until-cosine", str(until),
+                            "--hp-rank", "added", "--json", out],
                            os.path.join(work, "report.log"))
     if rc:
         return {**row, "error": f"quant-report: {text.strip().splitlines()[-1][:160]}"}
     rep = json.load(open(out))
     outs = rep["readout"]["outputs"]
-    raised = rep["adc_raised"]
+    raised, hp = rep["adc_raised"], rep.get("auto_hp")
     return {**row, "seconds": round(s), "peak_mib": round(mib),
             "ideal_cosine": min(o["ideal_cosine"] for o in outs),
             "chip_cosine": min(o["chip_cosine"] for o in outs),
             "worst": [(r["layer"], r["chip_sqnr_db"] - r["ideal_sqnr_db"])
                       for r in rep["readout"]["layers"][:3]],
             "layers": len(rep["readout"]["layers"]), "raised": len(raised["raised"]),
-            "reached": raised["reached"], "after": raised["cosine"]}
+            "reached": raised["reached"], "after": raised["cosine"],
+            "int16": len(hp["promoted"]) if hp else 0,
+            "hp_reached": hp["reached"] if hp else None,
+            "hp_after": min(o["cosine"] for o in hp["outputs"]) if hp else None}
 
 
 def render(rows, until):
     head = (f"{'model':<20} {'ideal cos':>10} {'chip cos':>10} {'8-bit ADC layers':>17} "
-            f"{'cos after':>10} {'s':>5}  worst layers (SQNR drop dB)")
+            f"{'cos after':>10} {'int16 layers':>15} {'cos after':>10} {'s':>5}  "
+            f"worst layers (SQNR drop dB)")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -69,10 +76,15 @@ def render(rows, until):
             continue
         raised = f"{r['raised']}/{r['layers']}" + ("" if r["reached"] else " (not reached)")
         worst = ", ".join(f"{n} {d:.1f}" for n, d in r["worst"])
+        hp = "-" if r["hp_reached"] is None else f"{r['int16']}/{r['layers']}" + (
+            "" if r["hp_reached"] else " (not reached)")
+        hp_after = "-" if r["hp_after"] is None else f"{r['hp_after']:.5f}"
         lines.append(f"{r['model']:<20} {r['ideal_cosine']:>10.5f} {r['chip_cosine']:>10.5f} "
-                     f"{raised:>17} {r['after']:>10.5f} {r['seconds']:>5}  {worst}")
+                     f"{raised:>17} {r['after']:>10.5f} {hp:>15} {hp_after:>10} "
+                     f"{r['seconds']:>5}  {worst}")
     lines.append(f"(cosines: the worst output and sample; 8-bit ADC layers: the fewest read "
-                 f"through 8-bit ADCs for every output to reach {until})")
+                 f"through 8-bit ADCs for every output to reach {until}; int16 layers: where "
+                 f"all of them do not, the fewest at 16 bits on top)")
     return "\n".join(lines)
 
 

@@ -107,7 +107,8 @@ def add_commands(sub):
     p.add_argument("--adc-until-cosine", type=float, default=None, metavar="C",
                    help="on a target with ADCs: read the fewest layers (the largest drop "
                         "first) through finer ADCs (--adc-raise-to bits) for every output's "
-                        "cosine to float to reach C")
+                        "cosine to float to reach C; with --hp-until-cosine, where every "
+                        "layer's ADC raised does not reach it, layers go to 16 bits on top")
     p.add_argument("--adc-raise-to", type=int, default=8, metavar="BITS",
                    help="the ADC bits --adc-until-cosine gives a layer (default 8)")
     p.add_argument("--noise-draws", type=int, default=0, metavar="N",
@@ -384,7 +385,13 @@ def cmd_quant_report(args):
                            args.quantize: _accuracy(rep["_quant"][name], labels)}
         print(f"top-1 accuracy: float {out['accuracy']['float']:.4f}, {args.quantize} "
               f"{out['accuracy'][args.quantize]:.4f}")
-    if _wants_hp(args):
+    raised = out.get("adc_raised")
+    if _wants_hp(args) and raised is not None and raised["reached"]:
+        print(f"{_hp_label(args)}: no layer promoted, the raised ADCs reach "
+              f"{args.adc_until_cosine}")
+    elif _wants_hp(args):
+        if raised is not None:      # int16 layers on top of every ADC raised
+            kw = {**kw, "adc_bits": {name: raised["bits"] for name in raised["raised"]}}
         res = auto_hp(args.model, args.calibration, feeds, args.auto_hp, _bits(args),
                       precision=args.precision, until_cosine=args.hp_until_cosine,
                       rank=args.hp_rank, **kw)
