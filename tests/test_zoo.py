@@ -113,7 +113,15 @@ def test_converted_model_matches_paddle(zoo_export, name, fmt):
     onnx_bytes = export(_model_file(info))
     ref = np.load(os.path.join(info["dir"], "reference.npz"))
     feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
-    _, outs = run_onnx(onnx_bytes, feeds)
+    if zoo.MODELS[name].samples:
+        # its output multiplies the grid's float rounding by the image's steepest step times
+        # its size in pixels: the grid, and the output given Paddle's grid (check_sampling)
+        grid = np.load(os.path.join(info["dir"], zoo.SAMPLING_FILE))["grid"]
+        _, outs = run_onnx(zoo.with_sampling(onnx_bytes), {**feeds, zoo.SAMPLING_INPUT: grid})
+        a = agreement(outs.pop(), grid)
+        assert a["rel_diff"] <= 1e-4, f"grid: {a}"
+    else:
+        _, outs = run_onnx(onnx_bytes, feeds)
     assert len(outs) == info["num_outputs"]
     for i, got in enumerate(outs):
         want = ref[f"out_{i}"]
@@ -163,8 +171,13 @@ def test_float64_result_recorded(zoo_export, name):
     truth = np.load(os.path.join(info["dir"], "truth.npz"))
     ref = np.load(os.path.join(info["dir"], "reference.npz"))
     assert len(truth.files) == info["num_outputs"]
+    exact_of = truth
+    if zoo.MODELS[name].samples:   # the grid's float32 rounding, amplified: given its grid
+        exact_of = np.load(os.path.join(info["dir"], zoo.SAMPLING_FILE))
+        assert agreement(exact_of["grid"], exact_of["grid_f64"])["rel_diff"] <= 1e-4
     for i in range(info["num_outputs"]):
-        exact, got = truth[f"out_{i}"], ref[f"out_{i}"]
+        key = f"out_f64_{i}" if exact_of is not truth else f"out_{i}"
+        exact, got = exact_of[key], ref[f"out_{i}"]
         assert exact.dtype.kind != "f" or exact.dtype == np.float64, i
         assert agreement(got, exact)["rel_diff"] <= 1e-4, i
     translated = np.load(os.path.join(zoo_export(name, "translated")["dir"], "truth.npz"))
@@ -252,6 +265,54 @@ def test_selection_check_needs_one_topk():
         zoo.with_selection(model, held=True)
 
 
+def _toy_sampling_model(scale):
+    """y = GridSample(x, g * scale): a 'predicted' grid read by a sampling."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Constant", [], ["s"], value=helper.make_tensor(
+                 "s", TensorProto.FLOAT, [], [scale])),
+             helper.make_node("Mul", ["g", "s"], ["grid"]),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=1)]
+    graph = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, 96]),
+        helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 8, 8, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]).SerializeToString()
+
+
+def test_sampling_check_feeds_paddles_grid(tmp_path):
+    """Given Paddle's grid, our sampling is compared on its own: a grid one float32 rounding
+    away moves a sharp image's output far past 1e-4, yet the check passes; a wrong
+    computation still disagrees."""
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(size=(1, 1, 64, 96)) > 0.5).astype(np.float32)    # all sharp edges
+    g = rng.uniform(-0.9, 0.9, (1, 8, 8, 2)).astype(np.float32)
+    ours = _toy_sampling_model(1.0)
+    grid = g * np.float32(1 + 3e-5)              # Paddle's grid: a few float32 ulps away
+    _, (y_free,) = run_onnx(ours, {"x": x, "g": g})
+    _, (y, our_grid) = run_onnx(zoo.with_sampling(ours), {"x": x, "g": g,
+                                                           zoo.SAMPLING_INPUT: grid})
+    np.testing.assert_array_equal(our_grid, g)
+    assert zoo._rel_diff(y, y_free) > 1e-4                       # the sampling amplifies
+    np.savez(tmp_path / "reference.npz", in_x=x, in_g=g, out_0=y)
+    np.savez(tmp_path / zoo.SAMPLING_FILE, grid=grid, grid_f64=grid.astype(np.float64),
+             out_f64_0=y.astype(np.float64))
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"sampling": {"grid_noise": 0.0, "paddle_noise": [0.0]}}))
+    v = zoo.check_sampling(ours, tmp_path, {"x": x, "g": g}, 1e-4)
+    assert v["ok"] and v["status"] == "ok" and v["names"] == ["grid", "out_0"]
+    wrong = zoo.check_sampling(_toy_sampling_model(1.001), tmp_path, {"x": x, "g": g}, 1e-4)
+    assert not wrong["ok"] and wrong["k"] == 0                   # its grid is off
+
+
+def test_sampling_check_needs_one_grid_sample():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ValueError, match="one GridSample node, the model has 0"):
+        zoo.with_sampling(helper.make_model(graph).SerializeToString())
+
+
 def test_photo_like_inputs():
     """The image-like batches some detectors are tested and calibrated on: seeded, in the
     range ImageNet normalisation gives pixels in 0..1, and smooth from pixel to pixel as
@@ -268,6 +329,8 @@ def test_photo_like_inputs():
     assert step < 0.1, step
     noise = np.random.default_rng(7).standard_normal(a.shape)
     assert np.abs(np.diff(noise, axis=3)).mean() / noise.std() > 1
+    raw = zoo._photo_like(96, 128, normalise=False)(np.random.default_rng(7), 2)["x"]
+    np.testing.assert_allclose(raw, pixels, atol=1e-6)    # UVDoc's pixels / 255: no ImageNet
     rtdetr = zoo.test_inputs("rtdetr_r18vd_160")["x"]
     np.testing.assert_array_equal(rtdetr, zoo._photo_like(160, 160)(
         np.random.default_rng(zoo.MODELS["rtdetr_r18vd_160"].seed), 1)["x"])

@@ -19,7 +19,10 @@ on a top-k choice (Model.selects: RT-DETR's query selection, where a different o
 near-equal scores permutes the queries) is judged on what does not hinge on it: the scores
 the top-k ranks, and the outputs given Paddle's picks (fed to our ONNX in place of its
 TopK's), by the same three rules, Paddle's noise measured with its picks held; its
-free-running row is shown beside, for what it is.
+free-running row is shown beside, for what it is. A model whose output is its input image
+read by grid_sample at a grid it predicts (Model.samples: UVDoc) is judged likewise on the
+grid and on the output given Paddle's grid: sampling multiplies the grid's float rounding by
+the image's size in pixels times its steepest step from one pixel to the next.
 
 Formats: `legacy` (.pdmodel, FLAGS_enable_pir_api=0), `pir` (model.json from
 paddle.jit.save in PIR mode) and `translated`: the legacy export run through
@@ -46,13 +49,18 @@ An export directory holds:
     selection.npz   only for a model whose outputs hinge on a top-k choice (RT-DETR's
                     query selection): Paddle's ranked scores and picks, and the scores and
                     outputs given the same picks in float64 (_selection_probe)
+    sampling.npz    only for a model that samples its input at a predicted grid (UVDoc):
+                    Paddle's grid, and the grid and the outputs given Paddle's grid in
+                    float64 (_sampling_probe)
     paddle_api.json the saved program as Paddle's own API reports it
     meta.json       name, format, versions, inputs, outputs, op types, the
                     jit.load (null for translated: it cannot read them) /
                     static Executor cross-checks, paddle_noise (per output: how
                     far Paddle's own outputs move on inputs nudged by NUDGE),
                     selection (with selection.npz: the same with Paddle's picks held,
-                    and how many picks the nudge moves; else null), cache key
+                    and how many picks the nudge moves; else null), sampling (with
+                    sampling.npz: the grid's noise and the outputs' with the grid held),
+                    cache key
 """
 import argparse
 import hashlib
@@ -79,6 +87,7 @@ MODEL_FILE = {"legacy": "model.pdmodel", "pir": "model.json", "translated": "mod
 FILES = ("model.pdiparams", "reference.npz", "truth.npz", "state.npz", "paddle_api.json",
          "meta.json")
 SELECTION_FILE = "selection.npz"  # models whose outputs hinge on a top-k (Model.selects)
+SAMPLING_FILE = "sampling.npz"  # models sampling their input at a predicted grid (.samples)
 RTOL, ATOL = 1e-4, 1e-5  # jit.load vs eager, relative to the output's scale
 # Paddle's own float noise: its outputs move by this much (relative to their scale) when
 # every float input is nudged by NUDGE relative (about one float32 ulp).
@@ -114,6 +123,10 @@ class Model:
     # outputs that hinge on a top-k choice: the layer has select(*inputs) -> (the scores
     # ranked, the picks, state) and decode(picks, *state) -> outputs (_selection_probe)
     selects: bool = False
+    # the output is the input image read by grid_sample at a grid the layer predicts: the
+    # layer has grid(*inputs) -> the grid and sample(*inputs, grid) -> outputs
+    # (_sampling_probe)
+    samples: bool = False
 
     @property
     def seed(self) -> int:
@@ -123,10 +136,11 @@ class Model:
 MODELS: Dict[str, Model] = {}
 
 
-def _register(name, inputs, *, ci, tags, batch=1, gen=None, expect_ops=None, selects=False):
+def _register(name, inputs, *, ci, tags, batch=1, gen=None, expect_ops=None, selects=False,
+              samples=False):
     def deco(build):
         MODELS[name] = Model(name, build, tuple(Input(*i) for i in inputs), ci,
-                             tuple(tags), batch, gen, expect_ops or {}, selects)
+                             tuple(tags), batch, gen, expect_ops or {}, selects, samples)
         return build
     return deco
 
@@ -413,7 +427,7 @@ def _face_embed():
 # a 2-core CI, again at a small size under NAME_<size>; a few of those are in `ci` (about
 # 45 s each there: three exports, conversions, stage 2).
 def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, selects=False,
-                 images=None):
+                 images=None, samples=False):
     """Register build(h, w) -> Layer as `name` at deploy (h, w) and, with `small`, as
     name_<h>x<w> (or name_<h> when square) at that size in the CI set. images(h, w), when
     given, makes the Model.gen of its test and calibration batches (else normal noise)."""
@@ -423,16 +437,18 @@ def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, sel
         sizes.append((f"{name}_{tag}", small, ci))
     for reg_name, (h, w), in_ci in sizes:
         _register(reg_name, [("x", (None, 3, h, w))], ci=in_ci, batch=batch, tags=tuple(tags),
-                  selects=selects, gen=images and images(h, w))(lambda h=h, w=w: build(h, w))
+                  selects=selects, samples=samples,
+                  gen=images and images(h, w))(lambda h=h, w=w: build(h, w))
 
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def _photo_like(h, w):
+def _photo_like(h, w, normalise=True):
     """Model.gen of image-like batches [N, 3, h, w]: a smooth background (a few low-frequency
     waves) under 4-8 flat-coloured ellipses and rectangles with a slight shading, pixels in
-    0..1, normalised with ImageNet's mean and std as the detectors' preprocessing does. For
+    0..1, normalised with ImageNet's mean and std as the detectors' preprocessing does (not
+    with normalise=False: pixels / 255 is all document unwarping does). For
     models whose outputs are ill-conditioned on normal noise in a way no deployed input is
     (RT-DETR: deformable sampling multiplies a location error by how fast the features
     change from pixel to pixel, which on noise is a full swing per pixel)."""
@@ -454,6 +470,8 @@ def _photo_like(h, w):
                     inside = (np.abs(yy - cy) < ry) & (np.abs(xx - cx) < rx)
                 img = np.where(inside, colour + 0.1 * (yy - cy), img)
             out[b] = np.clip(img, 0, 1)
+        if not normalise:
+            return {"x": out.astype(np.float32)}
         mean, std = (np.reshape(v, (1, 3, 1, 1)) for v in (IMAGENET_MEAN, IMAGENET_STD))
         return {"x": ((out - mean) / std).astype(np.float32)}
     return gen
@@ -1757,6 +1775,96 @@ def _seq_decoder_paddle2(steps=5, vocab=10, d=16):
     return Decoder()
 
 
+def _uvdoc(h, w, filters=32, k=5):
+    """UVDoc document unwarping as PaddleX 3 exports it (its image_unwarping UVDocnet): the
+    image, pixels / 255 at any size, is resized to the net's size (712x488 there; here the
+    registered h, w) for a 5x5 ResNet (two stride-2 convs, then stages of 3 / 4 / 6 residual
+    blocks at 32 / 64 / 128 channels, stride 1 / 2 / 2, a stage's later blocks dilated by 3),
+    six dilated 3x3 bridges (1, 2, 5, 8-3-2, 12-7-4, 18-12-6) concatenated into a 1x1 conv,
+    and two reflect-padded 5x5 convs (BN, one-slope PReLU between) giving a 2-channel grid
+    at 1/16 (45x31); that grid, resized bilinearly (corners aligned) back to the image's
+    size, is what F.grid_sample (bilinear, zeros, corners aligned) reads the image at. The
+    program ends with the unwarped image: grid_sample is inside the exported model."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    def conv(cin, cout, kernel=k, stride=1, dilation=1, bias=True, **kw):  # "same" padding
+        return nn.Conv2D(cin, cout, kernel, stride, dilation * (kernel // 2), dilation=dilation,
+                         bias_attr=None if bias else False, **kw)
+
+    class Block(nn.Layer):
+        def __init__(self, cin, cout, stride, first):
+            super().__init__()
+            dilation = 1 if first else 3
+            self.conv1 = conv(cin, cout, stride=stride, dilation=dilation)
+            self.conv2 = conv(cout, cout, dilation=dilation)
+            self.bn1, self.bn2 = nn.BatchNorm2D(cout), nn.BatchNorm2D(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(conv(cin, cout, stride=stride), nn.BatchNorm2D(cout))
+
+        def forward(self, x):
+            y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+            return F.relu(y + (x if self.down is None else self.down(x)))
+
+    def bridge(c, dilations):
+        return nn.Sequential(*[nn.Sequential(conv(c, c, 3, dilation=d, bias=False),
+                                             nn.BatchNorm2D(c), nn.ReLU()) for d in dilations])
+
+    class UVDoc(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            c = filters
+            self.head = nn.Sequential(
+                conv(3, c, stride=2, bias=False), nn.BatchNorm2D(c), nn.ReLU(),
+                conv(c, c, stride=2, bias=False), nn.BatchNorm2D(c), nn.ReLU())
+            blocks, cin = [], c
+            for cout, n, stride in ((c, 3, 1), (2 * c, 4, 2), (4 * c, 6, 2)):
+                blocks += [Block(cin if i == 0 else cout, cout, stride if i == 0 else 1, i == 0)
+                           for i in range(n)]
+                cin = cout
+            self.down = nn.Sequential(*blocks)
+            self.bridges = nn.LayerList([bridge(4 * c, d) for d in (
+                [1], [2], [5], [8, 3, 2], [12, 7, 4], [18, 12, 6])])
+            self.merge = nn.Sequential(conv(24 * c, 4 * c, 1, bias=False), nn.BatchNorm2D(4 * c),
+                                       nn.ReLU())
+            self.points = nn.Sequential(
+                conv(4 * c, c, bias=False, padding_mode="reflect"), nn.BatchNorm2D(c), nn.PReLU(),
+                conv(c, 2, padding_mode="reflect"))
+
+        def grid(self, image):
+            x = F.interpolate(image, size=(h, w), mode="bilinear", align_corners=True)
+            x = self.down(self.head(x))
+            x = self.merge(paddle.concat([b(x) for b in self.bridges], axis=1))
+            grid = F.interpolate(self.points(x), size=image.shape[2:], mode="bilinear",
+                                 align_corners=True)
+            return grid.transpose([0, 2, 3, 1])
+
+        def sample(self, image, grid):
+            return F.grid_sample(image, grid, align_corners=True)
+
+        def forward(self, image):
+            return self.sample(image, self.grid(image))
+
+    return UVDoc()
+
+
+# Its output is the image read at the predicted grid, so it carries the grid's float rounding
+# times the image's steepest step per pixel (a hard edge, or the zero padding past the border
+# where the grid leaves [-1, 1]) times the image's half-size in pixels. At 712x488 a grid
+# 1.5e-4 off moves the output by 7.8e-2 of its scale on white noise, by 3.7e-4 on smooth
+# waves with the grid inside the image, and by 4-6e-2 again at a hard edge or the border.
+# Photo-like test images (pixels / 255 as PaddleX feeds it); the free-running output is
+# judged against its floor and the check judges the grid and the output given Paddle's grid
+# (Model.samples). At 712x488 ours are 1.1e-2 from Paddle (floor 1.3e-2; Paddle's own
+# float32 8.0e-3 from float64), the grid 2.5e-5; at 176x120 8.9e-4 and 1.0e-5.
+_image_model("uvdoc", _uvdoc, (712, 488), (176, 120),
+             tags=("ocr", "unwarping", "uvdoc", "dilated", "reflect_pad", "prelu", "interpolate",
+                   "grid_sample"), images=lambda h, w: _photo_like(h, w, normalise=False),
+             samples=True)
+
+
 def _tokens(vocab, seq, types=True):
     """A generator of test batches for language models: ids in [1, vocab), all but the
     first sequence padded (id 0) over their last quarter; segment ids 0 then 1."""
@@ -2040,7 +2148,8 @@ def _complete(out: Path, name: str, fmt: str) -> Optional[dict]:
         meta = json.loads((out / "meta.json").read_text())
     except (OSError, ValueError):
         return None
-    files = (MODEL_FILE[fmt],) + FILES + ((SELECTION_FILE,) if meta.get("selection") else ())
+    files = (MODEL_FILE[fmt],) + FILES + ((SELECTION_FILE,) if meta.get("selection") else ()) \
+        + ((SAMPLING_FILE,) if meta.get("sampling") else ())
     if meta.get("cache_key") != cache_key(name, fmt) or not all((out / f).is_file() for f in files):
         return None
     return meta
@@ -2499,6 +2608,42 @@ def _selection_probe(layer, inputs: list, ref: list) -> Tuple[Dict[str, np.ndarr
     return arrays, meta
 
 
+def _sampling_probe(layer, inputs: list, ref: list) -> Tuple[Dict[str, np.ndarray], dict]:
+    """For a model that samples its input at a grid it predicts (Model.samples), what the
+    check needs to judge the grid and the sampling apart: Paddle's grid ("grid"), its noise
+    and the outputs' given that grid on inputs nudged by NUDGE, and in float64 the grid and
+    the outputs given Paddle's float32 grid ("grid_f64", "out_f64_<i>"; absent when no
+    float64 copy runs). Returns (arrays, meta)."""
+    import copy
+
+    import paddle
+
+    with paddle.no_grad():
+        tensors = [paddle.to_tensor(v) for v in inputs]
+        grid = layer.grid(*tensors)
+        given = [t.numpy() for t in _flatten(layer.sample(*tensors, grid))]
+        nudged = [paddle.to_tensor(_nudge(v)) for v in inputs]
+        n_grid = layer.grid(*nudged)
+        n_given = [t.numpy() for t in _flatten(layer.sample(*nudged, grid))]
+    if not all(np.array_equal(a, b) for a, b in zip(given, ref)):
+        raise RuntimeError("grid + sample does not compute what forward does")
+    arrays = {"grid": grid.numpy()}
+    meta = {"grid_noise": _rel_diff(arrays["grid"], n_grid.numpy()),
+            "paddle_noise": [_rel_diff(a, b) for a, b in zip(given, n_given)]}
+    wide = [paddle.to_tensor(v.astype("float64") if v.dtype.kind == "f" else v) for v in inputs]
+    try:
+        twin = copy.deepcopy(layer)
+        twin.to(dtype="float64")
+        with paddle.no_grad():
+            arrays["grid_f64"] = twin.grid(*wide).numpy()
+            held = paddle.to_tensor(arrays["grid"].astype("float64"))
+            arrays.update({f"out_f64_{i}": t.numpy()
+                           for i, t in enumerate(_flatten(twin.sample(*wide, held)))})
+    except Exception:  # noqa: BLE001 - no float64 twin, no exact reference
+        pass
+    return arrays, meta
+
+
 def _compare(ref: list, got: list) -> dict:
     """Outputs agree within RTOL/ATOL, ATOL scaled by each output's magnitude."""
     diffs = [float(np.max(np.abs(a.astype("float64") - b))) if a.size and a.shape == b.shape else None
@@ -2592,6 +2737,9 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
         selection = json.loads((legacy / "meta.json").read_text()).get("selection")
         if selection:
             shutil.copy(legacy / SELECTION_FILE, out / SELECTION_FILE)
+        sampling = json.loads((legacy / "meta.json").read_text()).get("sampling")
+        if sampling:
+            shutil.copy(legacy / SAMPLING_FILE, out / SAMPLING_FILE)
         translate_legacy(legacy / MODEL_FILE["legacy"], prefix)
         tensors = [paddle.to_tensor(feeds[i.name]) for i in m.inputs]
     else:
@@ -2615,6 +2763,10 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
         if m.selects:
             arrays, selection = _selection_probe(layer, [feeds[i.name] for i in m.inputs], ref)
             np.savez(out / SELECTION_FILE, **arrays)
+        sampling = None
+        if m.samples:
+            arrays, sampling = _sampling_probe(layer, [feeds[i.name] for i in m.inputs], ref)
+            np.savez(out / SAMPLING_FILE, **arrays)
         # jit.save names each parameter/buffer variable by the tensor's own unique
         # .name (conv2d_0.w_0, batch_norm2d_0.w_1 = BN mean, ...), not its
         # state_dict key; checked against what load_inference_model reads back.
@@ -2688,7 +2840,7 @@ def _export_one(name: str, fmt: str, out_dir: str) -> None:
         "num_outputs": len(ref), "paddle_ops": n_ops, "op_types": kinds,
         "params": len(state), "params_from_scope_only": scope_only,
         "jit_load": jit_check, "static_executor": exe_check, "paddle_noise": paddle_noise,
-        "selection": selection,
+        "selection": selection, "sampling": sampling,
         "save_seconds": round(t_save, 2), "seconds": round(time.time() - t0, 2),
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -2814,12 +2966,57 @@ def check_selection(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
             "names": ["scores"] + [f"out_{i}" for i in range(n)]}
 
 
+SAMPLING_INPUT = "zoo_check_grid"  # the input that feeds Paddle's grid to our ONNX
+
+
+def with_sampling(onnx_bytes: bytes) -> bytes:
+    """Our ONNX model of a model that samples its input at a grid it predicts, its one
+    GridSample's grid added as the last output and read from the new input SAMPLING_INPUT
+    instead (the outputs given Paddle's grid)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load_from_string(onnx_bytes)
+    nodes = [n for n in model.graph.node if n.op_type == "GridSample"]
+    if len(nodes) != 1:
+        raise ValueError(
+            f"the sampling check needs one GridSample node, the model has {len(nodes)}")
+    grid = nodes[0].input[1]
+    model.graph.output.append(helper.make_tensor_value_info(grid, TensorProto.FLOAT, None))
+    model.graph.input.append(helper.make_tensor_value_info(SAMPLING_INPUT, TensorProto.FLOAT, None))
+    nodes[0].input[1] = SAMPLING_INPUT
+    return model.SerializeToString()
+
+
+def check_sampling(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
+    """For a model that samples its input at a grid it predicts: the grid and the outputs
+    given Paddle's grid, judged together as _verdict does (floors and float64 results from
+    sampling.npz and meta.json's "sampling")."""
+    from paddle_npu.compare import run_onnx  # our package: the parent side only
+
+    export_dir = Path(export_dir)
+    smp = np.load(export_dir / SAMPLING_FILE)
+    info = json.loads((export_dir / "meta.json").read_text())["sampling"]
+    held, fed = with_sampling(onnx_bytes), {**feeds, SAMPLING_INPUT: smp["grid"]}
+    outs, plain = run_onnx(held, fed)[1], run_onnx(held, fed, graph_optimizations=False)[1]
+    n = len(info["paddle_noise"])
+    ref = np.load(export_dir / "reference.npz")
+    want = [smp["grid"]] + [ref[f"out_{i}"] for i in range(n)]
+    exact = ([smp["grid_f64"]] + [smp[f"out_f64_{i}"] for i in range(n)]
+             if "grid_f64" in smp.files else [])
+    verdict = _verdict(outs[-1:] + outs[:n], plain[-1:] + plain[:n], want,
+                       [info["grid_noise"]] + info["paddle_noise"], exact, tolerance)
+    return {**verdict, "names": ["grid"] + [f"out_{i}" for i in range(n)]}
+
+
 def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
     """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table,
     beside each model's float-noise floor (noise_floor) and float64 results (_verdict); a
     model whose outputs hinge on a top-k choice is judged given Paddle's picks
-    (check_selection, one more row). With `npu`, stage 2 too: the lowered model vs the ONNX
-    one (onnxruntime and the NumPy NPU reference, on the zoo's test input)."""
+    (check_selection, one more row), one that samples its input at a grid it predicts on
+    the grid and given Paddle's grid (check_sampling, one more row). With `npu`, stage 2
+    too: the lowered model vs the ONNX one (onnxruntime and the NumPy NPU reference, on the
+    zoo's test input)."""
     sys.path.insert(0, str(ZOO_FILE.parent.parent))
     import onnx
 
@@ -2854,6 +3051,10 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
                     held = check_selection(data, info["dir"], feeds, tolerance)
                     ok = held["ok"] and len(outs) == info["num_outputs"]
                     status = status if v["ok"] or not ok else "ok (picks held)"
+                if info.get("sampling"):
+                    held = check_sampling(data, info["dir"], feeds, tolerance)
+                    ok = held["ok"] and len(outs) == info["num_outputs"]
+                    status = status if v["ok"] or not ok else "ok (grid held)"
                 npu_cols = ""
                 if npu:
                     from paddle_npu import npu as stage2
@@ -2868,11 +3069,13 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
                       f"{proto.opset_import[0].version:>5} {_verdict_columns(v)} "
                       f"{secs:>9.2f}{npu_cols}  {'MISMATCH' if not ok else status}", flush=True)
                 if held is not None:
-                    print(f"{'  given paddle picks':22} {fmt:10} {'':>10} {'':>10} {'':>5} "
+                    given = "picks" if "picks" in held else "grid"
+                    picks = (f"; ours picks {held['same_picks']} of Paddle's {held['picks']}, "
+                             f"{held['same_rank']} at the same rank" if "picks" in held else "")
+                    print(f"{'  given paddle ' + given:22} {fmt:10} {'':>10} {'':>10} {'':>5} "
                           f"{_verdict_columns(held)} {'':>9}{' ' * len(npu_cols)}  "
-                          f"{held['status']} (worst: {held['names'][held['k']]}; ours picks "
-                          f"{held['same_picks']} of Paddle's {held['picks']}, "
-                          f"{held['same_rank']} at the same rank)", flush=True)
+                          f"{held['status']} (worst: {held['names'][held['k']]}{picks})",
+                          flush=True)
             except Exception as exc:   # one failing model must not hide the others
                 ok = False
                 print(f"{row} {'':>10} {'':>10} {'':>5} {'':>12} {'':>9} {'':>9} {'':>9} {'':>9} "
@@ -2889,7 +3092,10 @@ def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
           "outputs hinge on a top-k choice is judged by its 'given paddle picks' row: the "
           "scores the top-k ranks and the outputs with Paddle's picks fed to our ONNX, by the "
           "same rules, Paddle's noise measured with its picks held (ok (picks held): the "
-          "free-running outputs differ only through different picks))")
+          "free-running outputs differ only through different picks); a model that samples "
+          "its input at a grid it predicts is judged likewise by its 'given paddle grid' row: "
+          "the grid, and the outputs with Paddle's grid fed to our GridSample (ok (grid "
+          "held): the free-running outputs differ only through the grid's float rounding))")
     return 1 if bad else 0
 
 
