@@ -1,5 +1,6 @@
 """The float16 export (paddle_npu/fp16.py): what it narrows and what it keeps float32, run in
-onnxruntime against the float32 model; the API and CLI options."""
+onnxruntime against the float32 model; the API and CLI options; and the CI zoo models'
+float16 exports against Paddle within their bound (tools/zoo.py fp16_bound)."""
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import zoo
 from conftest import EXAMPLE
 from paddle_npu.api import Float16Warning, export
 from paddle_npu.cli import main
@@ -277,3 +279,37 @@ def test_cli_fp16_flags(tmp_path, capsys, monkeypatch):
     assert main(["convert", LEGACY, "-o", str(out), "--fp16"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("paddle-npu: warning: weight ")
+
+
+def test_fp16_bound():
+    """2**13 times the float32 floor, at least 2**-11 for a float output; an integer output
+    exact unless Paddle's own moves."""
+    assert zoo.fp16_bound([1e-6, 0.0], [2e-6, 0.0], [True, True]) == \
+        [2e-6 * 2 ** 13, 2 ** -11]
+    assert zoo.fp16_bound([0.0], [], [False]) == [0.0]
+    v = zoo._fp16_verdict([np.float32([1, 2.0008])], [np.float32([1, 2])], [0.0], [])
+    assert v["ok"] and v["bound"] == [2 ** -11]
+    v = zoo._fp16_verdict([np.int64([1, 3])], [np.int64([1, 2])], [0.0], [])
+    assert not v["ok"]
+
+
+CI_MODELS = [name for name, m in zoo.MODELS.items() if m.ci]
+
+
+@pytest.mark.parametrize("name", CI_MODELS)
+def test_fp16_export_agrees_with_paddle_within_its_bound(zoo_dir, name):
+    info = zoo.export(name, "legacy", os.path.join(zoo_dir, name, "legacy"))
+    data = export(os.path.join(info["dir"], info["model_file"]), export_fp16_model=True)
+    proto = onnx.load_from_string(data)
+    assert H in {t.data_type for t in proto.graph.initializer}
+    assert TensorProto.FLOAT not in {t.data_type for t in proto.graph.initializer
+                                     if t.data_type in (F, H) and np.prod(t.dims) > 16}
+    ref = np.load(os.path.join(info["dir"], "reference.npz"))
+    truth = np.load(os.path.join(info["dir"], "truth.npz"))
+    feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+    _, outs = run_onnx(data, feeds)
+    want = [ref[f"out_{i}"] for i in range(info["num_outputs"])]
+    assert [o.dtype for o in outs] == [w.dtype for w in want]
+    v = zoo._fp16_verdict(outs, want, info["paddle_noise"],
+                          [truth[f"out_{i}"] for i in range(len(truth.files))])
+    assert v["ok"], [(s["rel_diff"], b) for s, b in zip(v["stats"], v["bound"])]
