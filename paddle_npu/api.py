@@ -1,6 +1,7 @@
 """The Python API, drop-in for `paddle2onnx.export`."""
 import logging
 import os
+import warnings
 
 import onnx
 import onnx_ir as ir
@@ -9,6 +10,7 @@ from onnx.onnx_cpp2py_export import shape_inference as c_shape_inference
 from . import npu  # its `lower` (npu/pipeline.py) loads on first use: convert alone needs none
 from .errors import ConversionError, PaddleFormatError
 from .exporter import choose_opset, name_free_dims, program_to_onnx
+from .fp16 import to_float16
 from .frontend import default_params_file, find_program_file, load
 from .onnx_io import StreamedModel
 from .optimize import optimize as optimize_model
@@ -25,7 +27,7 @@ EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3 - 64 * 1024 ** 2
 # and why any other value is refused.
 _P2O_NEUTRAL = {"dist_prim_all": (False,), "enable_experimental_op": (True, False),
                 "custom_op_info": (None, {}), "deploy_backend": ("onnxruntime",),
-                "calibration_file": ("",), "export_fp16_model": (False,),
+                "calibration_file": ("",),
                 "optimize_tool": ("polygraphy", "onnxoptimizer", "None", None)}
 _P2O_WHY_NOT = {
     "custom_op_info": "an op without a mapper gets one through @paddle_op "
@@ -33,21 +35,24 @@ _P2O_WHY_NOT = {
     "calibration_file": "a quantised Paddle model keeps its scales in the ONNX model itself "
                         "(there is no TensorRT calibration cache to write); for a float model "
                         "`paddle-npu calibrate` writes a calibration table",
-    "export_fp16_model": "the NPU path narrows weights to integers instead "
-                         "(`paddle-npu lower --quantize int8`); a float16 ONNX model is not "
-                         "produced",
     "deploy_backend": "the model is written for onnxruntime, which also checks it",
     "dist_prim_all": "distributed primitive ops are not read",
 }
 
 
+class Float16Warning(UserWarning):
+    """A weight float16 cannot hold (kept float32) or that flushes to zero in it."""
+
+
 class Exported:
     """What `convert_model` made: the opset, the opset asked for, the main graph's node count,
-    and `data`, the serialized model (None above 2 GB, when it went to external data), made
-    when first asked for: a model written to a file is never held in memory as bytes."""
+    `data`, the serialized model (None above 2 GB, when it went to external data), made
+    when first asked for (a model written to a file is never held in memory as bytes), and
+    `warnings`, one line each (the float16 export's, about weights)."""
 
-    def __init__(self, streamed, opset, asked, nodes):
+    def __init__(self, streamed, opset, asked, nodes, warnings=()):
         self._streamed, self.opset, self.asked, self.nodes = streamed, opset, asked, nodes
+        self.warnings = list(warnings)
 
     @property
     def data(self):
@@ -128,7 +133,8 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
            auto_upgrade_opset=True, dist_prim_all=False, verbose=False, enable_onnx_checker=True,
            enable_experimental_op=True, enable_optimize=True, custom_op_info=None,
            deploy_backend="onnxruntime", calibration_file="", external_file="",
-           export_fp16_model=False, optimize_tool="polygraphy", *, input_shape=None):
+           export_fp16_model=False, optimize_tool="polygraphy", *, input_shape=None,
+           keep_io_types=True):
     """Convert a Paddle export to ONNX; the signature of `paddle2onnx.export`.
 
     model_filename:   .pdmodel, PIR .json, __model__, or a model directory
@@ -139,6 +145,10 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     external_file:    the weights file's name (beside save_file) when the model is over 2 GB
     input_shape:      (keyword only, ours) {input name: [sizes]} replacing what the program
                       declares (-1 makes a size dynamic); by default the declared shapes are kept
+    export_fp16_model: a model computing in float16 (paddle_npu/fp16.py): weights halved,
+                      inputs and outputs float32 unless keep_io_types=False (keyword only,
+                      ours); a weight float16 cannot hold stays float32 and is named in a
+                      Float16Warning
     Returns the serialized model (None when it went to external data, over 2 GB).
     paddle2onnx options with no meaning here are accepted at their defaults and refused
     otherwise, saying why, so nothing is silently ignored.
@@ -146,18 +156,26 @@ def export(model_filename, params_filename=None, save_file=None, opset_version=7
     refuse_paddle2onnx_options(
         dist_prim_all=dist_prim_all, enable_experimental_op=enable_experimental_op,
         custom_op_info=custom_op_info, deploy_backend=deploy_backend,
-        calibration_file=calibration_file, export_fp16_model=export_fp16_model,
-        optimize_tool=optimize_tool)
-    return convert_model(model_filename, params_filename, save_file, opset_version,
+        calibration_file=calibration_file, optimize_tool=optimize_tool)
+    if not isinstance(export_fp16_model, bool) or not isinstance(keep_io_types, bool):
+        raise ConversionError(f"export_fp16_model and keep_io_types take True or False, not "
+                              f"{export_fp16_model!r} / {keep_io_types!r}")
+    done = convert_model(model_filename, params_filename, save_file, opset_version,
                          auto_upgrade_opset, verbose, enable_onnx_checker, enable_optimize,
-                         external_file, input_shape=input_shape).data
+                         external_file, input_shape=input_shape, fp16=export_fp16_model,
+                         keep_io_types=keep_io_types)
+    for line in done.warnings:
+        warnings.warn(line, Float16Warning, stacklevel=2)
+    return done.data
 
 
 def convert_model(model_filename, params_filename=None, save_file=None, opset_version=None,
                   auto_upgrade_opset=True, verbose=False, enable_onnx_checker=True,
-                  enable_optimize=True, external_file="", *, input_shape=None):
+                  enable_optimize=True, external_file="", *, input_shape=None, fp16=False,
+                  keep_io_types=True):
     """`export` without paddle2onnx's compatibility options; returns an `Exported`.
-    opset_version None: the lowest opset that covers the model."""
+    opset_version None: the lowest opset that covers the model; fp16: a float16 model (inputs
+    and outputs float32 unless not keep_io_types), its warnings in `Exported.warnings`."""
     inputs = model_files(model_filename, params_filename)
     if save_file is not None:
         check_output(save_file, inputs)
@@ -169,6 +187,7 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
         progress = lambda ops: progress_bar(ops, "converting", enabled=verbose or None)  # noqa: E731
     model, opset = convert_program(program, opset_version, auto_upgrade_opset,
                                    optimize=enable_optimize, progress=progress)
+    notes = to_float16(model, keep_io_types) if fp16 else []
     if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
         if save_file is None:
             raise ConversionError("the model is over 2 GB: give save_file so that its weights "
@@ -180,7 +199,7 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
             except onnx.checker.ValidationError as exc:
                 os.remove(save_file)
                 raise ConversionError(f"the converted model fails ONNX validation: {exc}") from None
-        return Exported(None, opset, opset_version, len(model.graph))
+        return Exported(None, opset, opset_version, len(model.graph), notes)
 
     streamed = StreamedModel(model)
     if enable_onnx_checker:
@@ -192,7 +211,7 @@ def convert_model(model_filename, params_filename=None, save_file=None, opset_ve
         write_with(save_file, streamed.write, inputs)
         if verbose:
             log.info("paddle_npu: wrote %s (opset %d)", save_file, opset)
-    return Exported(streamed, opset, opset_version, len(streamed.proto.graph.node))
+    return Exported(streamed, opset, opset_version, len(streamed.proto.graph.node), notes)
 
 
 def lower(model, target=None, plan="packed", **options):

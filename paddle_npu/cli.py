@@ -90,8 +90,15 @@ def _cmd_convert(args):
     model, params, save_file = args.model, args.params, args.output
     refuse_paddle2onnx_options(
         dist_prim_all=args.enable_dist_prim_all, optimize_tool=args.optimize_tool,
-        deploy_backend=args.deploy_backend, export_fp16_model=args.export_fp16_model,
+        deploy_backend=args.deploy_backend,
         calibration_file=args.save_calibration_file, custom_op_info=args.custom_ops)
+    fp16 = args.export_fp16_model
+    if args.fp16_io and not fp16:
+        raise ConversionError("--fp16-io makes a float16 model's inputs and outputs float16: "
+                              "give it with --fp16 (or --export_fp16_model True)")
+    if fp16 and (args.target or args.fuse_preprocess):
+        raise ConversionError("--fp16 makes a float16 ONNX model; the NPU path (--npu) and "
+                              "--fuse-preprocess take the float32 one: give one or the other")
     if args.reference:     # unreadable: say so before converting, not after
         from .compare import load_reference  # (start-up time, as above)
         load_reference(args.reference, [], [])
@@ -106,7 +113,11 @@ def _cmd_convert(args):
                          opset_version=args.opset_version,
                          auto_upgrade_opset=args.enable_auto_update_opset,
                          enable_onnx_checker=args.enable_onnx_checker, verbose=args.verbose,
-                         external_file=args.external_filename or "", input_shape=input_shape)
+                         external_file=args.external_filename or "", input_shape=input_shape,
+                         fp16=fp16, keep_io_types=not args.fp16_io)
+    if not args.quiet:
+        for line in done.warnings:
+            print(f"paddle-npu: warning: {line}", file=sys.stderr)
     if args.target:   # --npu: stage 2 too, the file written is the lowered model
         lower_converted(done.data, save_file, args)
     elif spec is not None:
@@ -267,6 +278,12 @@ def build_parser():
                    help="progress bar and details")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing but errors (and --reference's table)")
+    p.add_argument("--fp16", dest="export_fp16_model", action="store_const", const=True,
+                   help="a model computing in float16, inputs and outputs float32 (weights "
+                        "float16 cannot hold stay float32 and are named); compare it with "
+                        "--reference at a float16 --tolerance")
+    p.add_argument("--fp16-io", action="store_true",
+                   help="with --fp16: its inputs and outputs float16 too")
     p.add_argument("--input-shape", action="append", metavar="NAME:D0,D1,...",
                    help="the input's shape instead of the one the program declares (-1: a "
                         "dynamic size); repeat per input")
@@ -288,7 +305,7 @@ def build_parser():
                    help="the weights file (beside the output) of a model over 2 GB "
                         "(default: OUTPUT.data)")
     g.add_argument("--export_fp16_model", type=_flag, default=False, metavar="BOOL",
-                   help="refused when True: the NPU path quantises to integers instead")
+                   help="True: as --fp16")
     g.add_argument("--save_calibration_file", default="", metavar="FILE",
                    help="refused: quantised models keep their scales in the ONNX model")
     g.add_argument("--custom_ops", default=None, metavar="JSON",

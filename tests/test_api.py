@@ -30,12 +30,12 @@ P2O_SIGNATURE = [
 
 
 def test_export_signature_is_paddle2onnx_s():
-    """paddle2onnx's parameters, then only keyword-only ones of ours (input_shape), so every
-    paddle2onnx call means the same here."""
+    """paddle2onnx's parameters, then only keyword-only ones of ours (input_shape,
+    keep_io_types), so every paddle2onnx call means the same here."""
     every = list(inspect.signature(export).parameters.values())
     params = [p for p in every if p.kind is not p.KEYWORD_ONLY]
     ours = [(p.name, p.default) for p in every if p.kind is p.KEYWORD_ONLY]
-    assert ours == [("input_shape", None)]
+    assert ours == [("input_shape", None), ("keep_io_types", True)]
     assert [p.name for p in params] == [n for n, _ in P2O_SIGNATURE]
     for p, (_, default) in zip(params[2:], P2O_SIGNATURE[2:]):
         assert p.default == default, p.name
@@ -61,8 +61,8 @@ def test_params_filename_empty_means_the_one_next_to_the_model():
 
 
 def test_options_with_no_meaning_here_are_refused_not_ignored():
-    with pytest.raises(ConversionError, match="export_fp16_model=True is not supported"):
-        export(LEGACY, "", export_fp16_model=True)
+    with pytest.raises(ConversionError, match="calibration_file='c.cache' is not supported"):
+        export(LEGACY, "", calibration_file="c.cache")
     _check(export(LEGACY, "", deploy_backend="onnxruntime", optimize_tool="onnxoptimizer"))
 
 

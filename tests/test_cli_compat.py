@@ -46,7 +46,6 @@ def test_no_auto_update_without_an_opset_takes_the_lowest(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag, value, reason", [
-    ("--export_fp16_model", "True", "narrows weights to integers"),
     ("--save_calibration_file", "calib.cache", "keeps its scales in the ONNX model"),
     ("--custom_ops", '{"my_op": "MyOp"}', "@paddle_op"),
 ])

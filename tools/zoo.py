@@ -9,6 +9,7 @@ since the legacy format needs FLAGS_enable_pir_api=0 set before
     python tools/zoo.py export --models ci|all|a,b --formats legacy,pir,translated --out DIR [--force]
     python tools/zoo.py translate LEGACY_MODEL --out PREFIX [--reference IO.npz]
     python tools/zoo.py check --models ci|all|a,b [--formats ...] [--out DIR] [--npu TARGET]
+    python tools/zoo.py check --fp16 --models ci|all|a,b [--out DIR]
 
 `check` converts each export with paddle_npu, runs it in onnxruntime on the test batch and
 compares with Paddle's eager outputs. An output agrees when it is within --tolerance (1e-4)
@@ -23,6 +24,10 @@ free-running row is shown beside, for what it is. A model whose output is its in
 read by grid_sample at a grid it predicts (Model.samples: UVDoc) is judged likewise on the
 grid and on the output given Paddle's grid: sampling multiplies the grid's float rounding by
 the image's size in pixels times its steepest step from one pixel to the next.
+
+`check --fp16` checks the float16 export instead: each output within fp16_bound of Paddle's,
+its float32 floor (the larger of Paddle's nudge noise and its float32 distance from float64)
+times 2**13, float16's unit roundoff over float32's, and at least 2**-11.
 
 Formats: `legacy` (.pdmodel, FLAGS_enable_pir_api=0), `pir` (model.json from
 paddle.jit.save in PIR mode) and `translated`: the legacy export run through
@@ -3009,6 +3014,133 @@ def check_sampling(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
     return {**verdict, "names": ["grid"] + [f"out_{i}" for i in range(n)]}
 
 
+# float16's and float32's unit roundoffs: a model's float16 rounding error is, to first
+# order, its float32 one scaled by their ratio (2**13), the same operations rounding at
+# each step; no output can be closer than one float16 rounding of itself and its input.
+U16, U32 = 2.0 ** -11, 2.0 ** -24
+
+
+def fp16_bound(paddle_noise, paddle_err, floats) -> List[float]:
+    """Per output, how far (relative to its scale) a float16 export may be from Paddle's
+    float32 output: its float32 floor (the larger of Paddle's own move on inputs nudged by
+    NUDGE and Paddle's float32 distance from float64, 0 where there is none) times U16 / U32,
+    and at least U16 for a float output; an integer output (indices) must then be exact
+    unless Paddle's own moves."""
+    err = paddle_err if paddle_err else [0.0] * len(paddle_noise)
+    return [max(U16 if f else 0.0, max(n, e) * (U16 / U32))
+            for n, e, f in zip(paddle_noise, err, floats)]
+
+
+def _fp16_of(onnx_bytes: bytes) -> bytes:
+    """A float32 ONNX model (from us) as the float16 export makes it."""
+    import onnx
+    import onnx_ir as ir
+
+    from paddle_npu.fp16 import to_float16  # our package: the parent side only
+
+    model = ir.serde.deserialize_model(onnx.load_from_string(onnx_bytes))
+    to_float16(model)
+    return ir.serde.serialize_model(model).SerializeToString()
+
+
+def _fp16_verdict(outs, want, paddle_noise, exact) -> dict:
+    """A float16 export's outputs against Paddle's, each within fp16_bound."""
+    from paddle_npu.compare import agreement  # our package: the parent side only
+
+    stats = [agreement(o, w) for o, w in zip(outs, want)]
+    paddle_err = [_rel_diff(t, w) for t, w in zip(exact, want)] if len(exact) == len(want) \
+        else []
+    bound = fp16_bound(paddle_noise, paddle_err, [w.dtype.kind == "f" for w in want])
+    margins = [s["rel_diff"] / b if b > 0 else (0.0 if s["rel_diff"] == 0 else float("inf"))
+               for s, b in zip(stats, bound)]
+    k = max(range(len(margins)), key=margins.__getitem__)
+    return {"ok": all(m <= 1 for m in margins), "k": k, "stats": stats, "bound": bound,
+            "margin": margins[k]}
+
+
+def check_fp16(names, out) -> int:
+    """The float16 export (export_fp16_model=True) of each model against Paddle's eager
+    float32 outputs, within fp16_bound: a row per model (legacy format), the output closest
+    to its bound shown. A model whose outputs hinge on a top-k choice is judged given
+    Paddle's picks (as check_models), its free-running row shown beside."""
+    sys.path.insert(0, str(ZOO_FILE.parent.parent))
+    import warnings
+
+    from paddle_npu import export as to_onnx
+    from paddle_npu.compare import run_onnx
+
+    print(f"{'model':24} {'outputs':>7} {'fp32 MB':>8} {'fp16 MB':>8} {'max abs diff':>12} "
+          f"{'rel diff':>9} {'bound':>9} {'of bound':>8} {'cosine':>9}  status", flush=True)
+    bad = 0
+    for name in names:
+        row = f"{name:24}"
+        try:
+            info = export(name, "legacy", out / name / "legacy")
+            path = str(Path(info["dir"]) / info["model_file"])
+            data32 = to_onnx(path)
+            with warnings.catch_warnings(record=True) as notes:
+                warnings.simplefilter("always")
+                data = to_onnx(path, export_fp16_model=True)
+            ref = np.load(Path(info["dir"]) / "reference.npz")
+            feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
+            _, outs = run_onnx(data, feeds)
+            want = [ref[f"out_{i}"] for i in range(len(outs))]
+            truth = np.load(Path(info["dir"]) / "truth.npz")
+            exact = [truth[f"out_{i}"] for i in range(len(truth.files))]
+            v = _fp16_verdict(outs, want, info["paddle_noise"], exact)
+            ok, status = v["ok"] and len(outs) == info["num_outputs"], ""
+            held = None
+            if info.get("selection"):
+                held = _fp16_selection(data32, info["dir"], feeds)
+                status = "" if v["ok"] else " (free-running: other picks)"
+                ok = held["ok"] and len(outs) == info["num_outputs"]
+            k, worst = v["k"], v["stats"][v["k"]]
+            print(f"{row} {len(outs):>7} {len(data32) / 2**20:>8.2f} {len(data) / 2**20:>8.2f} "
+                  f"{worst['max_abs_diff']:>12.2e} {worst['rel_diff']:>9.1e} "
+                  f"{v['bound'][k]:>9.1e} {v['margin']:>8.2f} "
+                  f"{min(s['cosine'] for s in v['stats']):>9.6f}  "
+                  f"{'ok' if ok else 'MISMATCH'}{status}", flush=True)
+            if held is not None:
+                k, worst = held["k"], held["stats"][held["k"]]
+                print(f"{'  given paddle picks':24} {len(held['stats']):>7} {'':>8} {'':>8} "
+                      f"{worst['max_abs_diff']:>12.2e} {worst['rel_diff']:>9.1e} "
+                      f"{held['bound'][k]:>9.1e} {held['margin']:>8.2f} "
+                      f"{min(s['cosine'] for s in held['stats']):>9.6f}  "
+                      f"{'ok' if held['ok'] else 'MISMATCH'}", flush=True)
+            for note in notes:
+                print(f"  warning: {note.message}", flush=True)
+        except Exception as exc:   # one failing model must not hide the others
+            ok = False
+            print(f"{row}  FAILED: {str(exc).splitlines()[0][:110]}", flush=True)
+        bad += not ok
+    print(f"\n{bad} of {len(names)} float16 exports failed or exceed their bound" if bad else
+          f"\nall {len(names)} float16 exports agree with Paddle within their bound")
+    print("(rel diff: max abs diff relative to the output's scale, of the output closest to "
+          "its bound; bound: its float32 floor (Paddle's own move on inputs nudged by 1e-7, or "
+          "Paddle's float32 distance from float64, the larger) times 2**13, float16's unit "
+          "roundoff over float32's, and at least 2**-11; of bound: rel diff / bound)")
+    return 1 if bad else 0
+
+
+def _fp16_selection(onnx_bytes: bytes, export_dir, feeds) -> dict:
+    """check_selection for the float16 export: the ranked scores and the outputs given
+    Paddle's picks (fed to the float16 model) within fp16_bound of Paddle's."""
+    from paddle_npu.compare import run_onnx  # our package: the parent side only
+
+    export_dir = Path(export_dir)
+    sel = np.load(export_dir / SELECTION_FILE)
+    info = json.loads((export_dir / "meta.json").read_text())["selection"]
+    held = _fp16_of(with_selection(onnx_bytes, held=True))
+    outs = run_onnx(held, {**feeds, SELECTION_INPUT: sel["picks"]})[1]
+    n = len(info["paddle_noise"])
+    ref = np.load(export_dir / "reference.npz")
+    want = [sel["score"]] + [ref[f"out_{i}"] for i in range(n)]
+    exact = ([sel["score_f64"]] + [sel[f"out_f64_{i}"] for i in range(n)]
+             if "score_f64" in sel.files else [])
+    return _fp16_verdict(outs[-1:] + outs[:n], want, [info["score_noise"]] + info["paddle_noise"],
+                         exact)
+
+
 def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:
     """Stage 1 end to end: Paddle's eager outputs vs onnxruntime on our ONNX, as a table,
     beside each model's float-noise floor (noise_floor) and float64 results (_verdict); a
@@ -3118,6 +3250,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ck.add_argument("--npu", metavar="TARGET",
                     help="also lower to this NPU target and verify (stage 2, tolerance 1e-5)")
     ck.add_argument("--plan", default="packed", help="the Conv plan for --npu")
+    ck.add_argument("--fp16", action="store_true",
+                    help="check the float16 export instead (legacy format), each output "
+                         "within its float16 bound (fp16_bound)")
     tr = sub.add_parser("translate", help="write a legacy model's PIR form the way "
                         "paddle.pir.translate_to_pir + save_inference_model do")
     tr.add_argument("model", help="a .pdmodel, __model__ or a legacy model directory")
@@ -3146,6 +3281,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [f for f in fmts if f not in FORMATS]
     if bad:
         raise SystemExit(f"unknown formats: {bad}")
+    if a.cmd == "check" and a.fp16:
+        return check_fp16(select(a.models), Path(a.out))
     if a.cmd == "check":
         return check_models(select(a.models), fmts, Path(a.out), a.tolerance, a.npu, a.plan)
     failures, warnings = [], []
