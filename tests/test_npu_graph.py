@@ -285,6 +285,23 @@ def test_opset_upgrade_keeps_the_models_names():
     assert_close(got[0], want[0], "lowered vs original")
 
 
+def test_opset_upgrade_leaves_names_still_defined_alone():
+    """Upgrading an opset 10 Resize (X, scales) gives it an roi input that the converter
+    makes: the scales keep their initializer and the roi gets a name of its own (stage 1
+    writes opset 10 for a model with nothing newer, PP-OCRv5's server detector)."""
+    nodes = [helper.make_node("Resize", ["x", "scales"], ["up"], name="up", mode="nearest"),
+             helper.make_node("Conv", ["up", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    original = model(nodes, [("x", [1, 2, 4, 4])], [("y", [1, 3, 8, 8])],
+                     [("scales", np.array([1, 1, 2, 2], np.float32)), ("w", rand(3, 2, 3, 3))],
+                     opset=10)
+    m = prepare(original)
+    resize = next(n for n in m.graph if n.op_type == "Resize")
+    assert resize.inputs[2].name == "scales" and resize.inputs[1].name != "scales"
+    lowered, _ = lower(original, BIG)
+    want, got, ref, _ = three_way(original, lowered, {"x": rand(1, 2, 4, 4)}, BIG)
+    assert_close(got[0], want[0], "lowered vs original")
+
+
 def test_lowering_raises_the_opset_to_17_or_else_keeps_15(monkeypatch):
     """A lowered model imports opset 17 (LayerNormalization bodies); where onnx's converter
     cannot take a model there it is lowered at 15, and computes the same."""
