@@ -1861,6 +1861,42 @@ _image_model("ppocrv5_rec_server", lambda h, w: _ppocr_v5_rec(h, w, server=True)
                              "attention", "ctc", "assign"))
 
 
+def _pp_lcnet_cls(h, w, classes):
+    """PP-LCNet x1.0 classifier (PaddleClas legendary_models/pp_lcnet.py) as PaddleClas
+    exports it: the backbone's last map globally average-pooled, a 1x1 conv to 1280 (no
+    bias) + hardswish, the inference-scaled dropout, flatten, Linear and the softmax its
+    export appends. PaddleX's document (4 classes: 0/90/180/270 degrees, 224x224) and
+    text-line (2 classes: 0/180, 80x160) orientation classifiers are this network."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    class LCNetCls(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.backbone = _pp_lcnet(1.0, first_output=4)
+            self.last_conv = nn.Conv2D(self.backbone.out_channels[-1], 1280, 1, bias_attr=False)
+            self.dropout = nn.Dropout(0.2, mode="downscale_in_infer")
+            self.fc = nn.Linear(1280, classes)
+
+        def forward(self, x):
+            x = F.adaptive_avg_pool2d(self.backbone(x)[-1], 1)
+            x = self.dropout(F.hardswish(self.last_conv(x)))
+            return F.softmax(self.fc(paddle.flatten(x, 1)), axis=-1)
+
+    return LCNetCls()
+
+
+# On image-like inputs (_photo_like): on normal noise the test image's logits came out 6x
+# the calibration batch's (-7.3 vs 5.0), a saturated softmax that would hide any error.
+_image_model("pp_lcnet_doc_ori", lambda h, w: _pp_lcnet_cls(h, w, 4), (224, 224), ci=False,
+             images=_photo_like,
+             tags=("classification", "ocr", "orientation", "lcnet", "se", "dropout"))
+_image_model("pp_lcnet_textline_ori", lambda h, w: _pp_lcnet_cls(h, w, 2), (80, 160),
+             images=_photo_like,
+             tags=("classification", "ocr", "orientation", "lcnet", "se", "dropout"))
+
+
 @_register("table_decoder_paddle2", [("x", (None, 16, 3, 3))], ci=True, batch=2,
            tags=("ocr", "table", "decoder", "gru", "while", "set_value", "multi_output",
                  "paddle2_shapes"),
