@@ -1867,8 +1867,10 @@ _register("ppocrv5_rec_mobile_en", [("x", (None, 3, 48, 320))], ci=False,
     lambda: _ppocr_v5_rec(48, 320, classes=PPOCRV5_EN_CLASSES))
 _image_model("ppocrv5_det_server", _ppocr_v5_server_det, (640, 640), (128, 128),
              tags=("ocr", "ppocr", "ppocrv5", "hgnet", "same_padding", "pan", "conv_transpose"))
+# Outside CI: Paddle's own float32 outputs are 1.7e-4 of their scale from float64 (at 48x96
+# too), beyond the 1e-4 the CI zoo asks of Paddle itself; `check` passes it by its floor.
 _image_model("ppocrv5_rec_server", lambda h, w: _ppocr_v5_rec(h, w, server=True), (48, 320),
-             (48, 96), tags=("ocr", "ppocr", "ppocrv5", "hgnet", "same_padding", "svtr",
+             ci=False, tags=("ocr", "ppocr", "ppocrv5", "hgnet", "same_padding", "svtr",
                              "attention", "ctc", "assign"))
 
 
