@@ -411,7 +411,10 @@ def _restore_names(original, converted):
     known |= {o for n in original.node for o in n.output}
     inputs_of = {n.name: list(n.input) for n in original.node if n.name}
     producer_of = {o: n.name for n in original.node for o in n.output}
+    # a name the converted graph still defines is not free: an opset 10 Resize's scales
+    # stay an initializer while the roi input put before them is new
     used = {o for n in converted.node for o in n.output} | {v.name for v in converted.input}
+    used |= {i.name for i in converted.initializer}
     rename = {}
     for node in converted.node:
         want_inputs = inputs_of.get(node.name, [])

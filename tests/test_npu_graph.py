@@ -9,7 +9,8 @@ from onnx import helper
 
 from npu_helpers import assert_close, checked, model, npu_ops, op_types, three_way
 from paddle_npu.errors import ConversionError
-from paddle_npu.npu import DOMAIN, PRESETS, Target, list_targets, load_target, lower
+from paddle_npu.npu import (DOMAIN, PRESETS, Target, list_targets, load_target, lower,
+                            verify)
 from paddle_npu.npu.pipeline import prepare
 from paddle_npu.npu.passes.common import batchnorm_to_affine, fold_batchnorm
 from paddle_npu.npu.ops import all_primitives
@@ -283,6 +284,26 @@ def test_opset_upgrade_keeps_the_models_names():
     x = rand(1, 2, 4, 4)
     want, got, ref, _ = three_way(original, lowered, {"x": x}, BIG)
     assert_close(got[0], want[0], "lowered vs original")
+
+
+def test_opset_upgrade_leaves_names_still_defined_alone():
+    """Upgrading an opset 10 Resize (X, scales) gives it an roi input that the converter
+    makes: the scales keep their initializer and the roi gets a name of its own (stage 1
+    writes opset 10 for a model with nothing newer, PP-OCRv5's server detector)."""
+    nodes = [helper.make_node("Resize", ["x", "scales"], ["up"], name="up", mode="nearest"),
+             helper.make_node("Conv", ["up", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])]
+    original = model(nodes, [("x", [1, 2, 4, 4])], [("y", [1, 3, 8, 8])],
+                     [("scales", np.array([1, 1, 2, 2], np.float32)), ("w", rand(3, 2, 3, 3))],
+                     opset=10)
+    m = prepare(original)
+    resize = next(n for n in m.graph if n.op_type == "Resize")
+    assert resize.inputs[2].name == "scales" and resize.inputs[1].name != "scales"
+    lowered, _ = lower(original, BIG)
+    feeds = {"x": rand(1, 2, 4, 4)}
+    want, got, ref, _ = three_way(original, lowered, feeds, BIG)
+    assert_close(got[0], want[0], "lowered vs original")
+    # onnx's reference evaluator runs the opset 10 Resize too: judged against float64
+    assert verify(original, lowered, BIG, feeds=feeds)["within"] == "float64"
 
 
 def test_lowering_raises_the_opset_to_17_or_else_keeps_15(monkeypatch):

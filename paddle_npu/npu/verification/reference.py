@@ -43,6 +43,7 @@ def _standard_overrides():
     from onnx.reference.op_run import OpRun     # (see _op_class)
     from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
     from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
+    from onnx.reference.ops.op_resize import Resize as _Resize
 
     class GatherElements(OpRun):
         # onnx.reference uses np.choose, limited to 64 entries along the axis
@@ -103,7 +104,19 @@ def _standard_overrides():
                                     padding_mode=padding)
             return (_grid_sample_2d(x, grid, corners, mode, padding),)
 
-    return [GatherElements, MaxPool, BatchNormalization, GridSample]
+    class Resize(_Resize):
+        # onnx.reference reads every Resize as opset 11's (X, roi, scales, sizes): opset 10's
+        # (X, scales) ran as an roi without scales. Opset 10 resizes as onnxruntime does it:
+        # asymmetric coordinates, nearest rounding down when enlarging, up when shrinking
+        def _run(self, x, *args, **kw):
+            if len(self.onnx_node.input) != 2:
+                return super()._run(x, *args, **kw)
+            scales = args[0]
+            kw.update(coordinate_transformation_mode="asymmetric",
+                      nearest_mode="ceil" if np.any(scales < 1) else "floor")
+            return super()._run(x, None, scales, **kw)
+
+    return [GatherElements, MaxPool, BatchNormalization, GridSample, Resize]
 
 
 def _reflect(v, lo, hi):
