@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 from conftest import EXAMPLE
 from paddle_npu.api import export
 from paddle_npu.errors import ConversionError
+from paddle_npu.npu.pipeline import lower
 from paddle_npu.npu.quant.calibrate import calibrate
 from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.verification.reference import Reference
@@ -165,6 +166,29 @@ def test_float_ops_between_integer_layers_are_held_to_the_tolerance(monkeypatch)
 def test_verify_refuses_a_model_that_was_not_lowered(digits):
     with pytest.raises(ConversionError, match="not a lowered model"):
         verify(digits, digits, "npu256")
+
+
+def test_verify_takes_a_lowering_that_left_every_node_on_the_cpu():
+    """A model of ops the NPU does not run (a Loop) lowers with no primitive at all: still a
+    lowered model, verified like any other (it was refused as 'not a lowered model')."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 3])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor("n", TensorProto.INT64, [], [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lowered, _ = lower(model, "npu256")
+    assert not any(n.domain for n in lowered.graph)         # every node on the CPU
+    result = verify(model, lowered, "npu256")
+    assert result["ok"], render(result)
 
 
 def test_reference_batchnorm_is_inference_at_opset_9():
