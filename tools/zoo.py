@@ -3216,19 +3216,29 @@ def check_selection(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
     sel = np.load(export_dir / SELECTION_FILE)
     info = json.loads((export_dir / "meta.json").read_text())["selection"]
     held, fed = with_selection(onnx_bytes, held=True), {**feeds, SELECTION_INPUT: sel["picks"]}
-    outs, plain = run_onnx(held, fed)[1], run_onnx(held, fed, graph_optimizations=False)[1]
-    n = len(info["paddle_noise"])
-    ref = np.load(export_dir / "reference.npz")
-    want = [sel["score"]] + [ref[f"out_{i}"] for i in range(n)]
-    exact = ([sel["score_f64"]] + [sel[f"out_f64_{i}"] for i in range(n)]
-             if "score_f64" in sel.files else [])
-    verdict = _verdict(outs[-1:] + outs[:n], plain[-1:] + plain[:n], want,
-                       [info["score_noise"]] + info["paddle_noise"], exact, tolerance)
+    verdict = _given_paddles(held, fed, export_dir, sel, info, "score", "scores", tolerance)
     ours, theirs = run_onnx(with_selection(onnx_bytes, held=False), feeds)[1][-1], sel["picks"]
     same = sum(len(set(a) & set(b)) for a, b in zip(ours, theirs))
     return {**verdict, "same_picks": int(same), "same_rank": int(np.sum(ours == theirs)),
-            "picks": int(theirs.size),
-            "names": ["scores"] + [f"out_{i}" for i in range(n)]}
+            "picks": int(theirs.size)}
+
+
+def _given_paddles(held, fed, export_dir, data, info, first, label, tolerance) -> dict:
+    """Our ONNX `held` fed Paddle's picks or grid (in `fed`): its last output, `first` in
+    `data` (the scores a top-k ranks, the grid; shown as `label`), and its outputs, judged
+    together against Paddle's as _verdict does, with the floors of `info` and the float64
+    results of `data`."""
+    from paddle_npu.compare import run_onnx  # our package: the parent side only
+
+    outs, plain = run_onnx(held, fed)[1], run_onnx(held, fed, graph_optimizations=False)[1]
+    n = len(info["paddle_noise"])
+    ref = np.load(Path(export_dir) / "reference.npz")
+    want = [data[first]] + [ref[f"out_{i}"] for i in range(n)]
+    exact = ([data[f"{first}_f64"]] + [data[f"out_f64_{i}"] for i in range(n)]
+             if f"{first}_f64" in data.files else [])
+    verdict = _verdict(outs[-1:] + outs[:n], plain[-1:] + plain[:n], want,
+                       [info[f"{first}_noise"]] + info["paddle_noise"], exact, tolerance)
+    return {**verdict, "names": [label] + [f"out_{i}" for i in range(n)]}
 
 
 SAMPLING_INPUT = "zoo_check_grid"  # the input that feeds Paddle's grid to our ONNX
@@ -3257,21 +3267,11 @@ def check_sampling(onnx_bytes: bytes, export_dir, feeds, tolerance) -> dict:
     """For a model that samples its input at a grid it predicts: the grid and the outputs
     given Paddle's grid, judged together as _verdict does (floors and float64 results from
     sampling.npz and meta.json's "sampling")."""
-    from paddle_npu.compare import run_onnx  # our package: the parent side only
-
     export_dir = Path(export_dir)
     smp = np.load(export_dir / SAMPLING_FILE)
     info = json.loads((export_dir / "meta.json").read_text())["sampling"]
     held, fed = with_sampling(onnx_bytes), {**feeds, SAMPLING_INPUT: smp["grid"]}
-    outs, plain = run_onnx(held, fed)[1], run_onnx(held, fed, graph_optimizations=False)[1]
-    n = len(info["paddle_noise"])
-    ref = np.load(export_dir / "reference.npz")
-    want = [smp["grid"]] + [ref[f"out_{i}"] for i in range(n)]
-    exact = ([smp["grid_f64"]] + [smp[f"out_f64_{i}"] for i in range(n)]
-             if "grid_f64" in smp.files else [])
-    verdict = _verdict(outs[-1:] + outs[:n], plain[-1:] + plain[:n], want,
-                       [info["grid_noise"]] + info["paddle_noise"], exact, tolerance)
-    return {**verdict, "names": ["grid"] + [f"out_{i}" for i in range(n)]}
+    return _given_paddles(held, fed, export_dir, smp, info, "grid", "grid", tolerance)
 
 
 # float16's and float32's unit roundoffs: a model's float16 rounding error is, to first
