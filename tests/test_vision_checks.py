@@ -74,8 +74,10 @@ def test_conv_transpose_refusals():
                  padding_algorithm="EXPLICIT", output_padding=[], output_size=[17, 17],
                  data_format="NCHW")
     io = ({"Input": ["x"], "Filter": ["w"]}, {"Output": ["y"]})
+    # output_size with input sizes known only at run time converts (an op case checks it
+    # against Paddle: opcases_corners.py)
     op = _op("conv2d_transpose", *io, attrs, {"x": (1, 4, -1, -1), "w": (4, 6, 3, 3)})
-    assert "output_size needs static input sizes" in _check(op)
+    assert _check(op) is None
     op = _op("conv2d_transpose", *io, dict(attrs, output_size=[], padding_algorithm="SAME"),
              {"x": (1, 4, -1, -1), "w": (4, 6, 3, 3)})
     assert "SAME" in _check(op)
