@@ -13,6 +13,7 @@
     -> the NPU program; then the function bodies onnxruntime emulates it with are attached
        (emulation/: the program stays as it is) -> (ir.Model, Report)
 """
+import functools
 import math
 import time
 
@@ -150,20 +151,22 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
         raise ConversionError(f"unknown plan {plan!r} (known: {', '.join(PLANS)})")
     check_emulation(emulation)
     target = load_target(target)
-    args = (model, target, plan, preprocess, marks, enable, disable, input_shape,
-            quantization, progress, emulation, fit, name)
-    m, report, plans = _lower_once(*args)
-    return balanced(args, m, report, plans) if balance else (m, report)
+    once = functools.partial(_lower_once, model, target, plan, preprocess, marks, enable,
+                             disable, input_shape, quantization, progress, emulation, fit,
+                             name)
+    m, report, plans = once()
+    return balanced(once, target, m, report, plans) if balance else (m, report)
 
 
-def balanced(args, m, report, plans):
-    """Of the lowering `m, report` of `args` (_lower_once's), and of lowerings of the same
-    with depthwise layers on spare arrays, the one whose chip estimate has the most images
-    per second. Only where the vector unit sets the pace and the chip has arrays to spare;
-    the candidates move the depthwise layers of most vector work: the first quarter, half,
-    three quarters and all of them, each cut to what the spare arrays hold. The chosen
-    estimate records what it moved and the first one's figures (ChipEstimate.balanced)."""
-    target, chip = args[1], report.chip
+def balanced(once, target, m, report, plans):
+    """Of the lowering `m, report` (once(): _lower_once with the user's options), and of
+    lowerings of the same with depthwise layers on spare arrays, the one whose chip estimate
+    has the most images per second. Only where the vector unit sets the pace and the chip has
+    arrays to spare; the candidates move the depthwise layers of most vector work: the first
+    quarter, half, three quarters and all of them, each cut to what the spare arrays hold.
+    The chosen estimate records what it moved and the first one's figures
+    (ChipEstimate.balanced)."""
+    chip = report.chip
     spare = chip.mapping.available - chip.mapping.needed
     if chip.paced_by != "vector" or spare <= 0:
         return m, report
@@ -180,7 +183,7 @@ def balanced(args, m, report, plans):
             continue
         tried.add(k)
         moved = [p.layer for p in vector[:k]]
-        m2, report2, _ = _lower_once(*args, array_layers=moved)
+        m2, report2, _ = once(array_layers=moved)
         if report2.chip.throughput_per_s > best[1].chip.throughput_per_s:
             report2.chip.balanced = {"layers": moved, "arrays": sum(arrays[:k]),
                                      "before": chip.summary()}
