@@ -168,7 +168,7 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         feeds = seeded_inputs(original, seed)
     selections = find_selections(load_header(original).graph)
     if selections:
-        link_lowered(selections, load_header(lowered).graph, lowered)
+        link_lowered(selections, header.graph, lowered)
         # the lowered model's own picks, and its outputs from them (shown, not judged)
         free_outputs, free_values = _run_with_tensors(
             lowered, feeds, [n for s in selections for n in (s.picks, s.lowered_scores)])
