@@ -66,14 +66,22 @@ def test_a_product_read_out_by_hand():
     assert sliced_product(x, w, wide, full_scale_shifts(w, 8, wide)).tolist() == [[27]]
 
 
+# (the body sums the slices in int32 where they fit bytes, else in float64: whole 16-bit
+# inputs, or 8-bit weights in one cell with an offset, take the second)
 @pytest.mark.parametrize("scheme", ["differential", "offset"])
 @pytest.mark.parametrize("acc_bits, xt", [(32, np.int8), (64, np.int16)])
-def test_the_body_onnxruntime_runs_is_the_reference_bit_for_bit(scheme, acc_bits, xt):
-    rng = np.random.default_rng(acc_bits)
+@pytest.mark.parametrize("cell", [1, 2, 4, 0])
+@pytest.mark.parametrize("dac", [1, 4, 0])
+def test_the_body_onnxruntime_runs_is_the_reference_bit_for_bit(scheme, acc_bits, xt, cell,
+                                                                dac):
+    rng = np.random.default_rng(acc_bits + cell + 7 * dac)
     info = np.iinfo(xt)
     x = rng.integers(info.min, info.max + 1, (2, 6, 90)).astype(xt)
+    x[0, 0, 10:20] = info.min               # the extremes: -2^(B-1) and the weights' +-max
     w = rng.integers(-info.max, info.max + 1, (64, 12)).astype(xt)
-    r = Readout(2, 1, 5, scheme)
+    w[:3] = info.max
+    w[3:6] = -info.max
+    r = Readout(cell, dac, 5, scheme)
     attrs = {"row_offset": 10, "acc_bits": acc_bits, **r.attrs(),
              "adc_shifts": full_scale_shifts(w, 8 if acc_bits == 32 else 16, r)}
     out_type = TensorProto.INT32 if acc_bits == 32 else TensorProto.INT64

@@ -77,10 +77,11 @@ class QVMM(Emulated):
         start = b.const([a["row_offset"]])      # specialised: no attribute references
         r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
         x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))
-        x, w = b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE)
         r = readout.of_attrs(a)
-        y = b.op("MatMul", x, w) if r.ideal else \
-            sliced_product(b, x, w, r, a, len(in_shapes[0]))
+        if r.ideal:
+            y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+        else:
+            y = sliced_product(b, x, "W", r, a, len(in_shapes[0]))
         b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
 
 
