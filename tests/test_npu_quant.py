@@ -1378,3 +1378,23 @@ def test_hp_until_cosine_judges_outputs_given_the_float_models_picks():
     assert _min_cosine(want, free, 64) < 0.5          # some picks swapped
     res = auto_hp(m, table, feeds, 0, until_cosine=0.99, rank="added")
     assert res["promoted"] == [] and res["reached"] is True
+
+
+def test_the_report_and_its_floor_judge_outputs_given_the_float_models_picks():
+    """quant-report judges as verify does: the picked rows, free-running far off where a
+    near tie swapped, are exact given the float model's picks (the only layer before the
+    pick is the classifier), and so is the floor of the inputs alone rounded."""
+    from paddle_npu.npu.quant.accuracy import HELD_PICKS, input_floor, layer_report
+
+    m = _picked_rows()
+    rng = np.random.default_rng(9)
+    table = calibrate(m, {"x": rng.standard_normal((64, 16)).astype(np.float32)})
+    feeds = {"x": rng.standard_normal((64, 16)).astype(np.float32)}
+    q, _, records = quantized_lower(m, table, 8)
+    rep = layer_report(m, q, feeds, records)
+    [out] = rep["outputs"]
+    assert out["judged"] == HELD_PICKS and out["cosine"] == 1.0 and out["max_abs_diff"] == 0
+    assert [lay["layer"] for lay in rep["layers"]] == ["classifier"]
+    assert rep["layers"][0]["cosine"] < 1.0           # the scores themselves are rounded
+    [floor] = input_floor(m, table, feeds, 8)
+    assert floor["judged"] == HELD_PICKS and floor["max_abs_diff"] == 0

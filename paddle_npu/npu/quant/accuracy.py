@@ -31,11 +31,13 @@ from ..emulation.runtime import session
 from ..ops.quant import qrange
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.rnn import unrolled_proto
+from ..verification.selection import HELD, find_selections, hold, link_lowered
 from .calibrate import load_table
 from .qlower import records_of, unit_records_of
 from .samples import Samples, open_samples, run_batches
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
+HELD_PICKS = "given the float model's picks"
 
 
 class Agreement:
@@ -106,14 +108,22 @@ def layer_report(float_model, quant_model, feeds, records=None):
                     input=held.get(r["input"], r["input"])) for r in records]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     feeds = open_samples(fproto, feeds)
+    # outputs that hinge on a selection (a detector's top-k) are judged as verify judges
+    # them: the quantised model given the float model's picks, batch by batch
+    selections = find_selections(fproto.graph)
+    if selections:
+        link_lowered(selections, qproto.graph, "the quantised model")
+        qproto = hold(_copy(qproto), selections, lowered=True)
     # both models batch by batch, in step: every tensor's agreement summed as it comes, the
     # outputs kept (the callers judge them sample by sample)
-    sessions = [_session_for(proto, names) for proto in (fproto, qproto)]
+    sessions = [_session_for(fproto, names + [s.picks for s in selections]),
+                _session_for(qproto, names)]
     agreements, kept = {}, ({}, {})
     for given, fpart in run_batches(sessions[0][0], feeds):
         fvals = _named(fpart, given, sessions[0][1])
+        qgiven = {**given, **{s.picks + HELD: fpart[s.picks] for s in selections}}
         qpart = dict(zip([o.name for o in sessions[1][0].get_outputs()],
-                         sessions[1][0].run(None, given)))
+                         sessions[1][0].run(None, qgiven)))
         qvals = tensors_as_nchw(qproto, _named(qpart, given, sessions[1][1]))
         for name, f in fvals.items():
             if name in qvals:
@@ -137,7 +147,8 @@ def layer_report(float_model, quant_model, feeds, records=None):
         m["drop_db"] = m["input_sqnr_db"] - m["sqnr_db"]
         m["added_nsr"] = 10 ** (-m["sqnr_db"] / 10) - 10 ** (-m["input_sqnr_db"] / 10)
         layers.append(m)
-    outs = [dict(measured[n], name=n) for n in outputs if n in measured]
+    outs = [dict(measured[n], name=n, **({"judged": HELD_PICKS} if selections else {}))
+            for n in outputs if n in measured]
     joined = [{n: _joined(v) for n, v in keep.items()} for keep in kept]
     return {"layers": layers, "outputs": outs, "_float": joined[0], "_quant": joined[1]}
 
@@ -165,6 +176,12 @@ def _held_at(fproto, qproto, names):
         if at != name and at in present:
             held[name] = at
     return held
+
+
+def _copy(proto):
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    return out
 
 
 def _session_for(proto, names):
@@ -209,11 +226,21 @@ def input_floor(float_model, table, feeds, bits=8):
             step = max(limit, 1e-12) / hi
             rounded[name] = (np.clip(np.rint(x / step), -hi - 1, hi) * step).astype(x.dtype)
         return rounded
-    rounded = Samples(feeds.names, feeds.count, round_batch, feeds.where, feeds.whole)
     outputs = [o.name for o in proto.graph.output]
-    data = proto.SerializeToString()
-    exact, near = run_tensors(data, feeds, outputs), run_tensors(data, rounded, outputs)
-    return [dict(metrics(exact[n], near[n]), name=n) for n in outputs if n in exact]
+    # (given the exact run's picks where outputs hinge on a selection, as layer_report)
+    selections = find_selections(proto.graph)
+    picks = [s.picks for s in selections]
+    exact = run_tensors(proto.SerializeToString(), feeds, outputs + picks)
+    near_model = hold(_copy(proto), selections, lowered=False) if selections else proto
+
+    def near_batch(start, stop):
+        return {**round_batch(start, stop),
+                **{name + HELD: exact[name][start:stop] for name in picks}}
+    rounded = Samples(feeds.names + [n + HELD for n in picks], feeds.count, near_batch,
+                      feeds.where, feeds.whole)
+    near = run_tensors(near_model.SerializeToString(), rounded, outputs)
+    judged = {"judged": HELD_PICKS} if selections else {}
+    return [dict(metrics(exact[n], near[n]), name=n, **judged) for n in outputs if n in exact]
 
 
 def worst_layers(report, n=None):
@@ -249,7 +276,8 @@ def render(report, top=None):
                      f"{m['cosine']:>9.6f} {m['sqnr_db']:>8.2f} {m['drop_db']:>8.2f} "
                      f"{m['max_abs_diff']:>10.4g}  {suggest(m, total)}")
     for o in report["outputs"]:
-        lines.append(f"output {o['name']}: cosine {o['cosine']:.6f}, SQNR "
+        given = f" ({o['judged']})" if "judged" in o else ""
+        lines.append(f"output {o['name']}{given}: cosine {o['cosine']:.6f}, SQNR "
                      f"{o['sqnr_db']:.2f} dB, max abs diff {o['max_abs_diff']:.4g}")
     return "\n".join(lines)
 

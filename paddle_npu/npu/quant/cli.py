@@ -365,8 +365,10 @@ def cmd_quant_report(args):
     print(render(rep, args.top))
     floor = input_floor(proto, args.calibration, feeds, _bits(args))
     for o in floor:
+        given = f" ({o['judged']})" if "judged" in o else ""
         print(f"floor: the float model with only its inputs rounded to the {args.quantize} "
-              f"grid: output {o['name']} cosine {o['cosine']:.6f}, SQNR {o['sqnr_db']:.2f} dB")
+              f"grid: output {o['name']}{given} cosine {o['cosine']:.6f}, SQNR "
+              f"{o['sqnr_db']:.2f} dB")
     out = {"layers": rep["layers"], "outputs": rep["outputs"], "input_floor": floor}
     readout = readout_report(args, proto, feeds, m, rep, shapes)
     if readout is not None:

@@ -177,7 +177,7 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         selections, held = _held(reference, feeds)
 
         def meets(model):
-            if model is m and not selections:       # the first report ran it free already
+            if model is m:          # the first report ran it already (given the picks)
                 qouts = before["_quant"]
             else:
                 qouts = _outputs(model, held, fouts, selections)
