@@ -157,10 +157,10 @@ def _two_convs(size=16):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _target(tmp_path, cost=None, **array):
+def _target(tmp_path, cost=None, npu=None, **array):
     path = tmp_path / "chip.json"
     path.write_text(json.dumps({"name": "chip", "array": {"rows": 16, "cols": 16, **array},
-                                "cost": cost or {}}))
+                                "cost": cost or {}, "npu": npu or {}}))
     return str(path)
 
 
@@ -338,3 +338,33 @@ def test_balance_puts_a_pacing_depthwise_layer_on_spare_arrays(tmp_path):
     # a chip without arrays to spare keeps the lowering as it is
     _, full = lower(model, _target(tmp_path, count=2, cost=slow, **big), balance=True)
     assert full.as_dict()["chip"]["depthwise_on_arrays"] is None
+
+
+def test_a_chip_of_cores_has_a_vector_unit_for_every_so_many_arrays(tmp_path):
+    """With one vector unit for the chip, the depthwise block's vector work sets the pace
+    and copies of its array layers change nothing. Built of cores of two arrays and a
+    vector unit each, the same 16 arrays have 8 vector units: each works on rows of its
+    own, the vector work takes an eighth of the time per image, and the copies then give
+    1.5x at least. The program is the same."""
+    model = _depthwise_block()
+    slow = {"transfer_latency_ns": 100, "vector_elements_per_ns": 1}
+    big = {"rows": 64, "cols": 64}
+    one_lowered, one = lower(model, _target(tmp_path, count=16, cost=slow, **big))
+    shared = one.as_dict()["chip"]
+    assert shared["vector_units"] == 1 and shared["paced_by"] == "vector"
+    assert shared["throughput_per_s"] == shared["without_replication"]["throughput_per_s"]
+    cores = _target(tmp_path, count=16, cost=slow, npu={"arrays_per_vector_unit": 2}, **big)
+    lowered, report = lower(model, cores)
+    chip = report.as_dict()["chip"]
+    assert chip["vector_units"] == 8
+    assert chip["busy_ns"]["vector"] == shared["busy_ns"]["vector"]
+    assert chip["bounds"]["shared_unit"] == shared["bounds"]["shared_unit"] / 8
+    assert chip["throughput_per_s"] >= 1.5 * chip["without_replication"]["throughput_per_s"]
+    assert [(n.op_type, n.name) for n in lowered.graph] == \
+        [(n.op_type, n.name) for n in one_lowered.graph]
+    assert verify(model, lowered, target=cores)["ok"]
+    # a core count rounds up; a key that is no count is refused
+    assert target_from_dict({"array": {"count": 17}, "npu": {"arrays_per_vector_unit": 2}}) \
+        .vector_units(17) == 9
+    with pytest.raises(ConversionError, match="arrays_per_vector_unit"):
+        target_from_dict({"npu": {"arrays_per_vector_unit": -1}})

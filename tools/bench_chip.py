@@ -10,9 +10,11 @@ groups it runs in (reprogrammings), one image's latency, the lower bound and the
 (with the bound's largest term: macs, data flow or a shared unit), images per second with
 the copies and without (and their ratio), the peak activation memory (`!` where it is over
 the chip's) and what sets the pace (the busiest unit or layer per copy, or `groups`: an
-image at a time, reprogrammed). `2x` is npu256 with twice the arrays the model needs (count = 2 x
-needed); `2x bal` the same chip lowered with --balance (depthwise layers on spare arrays where
-the vector unit sets the pace; its gain is over the `2x` lowering without copies). A model refused with `--fit refuse` on hermes64 (64 arrays) shows the one line
+image at a time, reprogrammed). `2x` is npu256 with twice the arrays the model needs (count =
+2 x needed); `2x bal` the same chip lowered with --balance (depthwise layers on spare arrays
+where the vector unit sets the pace; its gain is over the `2x` lowering without copies);
+`2x cores` npu256-cores with twice the arrays, and so twice the vector units (one per 16
+arrays). A model refused with `--fit refuse` on hermes64 (64 arrays) shows the one line
 naming the smallest chip. Exit status 1 when a lowering failed.
 """
 import argparse
@@ -87,6 +89,9 @@ def bench_model(name, cache, work, targets):
                                "array": {"count": max(1, 2 * needed)}})
     rows.append(chip_row(name, shape, double, onnx_path, "2x"))
     rows.append(chip_row(name, shape, double, onnx_path, "2x bal", balance=True))
+    cores = target_from_dict({"name": "npu256-cores-2x", "base": "npu256-cores",
+                              "array": {"count": max(1, 2 * needed)}})
+    rows.append(chip_row(name, shape, cores, onnx_path, "2x cores"))
     rows[-1]["refused_on_hermes64"] = refusal(onnx_path)
     return rows
 

@@ -35,6 +35,7 @@ class ChipEstimate:
     memory_bytes: int              # the chip's (0: not declared)
     spilled_bytes: int = 0         # held beyond it: to the host and back over the link
     timeline: dict = field(default_factory=dict)    # unit -> [(start, end)] ns (the picture)
+    vector_units: int = 1          # each works on a row of its own at once
     without_copies: dict = field(default_factory=dict)   # latency, throughput, pace: copies aside
     # depthwise layers lowered onto spare arrays (pipeline.balanced): {"layers", "arrays",
     # "before": the summary() of the lowering that kept them on the vector unit}
@@ -49,7 +50,7 @@ class ChipEstimate:
     def as_dict(self):
         m = self.mapping
         return {"arrays_available": m.available, "arrays_needed": m.needed,
-                "arrays_used": m.used, "groups": max(0, len(m.groups) - 1),
+                "arrays_used": m.used, "vector_units": self.vector_units, "groups": max(0, len(m.groups) - 1),
                 "group_layers": [[n for n, _ in grp] for grp in m.groups],
                 "program_ns": round(self.program_ns, 1),
                 "latency_ns": round(self.latency_ns, 1),
@@ -74,7 +75,8 @@ class ChipEstimate:
         else:
             fit = f"holds all {m.needed}" + (f", {m.used} with copies" if m.used > m.needed
                                              else "")
-        out = [f"chip: {have}; {fit}"]
+        units = f", {self.vector_units} vector units" if self.vector_units > 1 else ""
+        out = [f"chip: {have}{units}; {fit}"]
         ratio = self.latency_ns / self.bound_ns if self.bound_ns else 1.0
         pace = "reprogramming per image" if self.paced_by == "groups" else self.paced_by
         out.append(f"  latency {_us(self.latency_ns)}, {self.throughput_per_s:,.0f} images/s "
@@ -136,7 +138,8 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
     for t in tasks:
         if t.unit in SHARED:
             shared[t.unit] = shared.get(t.unit, 0.0) + t.ns
-    plain = _run(tasks, mapping, program_ns, target)
+    units = target.vector_units(mapping.available or mapping.needed)
+    plain = _run(tasks, mapping, program_ns, target, units)
     vectors = {}
     for t in tasks:
         if t.layer is not None:
@@ -145,21 +148,24 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
     for t in tasks:     # a layer's copies share its rows out: at least one step per copy
         if t.vectors and mapping.copies.get(t.layer, 1) > t.rows:
             t.rows = min(mapping.copies[t.layer], MAX_ROWS, t.vectors)
-    run = _run(tasks, mapping, program_ns, target)
+    run = _run(tasks, mapping, program_ns, target, units)
     if run["spilled"] and fit == "refuse":
         raise ConversionError(
             f"{name}: its activations need {run['peak']} bytes at once, the target's memory "
             f"holds {target.activation_bytes} (or lower with --fit groups to spill the rest "
             f"to the host over the link)")
-    flow = simulate(tasks, _servers(mapping), memory=False, own_units=True)
+    servers = _servers(mapping, units)
+    flow = simulate(tasks, servers, memory=False, own_units=True)
     macs = sum(l.cost.macs for l in layers if l.name in on_arrays)
     spread = macs / ((mapping.available or mapping.needed or 1) * target.rows * target.cols) \
         * target.cost.array_vmm_ns
     bounds = {"macs": spread, "data_flow": flow.latency_ns,
-              "shared_unit": max((v for u, v in shared.items() if u != "program"), default=0.0)}
+              "shared_unit": max((v / servers.get(u, 1) for u, v in shared.items()
+                                  if u != "program"), default=0.0)}
     est = ChipEstimate(mapping, run["latency_ns"], run["throughput_per_s"], run["paced_by"],
                        max(bounds.values()), bounds, run["busy"], layer_busy, program_ns,
-                       run["peak"], target.activation_bytes, run["spilled"], run["timeline"])
+                       run["peak"], target.activation_bytes, run["spilled"], run["timeline"],
+                       vector_units=units)
     if any(c > 1 for c in mapping.copies.values()):
         est.without_copies = {"latency_ns": round(plain["latency_ns"], 1),
                           "throughput_per_s": round(plain["throughput_per_s"], 3),
@@ -167,15 +173,16 @@ def estimate_chip(model, segments, target, plans, layers, fit="groups", name="th
     return est
 
 
-def _servers(mapping):
-    return {"handover": None, **{f"layer:{n}": c for n, c in mapping.copies.items()}}
+def _servers(mapping, vector_units):
+    return {"handover": None, "vector": vector_units,
+            **{f"layer:{n}": c for n, c in mapping.copies.items()}}
 
 
-def _run(tasks, mapping, program_ns, target):
+def _run(tasks, mapping, program_ns, target, vector_units):
     """Latency, throughput, busy units and peak memory of the tasks under the mapping; what
     does not fit the chip's activation memory goes to the host and comes back over the link
     (the `spilled` bytes, their time added to the link and to the latency)."""
-    servers = _servers(mapping)
+    servers = _servers(mapping, vector_units)
     run = simulate(tasks, servers, trace=True)
     busy, latency = dict(run.busy_ns), run.latency_ns
     spilled = max(0, run.peak_bytes - target.activation_bytes) if target.activation_bytes \

@@ -25,6 +25,7 @@ A target file is JSON or TOML with the fields of `Target` (nested tables allowed
     primitives = ["Im2Col", "VMM", "AddInTile", "DimTransform", "Lut"]
     onnx_ops = ["Relu", "Add", "MaxPool"]      # plain ONNX ops its vector unit runs
     scatter_gather = true                      # a unit writing / reading at computed places
+    arrays_per_vector_unit = 16                # a vector unit per 16 arrays (0: one unit)
     [cpu]
     onnx_ops = ["*"]                           # what the MCU runs ("*": anything)
     [restruct]                                 # NNIE-style restructuring (restruct.py)
@@ -157,6 +158,10 @@ class Target:
     npu_ops: tuple = EDGE_VECTOR_UNIT_OPS
     cpu_ops: tuple = ("*",)
     scatter_gather: bool = False          # SCATTER_GATHER_OPS on the NPU
+    # a vector unit for every this many arrays (a core's, as in PUMA or PIMCOMP's cores of
+    # crossbars beside a vector unit): a chip of more arrays has more vector units; 0: one
+    # vector unit for the whole chip
+    arrays_per_vector_unit: int = 0
     description: str = ""
     source: str = "built-in"
     preprocess: dict = field(default=None, compare=False)   # the file's [preprocess] table
@@ -174,6 +179,12 @@ class Target:
         an exact read-out)."""
         return {"cell_bits": self.cell_bits, "dac_bits": self.dac_bits,
                 "adc_bits": self.adc_bits, "weight_scheme": self.signed_weights}
+
+    def vector_units(self, arrays):
+        """The vector units of a chip of `arrays` arrays."""
+        if not self.arrays_per_vector_unit:
+            return 1
+        return max(1, -(-arrays // self.arrays_per_vector_unit))
 
     def runs_primitive(self, op_type):
         return op_type in self.primitives
@@ -202,7 +213,8 @@ class Target:
                 "noise": {"programming_error": self.programming_error,
                           "read_noise": self.read_noise},
                 "npu": {"primitives": list(self.primitives), "onnx_ops": list(self.npu_ops),
-                        "scatter_gather": self.scatter_gather},
+                        "scatter_gather": self.scatter_gather,
+                        "arrays_per_vector_unit": self.arrays_per_vector_unit},
                 "cpu": {"onnx_ops": list(self.cpu_ops)},
                 "restruct": {"passes": list(self.restruct), "fc_followers": list(self.fc_followers),
                              "broadcast": self.broadcast,
@@ -235,6 +247,15 @@ PRESETS = {
                   cpu_elements_per_ns=1.0, link_bytes_per_ns=2.0, transfer_latency_ns=50000.0),
         description="HiSilicon NNIE-like: 512 arrays; an FC may only feed softmax, no "
                     "broadcast or Tile, at most 8 NPU segments; restruct passes on"),
+    # The default chip built of cores, as the crossbar compilers' architectures are (PUMA:
+    # cores of two crossbars and a vector functional unit; PIMCOMP: cores of crossbars, a
+    # vector unit and local memory): a vector unit for every 16 arrays, so a chip of more
+    # arrays has more vector units. A design point; its other numbers are the default's.
+    "npu256-cores": Target(
+        "npu256-cores", array_count=1024, arrays_per_vector_unit=16,
+        primitives=EDGE_PRIMITIVES + RUNTIME_WRITTEN_ARRAYS,
+        description="npu256 built of cores: a vector unit for every 16 arrays (64 for "
+                    "the 1024 arrays)"),
     # IBM's 64-core phase-change-memory chip (Le Gallo et al., "A 64-core mixed-signal
     # in-memory compute chip based on phase-change memory for deep neural network
     # inference", Nature Electronics 6, 680-693, 2023): 64 cores of one 256 x 256 crossbar
@@ -302,7 +323,8 @@ _TABLE_KEYS = {"array": {"rows", "cols", "count"}, "memory": {"activation_bytes"
                "precision": {"weight_bits", "activation_bits", "cell_bits", "signed_weights",
                              "dac_bits", "adc_bits", "columns_per_adc"},
                "noise": {"programming_error", "read_noise"},
-               "npu": {"primitives", "onnx_ops", "scatter_gather"}, "cpu": {"onnx_ops"},
+               "npu": {"primitives", "onnx_ops", "scatter_gather", "arrays_per_vector_unit"},
+               "cpu": {"onnx_ops"},
                "restruct": {"passes", "fc_followers", "broadcast", "max_npu_segments"},
                "cost": set(Cost.__dataclass_fields__)}
 _BITS = {"weight_bits": (1, 2, 4, 8, 16), "activation_bits": (4, 8, 16),
@@ -399,6 +421,8 @@ def target_from_dict(data, source="<dict>"):
         columns_per_adc=max(1, _positive(flat, "columns_per_adc", base.columns_per_adc)),
         primitives=primitives, npu_ops=_names(npu, "onnx_ops", base.npu_ops, source),
         cpu_ops=_names(cpu, "onnx_ops", base.cpu_ops, source), scatter_gather=scatter_gather,
+        arrays_per_vector_unit=_positive(npu, "arrays_per_vector_unit",
+                                         base.arrays_per_vector_unit),
         description=str(data.get("description", "")), source=source, preprocess=preprocess)
 
 
