@@ -1,12 +1,14 @@
 """Zoo models at int8 on arrays read out through ADCs (default: the npu256-analog preset,
 6-bit ADCs): per model the output cosine on ideal arrays and on the chip, the three layers
-that drop most, and the fewest layers read through 8-bit ADCs for every output's cosine to
-reach 0.99 (`quant-report --adc-until-cosine`) and, where every layer's ADC raised does not,
+that drop most, and the fewest layers read through 8-bit ADCs (--adc-raise-to) for every
+output's cosine to reach 0.99 (`quant-report --adc-until-cosine`) and, where every layer's
+ADC raised does not,
 the fewest layers at 16 bits on top (`--hp-until-cosine`, layers ranked by the noise they
 add), one `paddle-npu` process per model.
 
     python tools/analog_zoo.py [--models lenet,resnet18,...] [--target npu256-analog]
-                               [--samples 8] [--cache DIR] [--work DIR] [--json OUT]
+                               [--samples 8] [--adc-raise-to 8] [--cache DIR] [--work DIR]
+                               [--json OUT]
 
 Data as tools/quant_zoo.py makes it: the model at its deployment size, calibrated on the
 zoo's own inputs (photo-like images for vision models), reported on 4 others.
@@ -26,7 +28,7 @@ CNN_OCR = ("lenet,resnet18,mobilenet_v1,mobilenet_v2,mobilenet_v3_small,shufflen
            "squeezenet1_0,ocr_head,det_head,crnn")
 
 
-def analog_model(name, cache, work, target, samples, until):
+def analog_model(name, cache, work, target, samples, until, raise_to=8):
     model = zoo.MODELS[name]
     work = os.path.join(work, name)
     os.makedirs(work, exist_ok=True)
@@ -45,7 +47,8 @@ def analog_model(name, cache, work, target, samples, until):
     out = os.path.join(work, "report.json")
     rc, s, mib, text = run(["quant-report", onnx_path, "--calibration", table, "--data",
                             evaluation, "--target", target, "--top", "3",
-                            "--adc-until-cosine", str(until), "--hp-until-cosine", str(until),
+                            "--adc-until-cosine", str(until), "--adc-raise-to", str(raise_to),
+                            "--hp-until-cosine", str(until),
                             "--hp-rank", "added", "--json", out],
                            os.path.join(work, "report.log"))
     if rc:
@@ -65,8 +68,9 @@ def analog_model(name, cache, work, target, samples, until):
             "hp_after": min(o["cosine"] for o in hp["outputs"]) if hp else None}
 
 
-def render(rows, until):
-    head = (f"{'model':<20} {'ideal cos':>10} {'chip cos':>10} {'8-bit ADC layers':>17} "
+def render(rows, until, raise_to=8):
+    adc = f"{raise_to}-bit ADC layers"
+    head = (f"{'model':<20} {'ideal cos':>10} {'chip cos':>10} {adc:>17} "
             f"{'cos after':>10} {'int16 layers':>15} {'cos after':>10} {'s':>5}  "
             f"worst layers (SQNR drop dB)")
     lines = [head, "-" * len(head)]
@@ -82,9 +86,9 @@ def render(rows, until):
         lines.append(f"{r['model']:<20} {r['ideal_cosine']:>10.5f} {r['chip_cosine']:>10.5f} "
                      f"{raised:>17} {r['after']:>10.5f} {hp:>15} {hp_after:>10} "
                      f"{r['seconds']:>5}  {worst}")
-    lines.append(f"(cosines: the worst output and sample; 8-bit ADC layers: the fewest read "
-                 f"through 8-bit ADCs for every output to reach {until}; int16 layers: where "
-                 f"all of them do not, the fewest at 16 bits on top)")
+    lines.append(f"(cosines: the worst output and sample; {raise_to}-bit ADC layers: the fewest "
+                 f"read through {raise_to}-bit ADCs for every output to reach {until}; int16 "
+                 f"layers: where all of them do not, the fewest at 16 bits on top)")
     return "\n".join(lines)
 
 
@@ -94,14 +98,17 @@ def main(argv=None):
     ap.add_argument("--target", default="npu256-analog")
     ap.add_argument("--samples", type=int, default=8, help="calibration inputs")
     ap.add_argument("--until", type=float, default=0.99)
+    ap.add_argument("--adc-raise-to", type=int, default=8,
+                    help="the ADC bits a layer is raised to (quant-report --adc-raise-to)")
     ap.add_argument("--cache", default=os.environ.get("PADDLE_NPU_ZOO_CACHE") or
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "paddle_npu_analog"))
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     rows = rows_of(args.models.split(","), lambda name: analog_model(
-        name, args.cache, args.work, args.target, args.samples, args.until), args.json)
-    print(render(rows, args.until))
+        name, args.cache, args.work, args.target, args.samples, args.until, args.adc_raise_to),
+        args.json)
+    print(render(rows, args.until, args.adc_raise_to))
     return 1 if any("error" in r for r in rows) else 0
 
 
