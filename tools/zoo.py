@@ -1615,13 +1615,14 @@ _image_model("svtr_tiny_tps", _svtr_tiny_tps, (64, 256), ci=False,
              tags=("ocr", "svtr", "tps", "grid_sample", "attention", "ctc"))
 
 
-def _slanet(h, w, structure_tokens=30, steps=500):
+def _slanet(h, w, structure_tokens=30, steps=500, loc=4):
     """SLANet table structure recognition (PaddleOCR configs/table/SLANet.yml) at 488x488:
     PP-LCNet x1.0 (four maps) -> CSP-PAN (96 channels, depthwise 5x5, CSP blocks) -> SLA
     head on the 1/32 map: an attention GRU decoder run for 501 steps, each feeding back the
     argmax token as one-hot and writing its structure logits and box into preallocated
     tensors (slice assignment: set_value); softmax over the structure tokens at the end.
-    Outputs structure probabilities [N, 501, 30] and boxes [N, 501, 4]."""
+    Outputs structure probabilities [N, 501, 30] and boxes [N, 501, loc] (4: x1 y1 x2 y2;
+    8: the four corners)."""
     import paddle
     import paddle.nn.functional as F
     from paddle import nn
@@ -1669,7 +1670,8 @@ def _slanet(h, w, structure_tokens=30, steps=500):
             self.score = nn.Linear(hidden, 1, bias_attr=False)
             self.rnn = nn.GRUCell(cin + structure_tokens, hidden)
             self.structure = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, structure_tokens))
-            self.loc = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, 4), nn.Sigmoid())
+            self.loc = nn.Sequential(nn.Linear(hidden, hidden), nn.Linear(hidden, loc),
+                                     nn.Sigmoid())
 
         def step(self, prev, fea, hidden):
             e = self.score(paddle.tanh(self.i2h(fea) + paddle.unsqueeze(self.h2h(hidden), axis=1)))
@@ -1686,7 +1688,7 @@ def _slanet(h, w, structure_tokens=30, steps=500):
             # in the input's dtype, so that a float64 copy of the layer runs (the truth.npz)
             hidden = paddle.zeros((n, self.hidden), fea.dtype)
             structure = paddle.zeros((n, steps + 1, structure_tokens), fea.dtype)
-            boxes = paddle.zeros((n, steps + 1, 4), fea.dtype)
+            boxes = paddle.zeros((n, steps + 1, loc), fea.dtype)
             prev = paddle.zeros(shape=[n], dtype="int32")
             for i in range(paddle.to_tensor(steps) + 1):  # a while loop in the program
                 hidden, structure_step, box_step = self.step(prev, fea, hidden)
@@ -1705,6 +1707,18 @@ def _slanet(h, w, structure_tokens=30, steps=500):
 # difference is rounding carried through a 73-layer backbone and the loop.
 _image_model("slanet", _slanet, (488, 488), ci=False,
              tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value", "multi_output"))
+
+# SLANet-plus (PaddleOCR configs/table/SLANet_plus.yml, PaddleX's SLANet_plus): SLANet's
+# layers and sizes (PP-LCNet x1.0, CSP-PAN 96, SLA head 256) over the Chinese structure
+# dictionary (48 tokens, <td></td> merged, plus sos / eos: 50) with boxes as four corners.
+# In CI at 128x128 with a 30-step loop (the deployment one runs 501 steps).
+SLANET_PLUS_TOKENS = 50
+_image_model("slanet_plus", lambda h, w: _slanet(h, w, SLANET_PLUS_TOKENS, loc=8), (488, 488),
+             ci=False, tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value",
+                             "multi_output"))
+_register("slanet_plus_128", [("x", (None, 3, 128, 128))], ci=True,
+          tags=("ocr", "table", "slanet", "lcnet", "pan", "gru", "while", "set_value",
+                "multi_output"))(lambda: _slanet(128, 128, SLANET_PLUS_TOKENS, steps=30, loc=8))
 
 
 # --- the PaddleOCR 3 / PaddleX 3 generation ----------------------------------------------
