@@ -3,6 +3,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..exporter import onnx_dtype
 from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reduce, reshape,
                      slice_, split, squeeze, unsqueeze)
 from .registry import paddle_op
@@ -732,6 +733,7 @@ class RepeatInterleave:
             # channels of a repeated grey image) must stay known for stage 2 to lower a Conv
             if x.shape is not None and isinstance(x.shape[axis], int):
                 y.shape = ir.Shape([d * r if i == axis else d for i, d in enumerate(x.shape)])
+                y.type = ir.TensorType(onnx_dtype(ctx.dtype(op, "X")))  # (shape needs a type)
             return ctx.set_output(op, "Out", y)
         reps = const_of(ctx, op, "RepeatsTensor")
         if reps is not None:
