@@ -3,6 +3,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ..errors import ConversionError
+from ..exporter import onnx_dtype
 from .common import (as_int64, cast, const_i64, dtype_attr, int64_vector, ints, reduce, reshape,
                      slice_, split, squeeze, unsqueeze)
 from .registry import paddle_op
@@ -721,13 +722,19 @@ class RepeatInterleave:
             r = int(op.attr("Repeats", 1))
             tiled = ctx.op.Tile(unsqueeze(ctx, x, [axis + 1]),
                                 const_i64(ctx, [1] * (axis + 1) + [r] + [1] * (rank - axis - 1)))
-            parts = [const_i64(ctx, [-1])]
+            parts = [const_i64(ctx, [shape[axis] * r if shape[axis] >= 0 else -1])]
             if axis:
                 parts.insert(0, dims_of(ctx, x, range(axis)))
             if axis + 1 < rank:
                 parts.append(dims_of(ctx, x, range(axis + 1, rank)))
             target = parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
-            return ctx.set_output(op, "Out", reshape(ctx, tiled, target))
+            y = reshape(ctx, tiled, target)
+            # a Reshape to a computed shape leaves every size open: a known one (the three
+            # channels of a repeated grey image) must stay known for stage 2 to lower a Conv
+            if x.shape is not None and isinstance(x.shape[axis], int):
+                y.shape = ir.Shape([d * r if i == axis else d for i, d in enumerate(x.shape)])
+                y.type = ir.TensorType(onnx_dtype(ctx.dtype(op, "X")))  # (shape needs a type)
+            return ctx.set_output(op, "Out", y)
         reps = const_of(ctx, op, "RepeatsTensor")
         if reps is not None:
             idx = const_i64(ctx, np.repeat(np.arange(len(reps)), np.asarray(reps).reshape(-1)))
