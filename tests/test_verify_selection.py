@@ -1,6 +1,7 @@
 """`verify` on outputs that hinge on a discrete choice (a TopK's or ArgMax's picks, rows taken
 with GatherElements): judged given the float model's picks, plus the scores ranked and how
-many of the picks the lowered model makes on its own."""
+many of the picks the lowered model makes on its own; and on samples taken at computed
+places (GridSample): given the float model's grid, the grid judged itself."""
 import json
 
 import numpy as np
@@ -206,3 +207,53 @@ def test_verify_command_json_reports_the_selection(detector, tmp_path, capsys):
     assert ids["judged"] == "given the float model's picks"
     assert ids["picks_names"] == ["ids", "picks"]
     assert (ids["picks"], ids["picks_same"]) == (N + K, N + K - 1)
+
+
+def _unwarper():
+    """x [1, 1, H, W], a white-noise image -> a grid of places computed from it (a 1x1 Conv to
+    two channels, Tanh, moved to [1, H, W, 2]) -> the image read at those places
+    (GridSample): as an unwarping model or a deformable attention reads its map. One pixel
+    of a place is two grid units in H: on white noise the samples then differ wholesale."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((2, 1, 1, 1)) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["offsets"], name="offset"),
+             helper.make_node("Tanh", ["offsets"], ["places"], name="tanh"),
+             helper.make_node("Transpose", ["places"], ["grid"], perm=[0, 2, 3, 1],
+                              name="to_grid"),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=1,
+                              name="sample")]
+    graph = helper.make_graph(
+        nodes, "unwarper", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 64, 64])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    x = rng.standard_normal((1, 1, 64, 64)).astype(np.float32)
+    return model.SerializeToString(), {"x": x}
+
+
+def test_samples_are_judged_given_the_float_grid_and_the_grid_itself():
+    """The int8 plan computes the places a step off: free-running, the samples of white
+    noise at them are far from float's; given the float model's grid they are float's
+    exactly (GridSample reads the image itself), and the grid is judged as an output."""
+    model, feeds = _unwarper()
+    table = calibrate(model, feeds)
+    lowered = load_proto(quantized_lower(model, table, 8, "npu256")[0])
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    (y,) = result["outputs"]
+    assert y["selection"]["judged"] == "given the float model's sampling grids"
+    assert y["selection"]["free_running"]["cosine"] < 0.99
+    assert y["onnxruntime"]["max_abs_diff"] == 0
+    (grid,) = result["selections"]
+    assert grid["grid"] and grid["scores"]["name"] == "grid"
+    assert 0.99 < grid["scores"]["onnxruntime"]["cosine"] < 1
+    assert "GridSample sample of grid: its grid judged as an output" in render(result)
+
+    def off(w):                 # the places mirrored: the grid is wrong
+        w[:] = -w
+
+    wrong = verify(model, _with_weight(lowered, next(
+        t.name for t in lowered.graph.initializer if t.name.startswith("offset/wq")), off),
+        "npu256", feeds=feeds)
+    assert not wrong["ok"]
+    assert "at grid (ranked by GridSample sample)" in render(wrong)

@@ -31,13 +31,12 @@ from ..emulation.runtime import session
 from ..ops.quant import qrange
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.rnn import unrolled_proto
-from ..verification.selection import HELD, find_selections, hold, link_lowered
+from ..verification.selection import HELD, find_selections, held_as, hold, link_lowered
 from .calibrate import load_table
 from .qlower import records_of, unit_records_of
 from .samples import Samples, open_samples, run_batches
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
-HELD_PICKS = "given the float model's picks"
 
 
 class Agreement:
@@ -108,8 +107,8 @@ def layer_report(float_model, quant_model, feeds, records=None):
                     input=held.get(r["input"], r["input"])) for r in records]
     names = [r["output"] for r in records] + [r["input"] for r in records] + outputs
     feeds = open_samples(fproto, feeds)
-    # outputs that hinge on a selection (a detector's top-k) are judged as verify judges
-    # them: the quantised model given the float model's picks, batch by batch
+    # outputs that hinge on a selection (a detector's top-k, a sampling grid) are judged as
+    # verify judges them: the quantised model given the float model's picks, batch by batch
     selections = find_selections(fproto.graph)
     if selections:
         link_lowered(selections, qproto.graph, "the quantised model")
@@ -147,7 +146,7 @@ def layer_report(float_model, quant_model, feeds, records=None):
         m["drop_db"] = m["input_sqnr_db"] - m["sqnr_db"]
         m["added_nsr"] = 10 ** (-m["sqnr_db"] / 10) - 10 ** (-m["input_sqnr_db"] / 10)
         layers.append(m)
-    outs = [dict(measured[n], name=n, **({"judged": HELD_PICKS} if selections else {}))
+    outs = [dict(measured[n], name=n, **({"judged": held_as(selections)} if selections else {}))
             for n in outputs if n in measured]
     joined = [{n: _joined(v) for n, v in keep.items()} for keep in kept]
     return {"layers": layers, "outputs": outs, "_float": joined[0], "_quant": joined[1]}
@@ -239,7 +238,7 @@ def input_floor(float_model, table, feeds, bits=8):
     rounded = Samples(feeds.names + [n + HELD for n in picks], feeds.count, near_batch,
                       feeds.where, feeds.whole)
     near = run_tensors(near_model.SerializeToString(), rounded, outputs)
-    judged = {"judged": HELD_PICKS} if selections else {}
+    judged = {"judged": held_as(selections)} if selections else {}
     return [dict(metrics(exact[n], near[n]), name=n, **judged) for n in outputs if n in exact]
 
 

@@ -28,8 +28,14 @@ from ...errors import ConversionError
 
 # op type -> the output holding the picks
 SELECTION_OPS = {"TopK": 1, "ArgMax": 0, "ArgMin": 0}
+# op type -> the input holding the places it samples at, held as picks are (a deformable
+# attention's, an unwarping model's grid: sampling multiplies the places' rounding by the
+# sampled map's change from one pixel to the next, so the output is judged given the float
+# model's places, and the places themselves like an output)
+SAMPLING_OPS = {"GridSample": 1}
 HELD = "/held"          # suffix of the input that feeds a held selection's picks
 RANKED = "/ranked"      # suffix (to the picks' name) of the output showing the scores ranked
+FREE = "/free"          # suffix of the held tensor as the model computes it
 
 
 @dataclass
@@ -44,6 +50,8 @@ class Selection:
     largest: bool               # the largest scores picked (TopK largest=1, ArgMax)
     outputs: list = field(default_factory=list)    # graph outputs computed from the picks
     lowered_scores: str = None  # the tensor the lowered model's selection ranks
+    grid: bool = False          # the places a sampling op reads (picks: the grid, no scores)
+    lowered_picks: str = None   # a grid's name in the lowered model (moves merged into it)
 
 
 def _attrs(node):
@@ -57,22 +65,24 @@ def find_selections(graph):
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     outputs = [o.name for o in graph.output]
+    made = {o for node in graph.node for o in node.output}
     found = []
     for node in graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in SELECTION_OPS:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in SAMPLING_OPS:
+            grid = node.input[SAMPLING_OPS[node.op_type]]
+            # (a grid given as an input or a weight is no result; one read twice, one)
+            if grid in made and all(f.picks != grid for f in found):
+                found += _grid(node, grid, consumers, outputs)
+            continue
+        if node.op_type not in SELECTION_OPS:
             continue
         picks = node.output[SELECTION_OPS[node.op_type]] \
             if len(node.output) > SELECTION_OPS[node.op_type] else ""
         if not picks:
             continue
-        reached, todo = {picks}, [picks]
-        while todo:
-            for user in consumers.get(todo.pop(), ()):
-                for out in user.output:
-                    if out and out not in reached:
-                        reached.add(out)
-                        todo.append(out)
-        hinging = [o for o in outputs if o in reached]
+        hinging = _reached(picks, consumers, outputs)
         if not hinging:
             continue
         attrs = _attrs(node)
@@ -86,12 +96,54 @@ def find_selections(graph):
     return found
 
 
+def _reached(name, consumers, outputs):
+    """The graph outputs computed from the tensor `name`."""
+    reached, todo = {name}, [name]
+    while todo:
+        for user in consumers.get(todo.pop(), ()):
+            for out in user.output:
+                if out and out not in reached:
+                    reached.add(out)
+                    todo.append(out)
+    return [o for o in outputs if o in reached]
+
+
+def _grid(node, grid, consumers, outputs):
+    """[the Selection of a sampling node's grid], or [] when no output reads its samples."""
+    hinging = _reached(node.output[0], consumers, outputs)
+    if not hinging:
+        return []
+    return [Selection(op=node.op_type, node=node.name or node.output[0], scores=grid,
+                      picks=grid, axis=-1, keepdims=True, ordered=True, largest=True,
+                      outputs=hinging, grid=True)]
+
+
+def held_as(selections):
+    """How outputs computed from `selections` (Selection, or verify's entries of them) are
+    judged: given the float model's picks, sampling grids, or both."""
+    grids = {bool(s.grid if isinstance(s, Selection) else s["grid"]) for s in selections}
+    held = " and ".join(w for w, g in (("picks", False), ("sampling grids", True))
+                        if g in grids)
+    return f"given the float model's {held}"
+
+
 def link_lowered(selections, graph, lowered):
     """Sets each selection's lowered_scores: the input of the node that makes its picks in
     the lowered model (lowering keeps the names of the ops it does not lower)."""
     lowered_name = lowered if isinstance(lowered, str) else "the lowered model"
     producers = {o: n for n in graph.node for o in n.output if o}
+    samplers = {n.name: n for n in graph.node if n.op_type in SAMPLING_OPS}
     for s in selections:
+        if s.grid:      # the sampling node keeps its name; its grid may not
+            node = samplers.get(s.node)
+            grid = node.input[SAMPLING_OPS[node.op_type]] if node is not None else None
+            if grid not in producers:
+                raise ConversionError(
+                    f"{lowered_name}: has no {s.op} {s.node} sampling at a computed grid "
+                    f"(as the model's at {s.picks}), so its outputs that hinge on it cannot "
+                    "be compared")
+            s.lowered_picks = s.lowered_scores = grid
+            continue
         node = producers.get(s.picks)
         if node is None or node.op_type != s.op:
             raise ConversionError(
@@ -106,7 +158,7 @@ def hold(proto, selections, lowered):
     picks + RANKED (after the model's, in the order of `selections`). lowered: the
     scores are the lowered model's (Selection.lowered_scores)."""
     graph = proto.graph
-    by_picks = {s.picks: s for s in selections}
+    by_picks = {s.lowered_picks if lowered and s.grid else s.picks: s for s in selections}
     nodes = []
     for original in graph.node:
         node = onnx.NodeProto()
@@ -116,13 +168,16 @@ def hold(proto, selections, lowered):
             s = by_picks.get(name)
             if s is None:
                 continue
-            node.output[index] = name + "/free"
-            graph.input.append(helper.make_tensor_value_info(name + HELD,
-                                                             onnx.TensorProto.INT64, None))
-            scores = s.lowered_scores if lowered else s.scores
+            node.output[index] = name + FREE
+            # (a grid of float32 places; a float64 run converts the input with the model)
+            kind = onnx.TensorProto.FLOAT if s.grid else onnx.TensorProto.INT64
+            graph.input.append(helper.make_tensor_value_info(s.picks + HELD, kind, None))
+            # a grid is judged itself: as the model computes it, before it is held
+            scores = name + FREE if s.grid else s.lowered_scores if lowered else s.scores
             # (right after the selection: the NumPy reference runs the nodes in their order)
-            nodes += [helper.make_node("Identity", [name + HELD], [name], name=name + HELD),
-                      helper.make_node("Identity", [scores], [name + RANKED],
+            nodes += [helper.make_node("Identity", [s.picks + HELD], [name],
+                                       name=name + HELD),
+                      helper.make_node("Identity", [scores], [s.picks + RANKED],
                                        name=name + RANKED)]
     del graph.node[:]
     graph.node.extend(nodes)

@@ -17,7 +17,8 @@ from ..ops import DOMAIN
 from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
 from .reference import Reference
-from .selection import HELD, RANKED, compare_picks, find_selections, hold, link_lowered
+from .selection import (HELD, RANKED, compare_picks, find_selections, held_as, hold,
+                        link_lowered)
 
 TOLERANCE = 1e-5
 # A float plan agrees when each of its runs is no farther from the model computed in float64
@@ -171,7 +172,8 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         link_lowered(selections, header.graph, lowered)
         # the lowered model's own picks, and its outputs from them (shown, not judged)
         free_outputs, free_values = _run_with_tensors(
-            lowered, feeds, [n for s in selections for n in (s.picks, s.lowered_scores)])
+            lowered, feeds, [n for s in selections for n in
+                             ((s.lowered_scores,) if s.grid else (s.picks, s.lowered_scores))])
         free = (free_outputs, {**feeds, **free_values})
         original, lowered, feeds, names, want, picks = _hold_selections(original, lowered,
                                                                         selections, feeds)
@@ -359,14 +361,16 @@ def _selection_report(selections, ranked, picks, free, outputs, want):
         entry["name"] = s.scores
         got_scores = free_values.get(s.lowered_scores)
         got_picks = free_values.get(s.picks)
-        same = compare_picks(s, want[len(outputs) + len(report)], picks[s.picks],
-                             got_scores, got_picks)
+        # (a grid has no picks to count: it is judged as its `scores` entry)
+        same = {"picks": 0, "picks_same": 0, "in_place": 0, "explained": True} if s.grid \
+            else compare_picks(s, want[len(outputs) + len(report)], picks[s.picks],
+                               got_scores, got_picks)
         report.append({"op": s.op, "node": s.node, "picks_name": s.picks, "scores": entry,
-                       "outputs": s.outputs, **same})
+                       "outputs": s.outputs, "grid": s.grid, **same})
     for i, entry in enumerate(outputs):
         hinges = [r for r in report if entry["name"] in r["outputs"]]
         entry["selection"] = {
-            "judged": "given the float model's picks",
+            "judged": held_as(hinges),
             "picks_names": [r["picks_name"] for r in hinges],
             "picks": sum(r["picks"] for r in hinges),
             "picks_same": sum(r["picks_same"] for r in hinges),
@@ -632,10 +636,14 @@ def _render_selections(result):
     hinging = [o for o in result["outputs"] if o.get("selection")]
     free = ", ".join(f"{o['name']} cosine {o['selection']['free_running']['cosine']:.6f}"
                      for o in hinging)
-    lines.append("* judged given the float model's picks (held in the lowered model); "
+    lines.append(f"* judged {held_as(result['selections'])} (held in the lowered model); "
                  f"free-running: {free}")
     for s in result["selections"]:
         head = f"{s['op']} {s['node']} of {s['scores']['name']}: "
+        if s["grid"]:
+            lines.append(head + "its grid judged as an output (above), the samples given the "
+                         "float model's grid")
+            continue
         if s["picks_same"] == s["in_place"] == s["picks"]:
             lines.append(head + f"all {s['picks']} picks the same")
             continue
