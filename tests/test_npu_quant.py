@@ -1399,3 +1399,20 @@ def test_the_report_and_its_floor_judge_outputs_given_the_float_models_picks():
     assert rep["layers"][0]["cosine"] < 1.0           # the scores themselves are rounded
     [floor] = input_floor(m, table, feeds, 8)
     assert floor["judged"] == "given the float model's picks" and floor["max_abs_diff"] == 0
+
+
+def test_held_values_are_fed_by_each_samples_rows():
+    """A sampling grid's leading axis may hold several rows per image (a deformable
+    attention's heads): each sample is fed its own block of rows, as a pick is its row."""
+    from paddle_npu.npu.quant.accuracy import with_held
+    from paddle_npu.npu.quant.samples import Samples
+
+    x = np.arange(3, dtype=np.float32)[:, None]
+    feeds = Samples(["x"], 3, lambda a, b: {"x": x[a:b]}, "the data")
+    grid = np.arange(6 * 2, dtype=np.float32).reshape(6, 2)      # two rows per sample
+    picks = np.array([[7], [8], [9]])
+    held = with_held(feeds, {"grid": grid, "picks": picks})
+    part = held.read(1, 3)
+    assert part["x"].tolist() == [[1.0], [2.0]]
+    assert part["grid/held"].tolist() == grid[2:6].tolist()
+    assert part["picks/held"].tolist() == [[8], [9]]

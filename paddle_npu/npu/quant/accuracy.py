@@ -231,15 +231,25 @@ def input_floor(float_model, table, feeds, bits=8):
     picks = [s.picks for s in selections]
     exact = run_tensors(proto.SerializeToString(), feeds, outputs + picks)
     near_model = hold(_copy(proto), selections, lowered=False) if selections else proto
-
-    def near_batch(start, stop):
-        return {**round_batch(start, stop),
-                **{name + HELD: exact[name][start:stop] for name in picks}}
-    rounded = Samples(feeds.names + [n + HELD for n in picks], feeds.count, near_batch,
-                      feeds.where, feeds.whole)
+    rounded = with_held(Samples(feeds.names, feeds.count, round_batch, feeds.where,
+                                feeds.whole), {name: exact[name] for name in picks})
     near = run_tensors(near_model.SerializeToString(), rounded, outputs)
     judged = {"judged": held_as(selections)} if selections else {}
     return [dict(metrics(exact[n], near[n]), name=n, **judged) for n in outputs if n in exact]
+
+
+def with_held(feeds, values):
+    """`feeds` (Samples) with each of `values` {name: the float model's picks or grid over
+    all the samples} fed as name + HELD, sample by sample: a grid's leading axis holds a
+    row block per sample (a deformable attention's: the heads of each image)."""
+    def read(start, stop):
+        held = {}
+        for name, v in values.items():
+            rows = len(v) // feeds.count if not feeds.whole else 0
+            held[name + HELD] = v[start * rows:stop * rows] if rows else v
+        return {**feeds.read(start, stop), **held}
+    return Samples(feeds.names + [n + HELD for n in values], feeds.count, read, feeds.where,
+                   feeds.whole)
 
 
 def worst_layers(report, n=None):

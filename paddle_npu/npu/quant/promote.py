@@ -14,8 +14,8 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.common import with_input_shapes
-from ..verification.selection import HELD, find_selections, hold, link_lowered
-from .accuracy import layer_report, metrics, run_tensors, worst_layers
+from ..verification.selection import find_selections, hold, link_lowered
+from .accuracy import layer_report, metrics, run_tensors, with_held, worst_layers
 from .calibrate import load_precision
 from .qlower import quantized_lower, unit_records_of
 from .samples import Samples, open_samples
@@ -88,12 +88,7 @@ def _held(proto, feeds):
     if not selections:
         return selections, feeds
     picks = run_tensors(proto.SerializeToString(), feeds, [s.picks for s in selections])
-
-    def read(start, stop):
-        return {**feeds.read(start, stop),
-                **{name + HELD: v[start:stop] for name, v in picks.items()}}
-    return selections, Samples(feeds.names + [n + HELD for n in picks], feeds.count, read,
-                               feeds.where, feeds.whole)
+    return selections, with_held(feeds, picks)
 
 
 def _outputs(model, feeds, like, selections=()):
