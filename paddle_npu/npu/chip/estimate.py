@@ -50,7 +50,8 @@ class ChipEstimate:
     def as_dict(self):
         m = self.mapping
         return {"arrays_available": m.available, "arrays_needed": m.needed,
-                "arrays_used": m.used, "vector_units": self.vector_units, "groups": max(0, len(m.groups) - 1),
+                "arrays_used": m.used, "vector_units": self.vector_units,
+                "groups": max(0, len(m.groups) - 1),
                 "group_layers": [[n for n, _ in grp] for grp in m.groups],
                 "program_ns": round(self.program_ns, 1),
                 "latency_ns": round(self.latency_ns, 1),
