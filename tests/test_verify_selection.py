@@ -13,6 +13,8 @@ from paddle_npu.npu.quant.qlower import quantized_lower
 from paddle_npu.npu.verification.verifier import render, verify
 from paddle_npu.onnx_io import load_proto
 
+from npu_helpers import serialized
+
 N, D, C, K = 12, 8, 3, 4
 STEP = 0.05         # the int8 step of the input (its calibrated threshold is 127 steps)
 
@@ -257,3 +259,18 @@ def test_samples_are_judged_given_the_float_grid_and_the_grid_itself():
         "npu256", feeds=feeds)
     assert not wrong["ok"]
     assert "at grid (ranked by GridSample sample)" in render(wrong)
+
+
+def test_the_promotion_search_judges_the_grid_as_verify_does():
+    """Given the float grid the samples are exact at any precision; the int8 grid itself is
+    not at 0.9999. The search judges the grid too, so it promotes until verify would agree
+    (judging the samples alone, it stopped at none)."""
+    from paddle_npu.npu.quant.promote import auto_hp
+
+    model, feeds = _unwarper()
+    table = calibrate(model, feeds)
+    res = auto_hp(model, table, feeds, 0, until_cosine=0.9999, rank="added")
+    assert res["reached"] is True and res["promoted"]
+    result = verify(model, load_proto(serialized(res["model"])), "npu256", feeds=feeds,
+                    min_cosine=0.9999)
+    assert result["ok"], render(result)

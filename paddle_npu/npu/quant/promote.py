@@ -14,7 +14,7 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.common import with_input_shapes
-from ..verification.selection import find_selections, hold, link_lowered
+from ..verification.selection import RANKED, find_selections, hold, link_lowered
 from .accuracy import layer_report, metrics, run_tensors, with_held, worst_layers
 from .calibrate import load_precision
 from .qlower import quantized_lower, unit_records_of
@@ -81,14 +81,18 @@ def min_cosine(fouts, qouts, samples=1):
 
 def _held(proto, feeds):
     """(the selections some output hinges on (selection.py), the feeds with the float
-    model's picks of each added): the promotion search judges outputs as `verify` does,
-    given the float model's picks, since near-tied scores swap picks at any precision and
-    an output computed from other picks differs wholesale."""
+    model's picks of each added, the float model's scores and grids by the names the held
+    quantised model shows them under): the promotion search judges outputs as `verify`
+    does, given the float model's picks and grids (near-tied scores swap picks at any
+    precision, and an output computed from other picks differs wholesale), and the scores
+    and grids themselves like outputs."""
     selections = find_selections(proto.graph)
     if not selections:
-        return selections, feeds
-    picks = run_tensors(proto.SerializeToString(), feeds, [s.picks for s in selections])
-    return selections, with_held(feeds, picks)
+        return selections, feeds, {}
+    made = run_tensors(proto.SerializeToString(), feeds,
+                       [n for s in selections for n in (s.picks, s.scores)])
+    ranked = {s.picks + RANKED: made[s.scores] for s in selections}
+    return selections, with_held(feeds, {s.picks: made[s.picks] for s in selections}), ranked
 
 
 def _outputs(model, feeds, like, selections=()):
@@ -169,14 +173,15 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         # a probe runs the quantised model's outputs only, against the float outputs of the
         # first report: the layer report (every layer's tensors, both models) is made once
         # more, for the count chosen
-        selections, held = _held(reference, feeds)
+        selections, held, ranked = _held(reference, feeds)
+        judged = {**fouts, **ranked}
 
         def meets(model):
-            if model is m:          # the first report ran it already (given the picks)
+            if model is m and not selections:       # the first report ran it already
                 qouts = before["_quant"]
             else:
-                qouts = _outputs(model, held, fouts, selections)
-            return min_cosine(fouts, qouts, count) >= until_cosine
+                qouts = _outputs(model, held, judged, selections)
+            return min_cosine(judged, qouts, count) >= until_cosine
         k, found = fewest(len(worst), lambda mid: first if mid == 0 else quantise(mid),
                           lambda probe: meets(probe[1]))
         kept = {} if found is None else {k: found}
@@ -199,14 +204,15 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     count = 1 if feeds.whole else feeds.count
     shapes = kw.get("input_shape")
     reference = with_input_shapes(proto, shapes) if shapes else proto
-    selections, held = _held(reference, feeds)
+    selections, held, ranked = _held(reference, feeds)
+    judged = {**float_outputs, **ranked}
 
     def lowered(k):
         return quantized_lower(proto, table, bits, target, plan, precision,
                                adc_bits={name: raise_to for name in order[:k]}, **kw)[0]
 
     def cosine(m):
-        return min_cosine(float_outputs, _outputs(m, held, float_outputs, selections), count)
+        return min_cosine(judged, _outputs(m, held, judged, selections), count)
     def probe(k):
         m = lowered(k)
         return m, cosine(m)
