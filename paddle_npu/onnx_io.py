@@ -57,6 +57,17 @@ def load_proto(model):
     raise TypeError(f"cannot read an ONNX model from {type(model).__name__}")
 
 
+def own_proto(model, proto=None):
+    """A ModelProto of `model` the caller may edit: `proto` (load_proto's of it, loaded here
+    when not given), copied only where it is the caller's own object (a path or an
+    ir.Model gives a proto of its own already)."""
+    proto = load_proto(model) if proto is None else proto
+    if proto is model:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    return proto
+
+
 def load_header(model):
     """The ModelProto of a model file or bytes without the bytes of its big initializers
     (nodes, inputs, outputs, every initializer's name, type and dims kept), for looking at

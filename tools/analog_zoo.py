@@ -2,9 +2,8 @@
 6-bit ADCs): per model the output cosine on ideal arrays and on the chip, the three layers
 that drop most, and the fewest layers read through 8-bit ADCs (--adc-raise-to) for every
 output's cosine to reach 0.99 (`quant-report --adc-until-cosine`) and, where every layer's
-ADC raised does not,
-the fewest layers at 16 bits on top (`--hp-until-cosine`, layers ranked by the noise they
-add), one `paddle-npu` process per model.
+ADC raised does not, the fewest layers at 16 bits on top (`--hp-until-cosine`, layers
+ranked by the noise they add), one `paddle-npu` process per model.
 
     python tools/analog_zoo.py [--models lenet,resnet18,...] [--target npu256-analog]
                                [--samples 8] [--adc-raise-to 8] [--cache DIR] [--work DIR]

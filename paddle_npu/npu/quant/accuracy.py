@@ -24,7 +24,7 @@ import math
 import numpy as np
 import onnx
 
-from ...onnx_io import load_proto
+from ...onnx_io import load_proto, own_proto
 from ...outputs import write_text, write_with
 from ..chip.plan import threshold_of
 from ..emulation.runtime import session
@@ -112,7 +112,7 @@ def layer_report(float_model, quant_model, feeds, records=None):
     selections = find_selections(fproto.graph)
     if selections:
         link_lowered(selections, qproto.graph, "the quantised model")
-        qproto = hold(_copy(qproto), selections, lowered=True)
+        qproto = hold(own_proto(quant_model, qproto), selections, lowered=True)
     # both models batch by batch, in step: every tensor's agreement summed as it comes, the
     # outputs kept (the callers judge them sample by sample)
     sessions = [_session_for(fproto, names + [s.picks for s in selections]),
@@ -177,12 +177,6 @@ def _held_at(fproto, qproto, names):
     return held
 
 
-def _copy(proto):
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    return out
-
-
 def _session_for(proto, names):
     """(an onnxruntime session computing those of `names` the model has, those names)."""
     inputs = {i.name for i in proto.graph.input}
@@ -230,7 +224,8 @@ def input_floor(float_model, table, feeds, bits=8):
     selections = find_selections(proto.graph)
     picks = [s.picks for s in selections]
     exact = run_tensors(proto.SerializeToString(), feeds, outputs + picks)
-    near_model = hold(_copy(proto), selections, lowered=False) if selections else proto
+    near_model = hold(own_proto(float_model, proto), selections, lowered=False) \
+        if selections else proto
     rounded = with_held(Samples(feeds.names, feeds.count, round_batch, feeds.where,
                                 feeds.whole), {name: exact[name] for name in picks})
     near = run_tensors(near_model.SerializeToString(), rounded, outputs)

@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from ...compare import agreement, run_onnx, run_onnx_on
 from ...errors import ConversionError
-from ...onnx_io import graph_inputs, load_header, load_proto
+from ...onnx_io import graph_inputs, load_header, load_proto, own_proto
 from ..emulation import EMULATIONS
 from ..emulation import KEY as EMULATION_KEY
 from ..emulation.functions import emulate, emulation_of
@@ -337,17 +337,8 @@ def _hold_selections(original, lowered, selections, feeds):
     names = [o.name for o in load_header(original).graph.output] + \
         [s.picks + RANKED for s in selections]
     want = list(want) + [values[s.scores] for s in selections]
-    return (hold(_own_proto(original), selections, lowered=False),
-            hold(_own_proto(lowered), selections, lowered=True), held_feeds, names, want, picks)
-
-
-def _own_proto(model):
-    """A ModelProto of the model that the caller does not hold (to edit)."""
-    proto = load_proto(model)
-    if proto is model:
-        proto = onnx.ModelProto()
-        proto.CopyFrom(model)
-    return proto
+    return (hold(own_proto(original), selections, lowered=False),
+            hold(own_proto(lowered), selections, lowered=True), held_feeds, names, want, picks)
 
 
 def _selection_report(selections, ranked, picks, free, outputs, want):
