@@ -2595,7 +2595,10 @@ def export(name: str, fmt: str, out_dir, *, force: bool = False, timeout: float 
     if p.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-25:])
-        raise ExportError(f"{name}/{fmt}: export failed (exit {p.returncode})\n{tail}")
+        # Paddle's writer does not check its stream: a full disk shows up as a truncated file
+        free = shutil.disk_usage(out.parent).free
+        disk = f" (only {free >> 20} MiB free on its disk)" if free < 1 << 30 else ""
+        raise ExportError(f"{name}/{fmt}: export failed (exit {p.returncode}){disk}\n{tail}")
     # Swap in atomically enough for test workers sharing one cache directory.
     shutil.rmtree(out, ignore_errors=True)
     try:
