@@ -107,10 +107,18 @@ def normalised(pixels):
     return ((pixels.transpose(0, 3, 1, 2) - mean) / std).astype(np.float32)
 
 
+# The zoo sets BatchNorm statistics on its inputs of seed + 1 and tests on seed + 0; the
+# calibration set must be neither: a seeded network normalised on 8 inputs is normalised on
+# exactly those, and another input's activations reach 10-100x theirs at small sizes, so
+# ranges calibrated on them clip a new input at any bit width.
+CALIBRATION_SEED, EVALUATION_SEED = 3, 2
+
+
 def make_data(model, work, samples):
     """(calibration arguments, the calibration set as an .npz, evaluation .npz, verify .npz
-    with one sample the others never saw) from the zoo's
-    own inputs on other seeds: the distribution its BatchNorm statistics were set on. A
+    with one sample the others never saw) from the zoo's own inputs on seeds the zoo uses
+    for nothing else: the distribution its BatchNorm statistics were set on, not the inputs
+    they were set on (CALIBRATION_SEED). A
     model the zoo feeds photo-like images is calibrated on a folder of such images, as a
     user calibrates on a folder of pictures (the others on an .npz: normal noise written as
     8-bit pictures would be clipped, and a model normalised on noise is another network on
@@ -123,17 +131,17 @@ def make_data(model, work, samples):
         from PIL import Image
         folder = os.path.join(work, "images")
         os.makedirs(folder, exist_ok=True)
-        pixels = photo_pixels(h, w, model.seed + 1, samples)
+        pixels = photo_pixels(h, w, model.seed + CALIBRATION_SEED, samples)
         for i, px in enumerate(pixels):
             Image.fromarray(px).save(os.path.join(folder, f"{i:03d}.png"))
         calib = ["--data", folder, "--mean", IMAGENET_MEAN, "--std", IMAGENET_STD]
         np.savez(tune, **{name: normalised(pixels)})
-        x = normalised(photo_pixels(h, w, model.seed + 2, 4))
+        x = normalised(photo_pixels(h, w, model.seed + EVALUATION_SEED, 4))
         np.savez(evaluation, **{name: x})
         np.savez(one, **{f"in_{name}": x[:1]})
         return calib, tune, evaluation, one
-    np.savez(tune, **zoo._make_inputs(model, model.seed + 1, samples))
-    feeds = zoo._make_inputs(model, model.seed + 2, 4)
+    np.savez(tune, **zoo._make_inputs(model, model.seed + CALIBRATION_SEED, samples))
+    feeds = zoo._make_inputs(model, model.seed + EVALUATION_SEED, 4)
     np.savez(evaluation, **feeds)
     np.savez(one, **{f"in_{k}": v[:1] for k, v in feeds.items()})
     return ["--data", tune], tune, evaluation, one
