@@ -57,3 +57,24 @@ def test_a_skipped_plan_is_shown_skipped_not_failed():
     assert line[quant_zoo.STEPS.index("int8pc") + 1] == "skipped"
     assert line[quant_zoo.STEPS.index("int16") + 1] == "-"
     assert quant_zoo.failures(row) == []
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "lstm", "pp_lcnet_textline_ori"])
+def test_calibration_data_is_not_what_the_zoo_normalised_or_tests_on(tmp_path, name):
+    """Ranges calibrated on the batch BatchNorm statistics were set on clip a new input (a
+    seeded network is normalised on exactly those inputs): the sweep calibrates on others,
+    and evaluates on others again (photo-like images for a vision model, noise otherwise)."""
+    import numpy as np
+
+    model = zoo.MODELS[name]
+    _, tune, evaluation, one = quant_zoo.make_data(model, str(tmp_path), 8)
+    calib, held = np.load(tune), np.load(evaluation)
+    normalised_on = zoo._make_inputs(model, model.seed + 1, batch=8)
+
+    def same(a, b):     # an image written as 8-bit pixels and read back is the same image
+        return np.corrcoef(a[:1].ravel(), b[:1].ravel())[0, 1] > 0.9
+
+    for key in calib.files:
+        others = [normalised_on[key], zoo.test_inputs(name)[key], held[key]]
+        assert not any(same(calib[key], o) for o in others), key
+        assert not same(held[key], normalised_on[key]), key
