@@ -1042,6 +1042,38 @@ def test_hp_until_cosine_promotes_the_fewest_that_reach_it():
     assert none["reached"] and none["promoted"] == []
 
 
+def test_a_search_probe_stops_at_the_first_sample_below_its_bound(monkeypatch):
+    """A probe of the promotion / ADC search runs the samples one at a time and stops at the
+    first below the bound, the next probe starting with that one; one that meets the bound
+    (or has none) runs them all and gives the exact worst cosine, as the whole run does."""
+    from paddle_npu.npu.quant import promote
+    from paddle_npu.npu.quant.samples import open_samples
+
+    model = _random_chain()
+    rng = np.random.default_rng(1)
+    table = calibrate(model, {"x": rng.standard_normal((64, 3, 8, 8)).astype(np.float32)})
+    feeds = open_samples(model, {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)})
+    m, _, recs = quantized_lower(model, table)
+    rep = layer_report(model, m, feeds, recs)
+    name = next(iter(rep["_float"]))
+    each = [promote.min_cosine({name: rep["_float"][name][i:i + 1]},
+                               {name: rep["_quant"][name][i:i + 1]}) for i in range(16)]
+    run = []
+    real = promote.tensors_by_sample
+    monkeypatch.setattr(promote, "tensors_by_sample", lambda *a: (
+        run.append(i) or (i, got) for i, got in real(*a)))
+    probe = promote.Probe(feeds, rep["_float"], [], 16)
+    bound = sorted(each)[8]
+    first = next(i for i, c in enumerate(each) if c < bound)
+    assert probe.worst(m, bound) == pytest.approx(each[first], abs=1e-9)
+    assert run == list(range(first + 1)) and probe.order[0] == first
+    run.clear()
+    assert probe.worst(m, bound) == pytest.approx(each[first], abs=1e-9) and run == [first]
+    run.clear()
+    assert probe.worst(m, min(each)) == pytest.approx(min(each), abs=1e-9) and len(run) == 16
+    assert probe.worst(m) == pytest.approx(min(each), abs=1e-9)
+
+
 def test_suggestions_follow_each_layers_share_of_the_added_noise():
     from paddle_npu.npu.quant.accuracy import render, suggest
 

@@ -34,7 +34,7 @@ from ..passes.rnn import unrolled_proto
 from ..verification.selection import HELD, find_selections, held_as, hold, link_lowered
 from .calibrate import load_table
 from .qlower import records_of, unit_records_of
-from .samples import Samples, open_samples, run_batches
+from .samples import Samples, accepted_batch, open_samples, run_batches
 
 SQNR_CAP = 100.0           # dB reported for an exact tensor (the model input)
 
@@ -85,6 +85,23 @@ def run_tensors(model_bytes, feeds, names):
         for k, v in _named(part, given, names).items():
             out.setdefault(k, []).append(np.asarray(v))
     return {k: _joined(v) for k, v in out.items()}
+
+
+def tensors_by_sample(model_bytes, feeds, names, order):
+    """Yield (i, {name: array}) for each sample i of `order` (indices into the Samples
+    `feeds`), the model run on that sample alone, in that order and in one session: a
+    search that stops at the first sample failing a bound runs no more than it needs. A
+    model that fixes its batch above 1 runs in its batches, the samples then given in order."""
+    sess, names = _session_for(onnx.load_from_string(model_bytes), names)
+    if accepted_batch(sess, feeds.where) not in (None, 1):
+        tensors = run_tensors(model_bytes, feeds, names)
+        for i in order:
+            yield i, {k: v[i:i + 1] for k, v in tensors.items()}
+        return
+    outputs = [o.name for o in sess.get_outputs()]
+    for i in order:
+        given = feeds.read(i, i + 1)
+        yield i, _named(dict(zip(outputs, sess.run(None, given))), given, names)
 
 
 def layer_report(float_model, quant_model, feeds, records=None):

@@ -15,7 +15,8 @@ from ...onnx_io import load_proto
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.common import with_input_shapes
 from ..verification.selection import RANKED, find_selections, hold, link_lowered
-from .accuracy import layer_report, metrics, run_tensors, with_held, worst_layers
+from .accuracy import (layer_report, metrics, run_tensors, tensors_by_sample, with_held,
+                       worst_layers)
 from .calibrate import load_precision
 from .qlower import quantized_lower, unit_records_of
 from .samples import Samples, open_samples
@@ -95,14 +96,42 @@ def _held(proto, feeds):
     return selections, with_held(feeds, {s.picks: made[s.picks] for s in selections}), ranked
 
 
-def _outputs(model, feeds, like, selections=()):
-    """The quantised model's outputs named in `like`, over all the samples, in NCHW (given
-    the float model's picks, which `feeds` then holds, where `selections`)."""
-    proto = ir.serde.serialize_model(model)
-    if selections:
-        link_lowered(selections, proto.graph, "the quantised model")
-        proto = hold(proto, selections, lowered=True)
-    return tensors_as_nchw(proto, run_tensors(proto.SerializeToString(), feeds, list(like)))
+class Probe:
+    """The worst cosine to float (`min_cosine`) of a quantised model's outputs, judged as
+    `verify` judges them (given the float model's picks and grids, which `held` then
+    holds), against `judged`, the float model's outputs over `count` samples.
+
+    `worst(model, bound)`: with a bound, the samples run one at a time, the one that last
+    fell below a bound first, and the run stops at the first sample below it: in a bisection
+    about half the probes fail, each on the sample the one before failed on, so a failing
+    probe costs one run rather than one per sample. Without a bound (or where the outputs
+    hold no sample axis to judge them by) every sample runs and the value is exact."""
+
+    def __init__(self, held, judged, selections, count):
+        self.held, self.judged, self.selections, self.count = held, judged, selections, count
+        self.order = list(range(count))
+        self.by_sample = count > 1 and not held.whole and all(
+            len(f) == count for f in judged.values())
+
+    def worst(self, model, bound=None):
+        proto = ir.serde.serialize_model(model)
+        if self.selections:
+            link_lowered(self.selections, proto.graph, "the quantised model")
+            proto = hold(proto, self.selections, lowered=True)
+        if bound is None or not self.by_sample:
+            return min_cosine(self.judged, tensors_as_nchw(proto, run_tensors(
+                proto.SerializeToString(), self.held, list(self.judged))), self.count)
+        worst = float("inf")
+        for i, got in tensors_by_sample(proto.SerializeToString(), self.held,
+                                        list(self.judged), list(self.order)):
+            cos = min_cosine({k: f[i:i + 1] for k, f in self.judged.items()},
+                             tensors_as_nchw(proto, got))
+            worst = min(worst, cos)
+            if cos < bound:
+                self.order.remove(i)
+                self.order.insert(0, i)
+                break
+        return worst
 
 
 def _measurable(value, what):
@@ -174,14 +203,12 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         # first report: the layer report (every layer's tensors, both models) is made once
         # more, for the count chosen
         selections, held, ranked = _held(reference, feeds)
-        judged = {**fouts, **ranked}
+        probe = Probe(held, {**fouts, **ranked}, selections, count)
 
         def meets(model):
             if model is m and not selections:       # the first report ran it already
-                qouts = before["_quant"]
-            else:
-                qouts = _outputs(model, held, judged, selections)
-            return min_cosine(judged, qouts, count) >= until_cosine
+                return min_cosine(fouts, before["_quant"], count) >= until_cosine
+            return probe.worst(model, until_cosine) >= until_cosine
         k, found = fewest(len(worst), lambda mid: first if mid == 0 else quantise(mid),
                           lambda probe: meets(probe[1]))
         kept = {} if found is None else {k: found}
@@ -205,19 +232,18 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     shapes = kw.get("input_shape")
     reference = with_input_shapes(proto, shapes) if shapes else proto
     selections, held, ranked = _held(reference, feeds)
-    judged = {**float_outputs, **ranked}
+    judge = Probe(held, {**float_outputs, **ranked}, selections, count)
 
     def lowered(k):
         return quantized_lower(proto, table, bits, target, plan, precision,
                                adc_bits={name: raise_to for name in order[:k]}, **kw)[0]
 
-    def cosine(m):
-        return min_cosine(judged, _outputs(m, held, judged, selections), count)
-    def probe(k):
+    def probe(k, bound=until_cosine):
         m = lowered(k)
-        return m, cosine(m)
+        return m, judge.worst(m, bound)
     k, found = fewest(len(order), probe, lambda p: p[1] >= until_cosine)
-    m, c = found if found is not None else probe(k)
+    # (a probe that met the bound ran every sample: its cosine is the worst one)
+    m, c = found if found is not None else probe(k, None)
     return {"raised": order[:k], "reached": c >= until_cosine, "model": m, "cosine": c}
 
 
