@@ -151,8 +151,9 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
     by the noise each layer's output adds over its input's in one run (`worst_layers`:
     cheap, but blind to how much the layers downstream amplify a layer's noise).
     until_cosine: promote the fewest of the ranked layers (at most N when N > 0) for every
-    output's cosine to float to reach it on every sample, found by bisection on the count (a quantised run
-    per probe; more promoted layers measure better, the search assumes it). Returns a dict
+    output's cosine to float to reach it on every sample, found by bisection on the count
+    (a quantised run per probe, `Probe`; more promoted layers measure better, the search
+    assumes it). Returns a dict
     with both reports, the final model and `reached` (None without until_cosine)."""
     if rank not in ("measured", "added"):
         raise ValueError(f"unknown ranking {rank!r} (measured / added)")
