@@ -120,10 +120,10 @@ def _conv_model():
     return m, feeds
 
 
-def _chip(tmp_path, **precision):
+def _chip(tmp_path, cost=None, **precision):
     path = tmp_path / "chip.json"
     path.write_text(json.dumps({"name": "chip", "array": {"rows": 64, "cols": 16},
-                                "precision": precision}))
+                                "precision": precision, "cost": cost or {}}))
     return str(path)
 
 
@@ -183,6 +183,12 @@ def test_a_vector_takes_an_input_cycle_per_dac_slice_and_the_adc_conversions(tmp
     # 4 cycles of 2 input bits, each a read (10 ns) beside 8 conversions (2 ns each)
     assert vector_read_ns(node, load_target(str(path))) == 4 * max(10, 8 * 2)
     assert columns_per_weight(16, Readout(2, 2, 6, "offset")) == 8
+    # the layer read through 9-bit ADCs: a successive-approximation ADC takes a step per bit
+    finer, _, _ = quantized_lower(m.SerializeToString(), table, 8, str(path),
+                                  adc_bits={"conv": 9})
+    node = next(n for n in finer.graph if n.op_type == "QVMM")
+    assert node.attributes["adc_bits"].value == 9
+    assert vector_read_ns(node, load_target(str(path))) == 4 * max(10, 8 * 2 * 9 / 6)
 
 
 def test_adc_ranges_calibrated_on_samples_are_finer_and_read_out_closer(tmp_path):
@@ -272,11 +278,19 @@ def test_finer_adcs_for_the_layers_that_drop_most_until_a_cosine(tmp_path, capsy
     out = tmp_path / "r.json"
     args = ["quant-report", src, "--calibration", table, "--data", data,
             "--adc-until-cosine", "0.99", "--json", str(out)]
-    assert main(args + ["--target", _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=3)]) == 0
+    # an ADC per array's 16 columns, 10 ns a conversion: the conversions set a cycle's pace
+    chip = _chip(tmp_path, cell_bits=2, dac_bits=1, adc_bits=3, columns_per_adc=16,
+                 cost={"adc_ns": 10, "array_vmm_ns": 100})
+    assert main(args + ["--target", chip]) == 0
     report = json.loads(out.read_text())
     raised = report["adc_raised"]
+    cost = raised.pop("cost")
     assert raised == {"raised": ["conv"], "bits": 8, "reached": True,
                       "cosine": raised["cosine"]} and raised["cosine"] >= 0.99
+    # what it costs: the same arrays, each cycle's 16 conversions of 8 bits, not 3
+    assert cost["arrays"][0] == cost["arrays"][1]
+    assert cost["latency_ns"][1] > cost["latency_ns"][0]
+    assert "cost on chip: " in capsys.readouterr().out
     assert report["readout"]["outputs"][0]["chip_cosine"] < 0.99
     capsys.readouterr()
     assert main(args + ["--target", _chip(tmp_path)]) == 2
@@ -300,6 +314,9 @@ def test_sixteen_bits_on_top_of_raised_adcs_until_a_cosine(tmp_path, capsys):
     assert not report["adc_raised"]["reached"] and report["adc_raised"]["cosine"] < 0.99999
     hp = report["auto_hp"]
     assert hp["promoted"] == ["conv"] and hp["reached"]
+    # 16-bit weights on 2-bit cells: twice the columns, so twice the arrays
+    assert hp["cost"]["arrays"] == [report["adc_raised"]["cost"]["arrays"][0] * k
+                                    for k in (1, 2)]
     assert min(o["cosine"] for o in hp["outputs"]) >= 0.99999
     capsys.readouterr()
     assert main(args + ["--adc-until-cosine", "0.99", "--hp-until-cosine", "0.99"]) == 0

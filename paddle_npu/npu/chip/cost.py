@@ -201,8 +201,18 @@ def vector_read_ns(node, target):
     r = readout_of(a)
     if r.ideal:
         return c.array_vmm_ns
-    per_cycle = max(c.array_vmm_ns, target.columns_per_adc * c.adc_ns if r.adc_bits else 0.0)
+    per_cycle = max(c.array_vmm_ns, target.columns_per_adc * adc_conversion_ns(r.adc_bits,
+                                                                              target))
     return input_cycles(8 if a["acc_bits"] == 32 else 16, r) * per_cycle
+
+
+def adc_conversion_ns(bits, target):
+    """One conversion of a `bits`-bit ADC: `adc_ns` is the target's ADCs' (of `adc_bits`),
+    and a successive-approximation ADC resolves one bit per step, so a layer read out
+    finer than them takes proportionally longer (0: no ADC, an exact read-out)."""
+    if not bits:
+        return 0.0
+    return target.cost.adc_ns * bits / (target.adc_bits or bits)
 
 
 def transfer_ns(nbytes, target):

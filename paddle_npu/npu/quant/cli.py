@@ -239,9 +239,10 @@ def readout_report(args, proto, feeds, chip_model, chip_rep, shapes):
     return {"layers": rows, "outputs": outs}
 
 
-def raised_adc_report(args, feeds, rep, readout, kw):
+def raised_adc_report(args, feeds, rep, readout, kw, lowering):
     """The --adc-until-cosine search (promote.raise_adc) on the read-out report's order,
-    printed; returned for the JSON."""
+    and what it costs on the chip against `lowering` (the plan's Report), printed;
+    returned for the JSON."""
     from .promote import raise_adc  # the library loads when a command runs
 
     order = [r["layer"] for r in readout["layers"]]
@@ -253,7 +254,19 @@ def raised_adc_report(args, feeds, rep, readout, kw):
           f"{len(order)} layers read through {args.adc_raise_to}-bit ADCs, worst output "
           f"cosine {res['cosine']:.6f} ({how}): {', '.join(res['raised']) or '(none)'}")
     return {"raised": res["raised"], "bits": args.adc_raise_to, "reached": res["reached"],
-            "cosine": res["cosine"]}
+            "cosine": res["cosine"], "cost": chip_cost(lowering, res["report"])}
+
+
+def chip_cost(before, after):
+    """What a search's plan costs on the chip against the plan's own (Reports before and
+    after), printed; None (and nothing printed) where the lowering has no chip estimate."""
+    from ..chip.estimate import cost_change  # the library loads when a command runs
+
+    if before.chip is None or after.chip is None:
+        return None
+    cost, line = cost_change(before.chip, after.chip)
+    print(f"  cost on {after.target['name']}: {line}")
+    return cost
 
 
 def noise_report(args, feeds, chip_model, rep, labels):
@@ -358,9 +371,9 @@ def cmd_quant_report(args):
     shapes = parse_input_shapes(args.input_shape) or None
     kw = {"target": args.target, "plan": args.plan, "input_shape": shapes,
           "adc_data": feeds}
-    m, _, records = quantized_lower(args.model, args.calibration, _bits(args), args.target,
-                                    args.plan, args.precision, input_shape=shapes,
-                                    adc_data=feeds)
+    m, lowering, records = quantized_lower(args.model, args.calibration, _bits(args),
+                                           args.target, args.plan, args.precision,
+                                           input_shape=shapes, adc_data=feeds)
     rep = layer_report(proto, m, feeds, records)
     print(render(rep, args.top))
     floor = input_floor(proto, args.calibration, feeds, _bits(args))
@@ -377,7 +390,7 @@ def cmd_quant_report(args):
         if readout is None:
             raise ConversionError("--adc-until-cosine: the target's arrays have no ADCs "
                                   "([precision] adc_bits)")
-        out["adc_raised"] = raised_adc_report(args, feeds, rep, readout, kw)
+        out["adc_raised"] = raised_adc_report(args, feeds, rep, readout, kw, lowering)
     if args.noise_draws:
         out["noise"] = noise_report(args, feeds, m, rep, labels)
     reports = {args.quantize: rep}
@@ -405,7 +418,8 @@ def cmd_quant_report(args):
                   f"{len(res['promoted'])} layers at int16")
         print(render(after, args.top))
         out["auto_hp"] = {"promoted": res["promoted"], "layers": after["layers"],
-                          "outputs": after["outputs"], "reached": res["reached"]}
+                          "outputs": after["outputs"], "reached": res["reached"],
+                          "cost": chip_cost(lowering, res["report"])}
         reports[f"{args.quantize} + {len(res['promoted'])} at int16"] = after
         if labels is not None and after["_quant"]:
             name = next(iter(after["_quant"]))

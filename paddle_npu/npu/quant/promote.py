@@ -227,7 +227,8 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     """Read the fewest of `order`'s layers (the largest drop from ideal arrays first)
     through ADCs of `raise_to` bits for every output's cosine to float (`float_outputs`,
     the float model's on `feeds`) to reach `until_cosine` on every sample: bisection on the
-    count, a quantised run per probe. Returns {"raised", "reached", "model", "cosine"}."""
+    count, a quantised run per probe. Returns {"raised", "reached", "model", "report" (the
+    lowering's), "cosine"}."""
     proto = load_proto(model)
     count = 1 if feeds.whole else feeds.count
     shapes = kw.get("input_shape")
@@ -235,17 +236,15 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     selections, held, ranked = _held(reference, feeds)
     judge = Probe(held, {**float_outputs, **ranked}, selections, count)
 
-    def lowered(k):
-        return quantized_lower(proto, table, bits, target, plan, precision,
-                               adc_bits={name: raise_to for name in order[:k]}, **kw)[0]
-
     def probe(k, bound=until_cosine):
-        m = lowered(k)
-        return m, judge.worst(m, bound)
-    k, found = fewest(len(order), probe, lambda p: p[1] >= until_cosine)
+        m, report, _ = quantized_lower(proto, table, bits, target, plan, precision,
+                                       adc_bits={name: raise_to for name in order[:k]}, **kw)
+        return m, report, judge.worst(m, bound)
+    k, found = fewest(len(order), probe, lambda p: p[2] >= until_cosine)
     # (a probe that met the bound ran every sample: its cosine is the worst one)
-    m, c = found if found is not None else probe(k, None)
-    return {"raised": order[:k], "reached": c >= until_cosine, "model": m, "cosine": c}
+    m, report, c = found if found is not None else probe(k, None)
+    return {"raised": order[:k], "reached": c >= until_cosine, "model": m, "report": report,
+            "cosine": c}
 
 
 def fewest(n, probe, meets):
