@@ -64,14 +64,24 @@ def analog_model(name, cache, work, target, samples, until, raise_to=8):
             "reached": raised["reached"], "after": raised["cosine"],
             "int16": len(hp["promoted"]) if hp else 0,
             "hp_reached": hp["reached"] if hp else None,
-            "hp_after": min(o["cosine"] for o in hp["outputs"]) if hp else None}
+            "hp_after": min(o["cosine"] for o in hp["outputs"]) if hp else None,
+            # what the search's plan costs on the chip against plain int8: the last cost the
+            # report gives ({"arrays", "latency_ns", ...}: [before, after])
+            "cost": (hp or {}).get("cost") or raised.get("cost")}
+
+
+def _cost(cost):
+    if not cost:
+        return "-"
+    (a0, a1), (l0, l1) = cost["arrays"], cost["latency_ns"]
+    return f"x{a1 / a0:.2f} / x{l1 / l0:.2f}" if a0 and l0 else "-"
 
 
 def render(rows, until, raise_to=8):
     adc = f"{raise_to}-bit ADC layers"
     head = (f"{'model':<20} {'ideal cos':>10} {'chip cos':>10} {adc:>17} "
-            f"{'cos after':>10} {'int16 layers':>15} {'cos after':>10} {'s':>5}  "
-            f"worst layers (SQNR drop dB)")
+            f"{'cos after':>10} {'int16 layers':>15} {'cos after':>10} {'arrays / time':>15} "
+            f"{'s':>5}  worst layers (SQNR drop dB)")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -84,10 +94,11 @@ def render(rows, until, raise_to=8):
         hp_after = "-" if r["hp_after"] is None else f"{r['hp_after']:.5f}"
         lines.append(f"{r['model']:<20} {r['ideal_cosine']:>10.5f} {r['chip_cosine']:>10.5f} "
                      f"{raised:>17} {r['after']:>10.5f} {hp:>15} {hp_after:>10} "
-                     f"{r['seconds']:>5}  {worst}")
+                     f"{_cost(r.get('cost')):>15} {r['seconds']:>5}  {worst}")
     lines.append(f"(cosines: the worst output and sample; {raise_to}-bit ADC layers: the fewest "
                  f"read through {raise_to}-bit ADCs for every output to reach {until}; int16 "
-                 f"layers: where all of them do not, the fewest at 16 bits on top)")
+                 f"layers: where all of them do not, the fewest at 16 bits on top; arrays / "
+                 f"time: what that plan costs on the chip against plain int8)")
     return "\n".join(lines)
 
 
