@@ -127,8 +127,10 @@ def main():
                         os.remove(path[who])
                     m = run_measured(cmd, env)
                     ok = m.rc == 0 and os.path.exists(path[who])
-                    last = (m.stderr.strip().splitlines() or ["failed"])[-1]
-                    row[who] = "ok" if ok else last[:60]
+                    lines = m.stderr.strip().splitlines() or ["failed"]
+                    # the error, not a warning printed after it
+                    said = [ln for ln in lines if "error" in ln.lower()] or lines
+                    row[who] = "ok" if ok else said[-1].strip()[:60]
                     if ok:
                         runs[who].append(m)
             converted = [who for who in cmds if runs[who]]
