@@ -338,6 +338,13 @@ def test_balance_puts_a_pacing_depthwise_layer_on_spare_arrays(tmp_path):
     # a chip without arrays to spare keeps the lowering as it is
     _, full = lower(model, _target(tmp_path, count=2, cost=slow, **big), balance=True)
     assert full.as_dict()["chip"]["depthwise_on_arrays"] is None
+    # what the moved layers take is counted under the plan: per channel, 32 arrays, not 5
+    for plan, arrays in (("packed", 5), ("per-channel", 32)):
+        roomy = _target(tmp_path, count=200, cost=slow, **big)
+        _, kept = lower(model, roomy, plan=plan)
+        _, moved = lower(model, roomy, plan=plan, balance=True)
+        record = moved.as_dict()["chip"]["depthwise_on_arrays"]
+        assert record["arrays"] == arrays == moved.chip.mapping.needed - kept.chip.mapping.needed
 
 
 def test_a_chip_of_cores_has_a_vector_unit_for_every_so_many_arrays(tmp_path):

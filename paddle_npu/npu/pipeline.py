@@ -155,13 +155,13 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
                              disable, input_shape, quantization, progress, emulation, fit,
                              name)
     m, report, plans = once()
-    return balanced(once, target, m, report, plans) if balance else (m, report)
+    return balanced(once, target, plan, m, report, plans) if balance else (m, report)
 
 
-def balanced(once, target, m, report, plans):
-    """Of the lowering `m, report` (once(): _lower_once with the user's options), and of
-    lowerings of the same with depthwise layers on spare arrays, the one whose chip estimate
-    has the most images per second. Only where the vector unit sets the pace and the chip has
+def balanced(once, target, plan, m, report, plans):
+    """Of the lowering `m, report` (once(): _lower_once with the user's options, `plan`
+    among them), and of lowerings of the same with depthwise layers on spare arrays, the
+    one whose chip estimate has the most images per second. Only where the vector unit sets the pace and the chip has
     arrays to spare; the candidates move the depthwise layers of most vector work: the first
     quarter, half, three quarters and all of them, each cut to what the spare arrays hold.
     The chosen estimate records what it moved and the first one's figures
@@ -172,7 +172,8 @@ def balanced(once, target, m, report, plans):
         return m, report
     vector = sorted((p for p in plans if p.unit == "vector"),
                     key=lambda p: -p.vectors * p.tiles[0].useful)
-    arrays = [len(plan_tiles(Geometry(p.tiles[0].cols, 1, p.tiles[0].rows, 1), "packed",
+    # (the arrays each takes under the plan: a per-channel plan gives each channel its own)
+    arrays = [len(plan_tiles(Geometry(p.tiles[0].cols, 1, p.tiles[0].rows, 1), plan,
                              target.rows, target.cols)) for p in vector]
     best, tried = (m, report), set()
     for share in (0.25, 0.5, 0.75, 1.0):
