@@ -161,11 +161,11 @@ def lower(model, target=None, plan="packed", preprocess=None, marks=None, enable
 def balanced(once, target, plan, m, report, plans):
     """Of the lowering `m, report` (once(): _lower_once with the user's options, `plan`
     among them), and of lowerings of the same with depthwise layers on spare arrays, the
-    one whose chip estimate has the most images per second. Only where the vector unit sets the pace and the chip has
-    arrays to spare; the candidates move the depthwise layers of most vector work: the first
-    quarter, half, three quarters and all of them, each cut to what the spare arrays hold.
-    The chosen estimate records what it moved and the first one's figures
-    (ChipEstimate.balanced)."""
+    one whose chip estimate has the most images per second. Only where the vector unit sets
+    the pace and the chip has arrays to spare; the candidates move the depthwise layers of
+    most vector work: the first quarter, half, three quarters and all of them, each cut to
+    what the spare arrays hold. The chosen estimate records what it moved and the first
+    one's figures (ChipEstimate.balanced)."""
     chip = report.chip
     spare = chip.mapping.available - chip.mapping.needed
     if chip.paced_by != "vector" or spare <= 0:
