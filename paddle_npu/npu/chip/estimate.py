@@ -117,15 +117,15 @@ class ChipEstimate:
 def cost_change(before, after):
     """What a change of the plan costs on the chip, from the estimates before and after:
     ({"arrays", "latency_ns", "throughput_per_s"}: [before, after], one line saying so)."""
-    keys = {"arrays": lambda e: e.mapping.needed, "latency_ns": lambda e: e.latency_ns,
-            "throughput_per_s": lambda e: e.throughput_per_s}
-    cost = {k: [f(before), f(after)] for k, f in keys.items()}
+    a0, a1 = before.mapping.needed, after.mapping.needed
+    l0, l1 = before.latency_ns, after.latency_ns
+    t0, t1 = before.throughput_per_s, after.throughput_per_s
 
-    def times(pair):
-        return f" (x{pair[1] / pair[0]:.2f})" if pair[0] else ""
-    (a0, a1), (l0, l1), (t0, t1) = cost.values()
-    return cost, (f"{a0} -> {a1} arrays{times(cost['arrays'])}, latency {_us(l0)} -> "
-                  f"{_us(l1)}{times(cost['latency_ns'])}, {t0:,.0f} -> {t1:,.0f} images/s")
+    def times(old, new):
+        return f" (x{new / old:.2f})" if old else ""
+    return ({"arrays": [a0, a1], "latency_ns": [l0, l1], "throughput_per_s": [t0, t1]},
+            f"{a0} -> {a1} arrays{times(a0, a1)}, latency {_us(l0)} -> {_us(l1)}"
+            f"{times(l0, l1)}, {t0:,.0f} -> {t1:,.0f} images/s")
 
 
 def _us(ns):

@@ -80,6 +80,10 @@ def run_tensors(model_bytes, feeds, names):
     """{name: array over all samples} of the tensors `names` (computed ones or inputs) of a
     model run on `feeds` (a dict or samples.Samples) in the batches it accepts."""
     sess, names = _session_for(onnx.load_from_string(model_bytes), names)
+    return _tensors_of(sess, feeds, names)
+
+
+def _tensors_of(sess, feeds, names):
     out = {}
     for given, part in run_batches(sess, feeds):
         for k, v in _named(part, given, names).items():
@@ -94,7 +98,7 @@ def tensors_by_sample(model_bytes, feeds, names, order):
     model that fixes its batch above 1 runs in its batches, the samples then given in order."""
     sess, names = _session_for(onnx.load_from_string(model_bytes), names)
     if accepted_batch(sess, feeds.where) not in (None, 1):
-        tensors = run_tensors(model_bytes, feeds, names)
+        tensors = _tensors_of(sess, feeds, names)
         for i in order:
             yield i, {k: v[i:i + 1] for k, v in tensors.items()}
         return
