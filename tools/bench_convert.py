@@ -57,17 +57,23 @@ def _session(path, feeds):
 
 
 def latencies(paths, feeds, iters):
-    """{path: (median seconds, outputs)}, the sessions timed in alternation so that both
-    see the same machine load."""
-    runs = {p: _session(p, feeds) for p in paths}
-    outs = {p: sess.run(None, f) for p, (sess, f) in runs.items()}   # warm-up
-    times = {p: [] for p in paths}
+    """({path: (median seconds, outputs)}, {path: why onnxruntime could not run it}), the
+    sessions that run timed in alternation so that all see the same machine load."""
+    runs, outs, failed = {}, {}, {}
+    for p in paths:
+        try:
+            sess, f = _session(p, feeds)
+            outs[p] = sess.run(None, f)       # (a warm-up)
+            runs[p] = sess, f
+        except Exception as exc:  # noqa: BLE001 - a model onnxruntime refuses is a result too
+            failed[p] = str(exc).splitlines()[0][:50]
+    times = {p: [] for p in runs}
     for _ in range(iters):
         for p, (sess, f) in runs.items():
             t = time.perf_counter()
             sess.run(None, f)
             times[p].append(time.perf_counter() - t)
-    return {p: (statistics.median(times[p]), outs[p]) for p in paths}
+    return {p: (statistics.median(times[p]), outs[p]) for p in runs}, failed
 
 
 def _commands(args, info, out):
@@ -141,12 +147,12 @@ def main():
                 row[f"{who}_nodes"] = node_count(path[who])
             ref = np.load(os.path.join(info["dir"], "reference.npz"))
             feeds = {k[3:]: ref[k] for k in ref.files if k.startswith("in_")}
-            for who in converted:  # one at a time: a model onnxruntime refuses is a result too
-                try:
-                    secs, outs = latencies([path[who]], feeds, args.iters)[path[who]]
-                except Exception as exc:  # noqa: BLE001
-                    row[who] += f" (ort: {str(exc).splitlines()[0][:50]})"
+            timed, failed = latencies([path[who] for who in converted], feeds, args.iters)
+            for who in converted:
+                if path[who] in failed:
+                    row[who] += f" (ort: {failed[path[who]]})"
                     continue
+                secs, outs = timed[path[who]]
                 row[f"{who}_lat_ms"] = secs * 1e3
                 row[f"{who}_rel_diff"] = max(agreement(o, ref[f"out_{i}"])["rel_diff"]
                                              for i, o in enumerate(outs))
