@@ -274,3 +274,115 @@ def test_the_promotion_search_judges_the_grid_as_verify_does():
     result = verify(model, load_proto(serialized(res["model"])), "npu256", feeds=feeds,
                     min_cosine=0.9999)
     assert result["ok"], render(result)
+
+
+def _greedy_decoder(opset=13):
+    """x [1, 8] -> a state (MatMul, the layer lowered), then a Loop of 5 greedy steps: the
+    token picked last (from 0) embedded and added to the state times a recurrent weight,
+    Tanh, logits over 6 tokens, their ArgMax the next token. Outputs the tokens gathered
+    over the steps [5, 1] and the last state. Tokens 0 and 1 have nearly the same output
+    weights, so some step's two best logits nearly tie."""
+    rng = np.random.default_rng(0)
+    d, h, v, steps = 8, 16, 6, 5
+    we = (rng.standard_normal((d, h)) / np.sqrt(d)).astype(np.float32)
+    wh = (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
+    emb = rng.standard_normal((v, h)).astype(np.float32)
+    wo = rng.standard_normal((h, v)).astype(np.float32)
+    wo[:, 1] = wo[:, 0] + 0.1 * rng.standard_normal(h).astype(np.float32)
+    info = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["emb", "token"], ["embedded"], axis=0),
+         helper.make_node("MatMul", ["state", "wh"], ["recurrent"]),
+         helper.make_node("Add", ["recurrent", "embedded"], ["summed"]),
+         helper.make_node("Tanh", ["summed"], ["next_state"]),
+         helper.make_node("MatMul", ["next_state", "wo"], ["logits"]),
+         helper.make_node("ArgMax", ["logits"], ["next"], axis=1, keepdims=0, name="greedy"),
+         helper.make_node("Identity", ["go_on"], ["still"]),
+         helper.make_node("Identity", ["next"], ["gathered"])], "step",
+        [info("i", TensorProto.INT64, []), info("go_on", TensorProto.BOOL, []),
+         info("state", TensorProto.FLOAT, [1, h]), info("token", TensorProto.INT64, [1])],
+        [info("still", TensorProto.BOOL, []), info("next_state", TensorProto.FLOAT, [1, h]),
+         info("next", TensorProto.INT64, [1]), info("gathered", TensorProto.INT64, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "we"], ["state0"], name="encode"),
+         helper.make_node("Loop", ["steps", "true", "state0", "start"],
+                          ["last_state", "last_token", "tokens"], body=body, name="decode")],
+        "decoder", [info("x", TensorProto.FLOAT, [1, d])],
+        [info("tokens", TensorProto.INT64, [steps, 1]),
+         info("last_state", TensorProto.FLOAT, [1, h])],
+        [numpy_helper.from_array(a, n) for a, n in (
+            (we, "we"), (wh, "wh"), (emb, "emb"), (wo, "wo"),
+            (np.array(steps, np.int64), "steps"), (np.array(True), "true"),
+            (np.zeros(1, np.int64), "start"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    table = calibrate(model, {"x": np.random.default_rng(100).standard_normal(
+        (8, d)).astype(np.float32)})
+    lowered = load_proto(quantized_lower(model, table, 8, "npu256")[0])
+    return model, table, lowered, {"x": rng.standard_normal((1, d)).astype(np.float32)}
+
+
+# (opset 9: the steps moved behind the samples with Slice's attributes, not its inputs)
+@pytest.fixture(scope="module", params=[13, 9])
+def decoder(request):
+    return _greedy_decoder(request.param)
+
+
+def test_greedy_decoding_is_judged_given_the_float_models_tokens(decoder):
+    """int8 rounding of the state moves step 3's two best logits past each other: free
+    running, every token after it differs. Held step by step (teacher forcing), the
+    lowered model decodes the float model's tokens, and its logits at every step are
+    judged (the NumPy reference stacks the steps as onnxruntime does)."""
+    import onnxruntime as ort
+
+    model, _, lowered, feeds = decoder
+    free = [ort.InferenceSession(m).run(["tokens"], feeds)[0].ravel().tolist()
+            for m in (model, lowered.SerializeToString())]
+    assert free == [[4, 1, 3, 2, 4], [4, 1, 2, 2, 2]]
+    result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    tokens, state = result["outputs"]
+    assert tokens["bit_exact"] and tokens["onnxruntime"]["cosine"] == 1
+    assert tokens["selection"]["free_running"]["cosine"] == 0
+    assert state["selection"]["judged"] == "given the float model's picks"
+    (greedy,) = result["selections"]
+    assert (greedy["op"], greedy["picks_name"]) == ("ArgMax", "next/steps")
+    assert (greedy["picks"], greedy["picks_same"]) == (5, 4) and greedy["explained"]
+    scores = greedy["scores"]
+    assert scores["name"] == "logits/steps" and scores["shape"] == [1, 5, 6]
+    # (the steps' float ops round a little differently in the two: float32 apart)
+    assert scores["reference"]["max_abs_diff"] == pytest.approx(
+        scores["onnxruntime"]["max_abs_diff"], abs=1e-5)
+    assert 0.999 < scores["onnxruntime"]["cosine"] < 1
+    assert "ArgMax greedy of logits/steps: 4 of 5 picks the same (4 in place); the others " \
+           "are near-ties" in render(result)
+
+
+def test_a_greedy_decoder_lowered_wrong_disagrees_at_its_logits(decoder):
+    model, _, lowered, feeds = decoder
+
+    def flip(w):
+        w[:4] = -w[:4]
+
+    result = verify(model, _with_weight(lowered, "encode/wq_r0_c0", flip), "npu256",
+                    feeds=feeds)
+    assert not result["ok"]
+    assert result["selections"][0]["scores"]["onnxruntime"]["cosine"] < 0.99
+    assert "at logits/steps (ranked by ArgMax greedy)" in render(result)
+
+
+def test_quant_report_and_the_promotion_search_hold_the_tokens(decoder):
+    """The layer report, the input floor and --hp-until-cosine judge a decoder's outputs
+    given the float model's tokens too: at int8 it meets 0.99 with nothing promoted."""
+    from paddle_npu.npu.quant.accuracy import input_floor, layer_report
+    from paddle_npu.npu.quant.promote import auto_hp
+
+    model, table, lowered, feeds = decoder
+    for outputs in (layer_report(model, lowered, feeds)["outputs"],
+                    input_floor(model, table, feeds)):
+        assert [o["name"] for o in outputs] == ["tokens", "last_state"]
+        assert all(o["judged"] == "given the float model's picks" for o in outputs)
+        assert outputs[0]["cosine"] == 1 and outputs[1]["cosine"] > 0.9999
+    result = auto_hp(model, table, feeds, 0, until_cosine=0.99, rank="added")
+    assert result["reached"] and result["promoted"] == []

@@ -14,7 +14,7 @@ from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.common import with_input_shapes
-from ..verification.selection import RANKED, find_selections, hold, link_lowered
+from ..verification.selection import RANKED, find_selections, hold, link_lowered, steps_exposed
 from .accuracy import (layer_report, metrics, run_tensors, tensors_by_sample, with_held,
                        worst_layers)
 from .calibrate import load_precision
@@ -90,7 +90,7 @@ def _held(proto, feeds):
     selections = find_selections(proto.graph)
     if not selections:
         return selections, feeds, {}
-    made = run_tensors(proto.SerializeToString(), feeds,
+    made = run_tensors(steps_exposed(proto, selections).SerializeToString(), feeds,
                        [n for s in selections for n in (s.picks, s.scores)])
     ranked = {s.picks + RANKED: made[s.scores] for s in selections}
     return selections, with_held(feeds, {s.picks: made[s.picks] for s in selections}), ranked

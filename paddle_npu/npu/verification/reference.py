@@ -42,6 +42,7 @@ def _standard_overrides():
     """Standard ops whose onnx.reference implementation falls short on real models."""
     from onnx.reference.op_run import OpRun     # (see _op_class)
     from onnx.reference.ops.op_grid_sample import GridSample as _GridSample
+    from onnx.reference.ops.op_loop import Loop as _Loop
     from onnx.reference.ops.op_max_pool import MaxPool as _MaxPool
     from onnx.reference.ops.op_resize import Resize as _Resize
 
@@ -116,7 +117,29 @@ def _standard_overrides():
                       nearest_mode="ceil" if np.any(scales < 1) else "floor")
             return super()._run(x, None, scales, **kw)
 
-    return [GatherElements, MaxPool, BatchNormalization, GridSample, Resize]
+    class Loop(_Loop):
+        # onnx.reference joins the steps' scan outputs along their first axis (np.vstack);
+        # ONNX stacks them on a new one: [steps] + a step's shape
+        def _run(self, *args, **kw):
+            self.step_shapes = []
+            outputs = super()._run(*args, **kw)
+            if not self.step_shapes or not self.K:
+                return outputs
+            scans = [np.reshape(o, (len(self.step_shapes),) + np.shape(v))
+                     for o, v in zip(outputs[-self.K:], self.step_shapes[0])]
+            return tuple(outputs[:-self.K]) + tuple(scans)
+
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            run_body = self._run_body       # (set per instance, for the body attribute)
+
+            def counted(*a, **k):
+                outputs = run_body(*a, **k)
+                self.step_shapes.append(outputs[-self.K:] if self.K else ())
+                return outputs
+            self._run_body = counted
+
+    return [GatherElements, MaxPool, BatchNormalization, GridSample, Resize, Loop]
 
 
 def _reflect(v, lo, hi):

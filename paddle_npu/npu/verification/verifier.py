@@ -17,8 +17,8 @@ from ..ops import DOMAIN
 from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
 from .reference import Reference
-from .selection import (HELD, RANKED, compare_picks, find_selections, held_as, hold,
-                        link_lowered)
+from .selection import (HELD, RANKED, compare_picks, expose_steps, find_selections, held_as,
+                        hold, link_lowered, own_picks)
 
 TOLERANCE = 1e-5
 # A float plan agrees when each of its runs is no farther from the model computed in float64
@@ -171,8 +171,9 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     if selections:
         link_lowered(selections, header.graph, lowered)
         # the lowered model's own picks, and its outputs from them (shown, not judged)
+        # (a loop's are those its held run gives: selection.py)
         free_outputs, free_values = _run_with_tensors(
-            lowered, feeds, [n for s in selections for n in
+            lowered, feeds, [n for s in selections if not s.loop for n in
                              ((s.lowered_scores,) if s.grid else (s.picks, s.lowered_scores))])
         free = (free_outputs, {**feeds, **free_values})
         original, lowered, feeds, names, want, picks = _hold_selections(original, lowered,
@@ -218,7 +219,8 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
               "tolerance": tolerance, "integer": integer, "array": array}
     if selections:
         result["selections"] = _selection_report(selections, ranked, picks, free,
-                                                 result["outputs"], want)
+                                                 result["outputs"], want,
+                                                 got_ort[len(result["outputs"]):])
     if integer:
         result["min_cosine"] = min_cosine
         result["worst_cosine"] = min((e["onnxruntime"]["cosine"] for e in outputs), default=1.0)
@@ -330,6 +332,7 @@ def _hold_selections(original, lowered, selections, feeds):
     model held, the feeds with the picks, the output names (the model's, then each
     selection's ranked scores), the model's outputs and scores, its picks by name)."""
     made = [n for s in selections for n in (s.picks, s.scores)]
+    original = expose_steps(own_proto(original), selections)
     want, values = _run_with_tensors(original, feeds, made)
     values = {**feeds, **values}            # (scores may be a graph input)
     picks = {s.picks: values[s.picks] for s in selections}
@@ -337,21 +340,22 @@ def _hold_selections(original, lowered, selections, feeds):
     names = [o.name for o in load_header(original).graph.output] + \
         [s.picks + RANKED for s in selections]
     want = list(want) + [values[s.scores] for s in selections]
-    return (hold(own_proto(original), selections, lowered=False),
+    return (hold(original, selections, lowered=False),
             hold(own_proto(lowered), selections, lowered=True), held_feeds, names, want, picks)
 
 
-def _selection_report(selections, ranked, picks, free, outputs, want):
+def _selection_report(selections, ranked, picks, free, outputs, want, held_scores):
     """Per selection: what it ranks and picks, how its scores compare (`scores`: an entry as
     for an output) and how the lowered model's own picks compare (compare_picks); per output
     computed from picks, its `selection`: how it was judged, the picks it hinges on and how
-    many of them the lowered model makes on its own, and its free-running agreement."""
+    many of them the lowered model makes on its own, and its free-running agreement.
+    held_scores: the lowered model's scores given the picks (a loop's own picks: theirs)."""
     free_outputs, free_values = free
     report = []
-    for s, entry in zip(selections, ranked):
+    for s, entry, held in zip(selections, ranked, held_scores):
         entry["name"] = s.scores
-        got_scores = free_values.get(s.lowered_scores)
-        got_picks = free_values.get(s.picks)
+        got_scores = held if s.loop else free_values.get(s.lowered_scores)
+        got_picks = own_picks(s, held, picks[s.picks]) if s.loop else free_values.get(s.picks)
         # (a grid has no picks to count: it is judged as its `scores` entry)
         same = {"picks": 0, "picks_same": 0, "in_place": 0, "explained": True} if s.grid \
             else compare_picks(s, want[len(outputs) + len(report)], picks[s.picks],
