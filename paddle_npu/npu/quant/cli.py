@@ -22,8 +22,8 @@ from ...shapes import parse_input_shapes
 from ..passes.input_shapes import add_argument as add_input_shape_argument
 
 HP_UNTIL_HELP = ("promote the fewest of the most sensitive layers to 16 bits for every "
-                 "output's cosine to float to reach C on every sample, e.g. 0.99 (needs --data; --auto-hp N "
-                 "caps how many)")
+                 "output's cosine to float to reach C on every sample, e.g. 0.99 (needs "
+                 "--data; --auto-hp N caps how many)")
 
 HP_RANK_HELP = ("how layers are ranked for promotion: measured (default; each layer alone at "
                 "16 bits, one quantised run of the data per layer) or added (the noise each "

@@ -186,18 +186,14 @@ def _carried_over(body, name, consumers, returned):
     """The body outputs computed from `name` in some step: a loop-carried output reached
     reaches, in the next step, whatever its body input does."""
     carried = len(body.input) - 2       # (inputs: the step's number, the condition, carried)
-    starts, reached = {name}, set()
+    starts = {name}
     while True:
-        reached = set(_reached_all(starts, consumers, returned))
+        reached = {o for n in starts for o in _reached(n, consumers, returned)}
         more = {body.input[i + 1].name for i, o in enumerate(body.output)
                 if 0 < i <= carried and o.name in reached} - starts
         if not more:
             return [o for o in returned if o in reached]
         starts |= more
-
-
-def _reached_all(names, consumers, outputs):
-    return {o for n in names for o in _reached(n, consumers, outputs)}
 
 
 def held_as(selections):
@@ -276,8 +272,8 @@ def hold(proto, selections, lowered):
                                        name=name + HELD),
                       helper.make_node("Identity", [scores], [s.picks + RANKED],
                                        name=name + RANKED)]
-    nodes += [helper.make_node("Identity", [s.scores], [s.picks + RANKED], name=s.picks + RANKED)
-              for s in selections if s.loop]
+    nodes += [helper.make_node("Identity", [s.scores], [s.picks + RANKED],
+                               name=s.picks + RANKED) for s in selections if s.loop]
     del graph.node[:]
     graph.node.extend(nodes)
     # (no type given: onnxruntime infers it, as for any tensor inside the graph)
