@@ -27,7 +27,10 @@ the image's size in pixels times its steepest step from one pixel to the next.
 
 `check --fp16` checks the float16 export instead: each output within fp16_bound of Paddle's,
 its float32 floor (the larger of Paddle's nudge noise and its float32 distance from float64)
-times 2**13, float16's unit roundoff over float32's, and at least 2**-11.
+times 2**13, float16's unit roundoff over float32's, and at least 2**-11. A greedy decoder
+(Model.decodes: the formula recogniser) is judged given Paddle's tokens step by step, its
+logits at every step within that bound (rounding moves near-tied logits past each other, and
+every token after the first that differs comes from another sequence).
 
 Formats: `legacy` (.pdmodel, FLAGS_enable_pir_api=0), `pir` (model.json from
 paddle.jit.save in PIR mode) and `translated`: the legacy export run through
