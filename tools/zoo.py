@@ -3038,8 +3038,9 @@ def _decoding_probe(layer, sublayer: str, inputs: list, ref: list
     """For a greedy decoder (Model.decodes): each step's scores (the output of `sublayer`,
     stacked [N, steps, ...]) and picks (their arg-max over the last axis), as Paddle's run
     computes them, i.e. given its own tokens; and the scores' noise on inputs nudged by
-    NUDGE, over the steps before the first whose picks the nudge moves (after it the nudged
-    run decodes other tokens, and its scores compare with nothing). Returns (arrays, meta)."""
+    NUDGE, over the steps up to the first whose picks the nudge moves ("steps_compared":
+    after it the nudged run decodes other tokens, and its scores compare with nothing).
+    Returns (arrays, meta)."""
     import paddle
 
     head = dict(layer.named_sublayers())[sublayer]
@@ -3065,7 +3066,7 @@ def _decoding_probe(layer, sublayer: str, inputs: list, ref: list
     upto = moved[0] + 1 if moved else same
     return ({"score": score, "picks": picks},
             {"score_noise": _rel_diff(score[:, :upto], n_score[:, :upto]),
-             "steps": int(picks.shape[1]), "steps_before_the_nudge_moves_a_pick": upto})
+             "steps": int(picks.shape[1]), "steps_compared": upto})
 
 
 def _sampling_probe(layer, inputs: list, ref: list) -> Tuple[Dict[str, np.ndarray], dict]:
