@@ -315,7 +315,7 @@ def test_fp16_export_agrees_with_paddle_within_its_bound(zoo_dir, name):
     if info.get("decoding"):
         # a greedy decoder: judged given Paddle's tokens, its logits at every step; free
         # running, a near-tie rounded the other way changes every token after it
-        held = zoo._fp16_decoding(data, info["dir"], feeds)
+        held = zoo._fp16_decoding(data, info, feeds, want)
         assert held["ok"], [(s["rel_diff"], b) for s, b in zip(held["stats"], held["bound"])]
         assert held["stats"][0]["cosine"] > 0.99
         picks = np.load(os.path.join(info["dir"], zoo.DECODING_FILE))["picks"]

@@ -3555,7 +3555,7 @@ def check_fp16(names, out) -> int:
             if info.get("selection"):
                 held = _fp16_selection(data32, info["dir"], feeds)
             elif info.get("decoding"):
-                held, given = _fp16_decoding(data, info["dir"], feeds), "tokens"
+                held, given = _fp16_decoding(data, info, feeds, want), "tokens"
             if held is not None:
                 status = "" if v["ok"] else f" (free-running: other {given})"
                 ok = held["ok"] and len(outs) == info["num_outputs"]
@@ -3606,20 +3606,18 @@ def _fp16_selection(onnx_bytes: bytes, export_dir, feeds) -> dict:
                          exact)
 
 
-def _fp16_decoding(onnx_bytes: bytes, export_dir, feeds) -> dict:
+def _fp16_decoding(onnx_bytes: bytes, info, feeds, want) -> dict:
     """For a greedy decoder (Model.decodes): the float16 export `onnx_bytes` held to
     Paddle's tokens step by step (teacher forcing, as `verify` holds a lowered decoder's),
-    its scores over the steps and its outputs given them within fp16_bound of Paddle's:
-    rounding moves near-tied logits past each other, and every token after the first that
-    differs is computed from another sequence."""
+    its scores over the steps and its outputs given them within fp16_bound of Paddle's
+    (`want`): rounding moves near-tied logits past each other, and every token after the
+    first that differs is computed from another sequence. info: the export's meta."""
     import onnx
 
     from paddle_npu.compare import run_onnx  # our package: the parent side only
     from paddle_npu.npu.verification.selection import HELD, find_selections, hold
 
-    export_dir = Path(export_dir)
-    dec = np.load(export_dir / DECODING_FILE)
-    meta = json.loads((export_dir / "meta.json").read_text())
+    dec = np.load(Path(info["dir"]) / DECODING_FILE)
     model = onnx.load_from_string(onnx_bytes)
     steps = [s for s in find_selections(model.graph) if s.loop]
     if len(steps) != 1:
@@ -3627,11 +3625,9 @@ def _fp16_decoding(onnx_bytes: bytes, export_dir, feeds) -> dict:
                          f"{len(steps)}")
     held = hold(model, steps, lowered=False).SerializeToString()
     outs = run_onnx(held, {**feeds, steps[0].picks + HELD: dec["picks"]})[1]
-    n = meta["num_outputs"]
-    ref = np.load(export_dir / "reference.npz")
-    want = [dec["score"]] + [ref[f"out_{i}"] for i in range(n)]
-    return _fp16_verdict(outs[-1:] + outs[:n], want,
-                         [meta["decoding"]["score_noise"]] + meta["paddle_noise"], [])
+    n = len(want)
+    return _fp16_verdict(outs[-1:] + outs[:n], [dec["score"]] + list(want),
+                         [info["decoding"]["score_noise"]] + info["paddle_noise"], [])
 
 
 def check_models(names, fmts, out, tolerance, npu=None, plan="packed") -> int:

@@ -31,8 +31,8 @@ from ..emulation.runtime import session
 from ..ops.quant import qrange
 from ..passes.channels_last import tensors_as_nchw
 from ..passes.rnn import unrolled_proto
-from ..verification.selection import (HELD, find_selections, held_as, hold, link_lowered,
-                                      steps_exposed)
+from ..verification.selection import (HELD, expose_steps, find_selections, held_as, hold,
+                                      link_lowered)
 from .calibrate import load_table
 from .qlower import records_of, unit_records_of
 from .samples import Samples, accepted_batch, open_samples, run_batches
@@ -135,7 +135,7 @@ def layer_report(float_model, quant_model, feeds, records=None):
     if selections:
         link_lowered(selections, qproto.graph, "the quantised model")
         qproto = hold(own_proto(quant_model, qproto), selections, lowered=True)
-        fproto = steps_exposed(fproto, selections)
+        fproto = expose_steps(own_proto(float_model, fproto), selections)
     # both models batch by batch, in step: every tensor's agreement summed as it comes, the
     # outputs kept (the callers judge them sample by sample)
     sessions = [_session_for(fproto, names + [s.picks for s in selections]),
@@ -246,10 +246,10 @@ def input_floor(float_model, table, feeds, bits=8):
     # (given the exact run's picks where outputs hinge on a selection, as layer_report)
     selections = find_selections(proto.graph)
     picks = [s.picks for s in selections]
-    exact = run_tensors(steps_exposed(proto, selections).SerializeToString(), feeds,
-                        outputs + picks)
-    near_model = hold(own_proto(float_model, proto), selections, lowered=False) \
-        if selections else proto
+    if selections:      # (one copy of the model, its picks shown, then held)
+        proto = expose_steps(own_proto(float_model, proto), selections)
+    exact = run_tensors(proto.SerializeToString(), feeds, outputs + picks)
+    near_model = hold(proto, selections, lowered=False) if selections else proto
     rounded = with_held(Samples(feeds.names, feeds.count, round_batch, feeds.where,
                                 feeds.whole), {name: exact[name] for name in picks})
     near = run_tensors(near_model.SerializeToString(), rounded, outputs)

@@ -120,24 +120,25 @@ def _standard_overrides():
     class Loop(_Loop):
         # onnx.reference joins the steps' scan outputs along their first axis (np.vstack);
         # ONNX stacks them on a new one: [steps] + a step's shape
-        def _run(self, *args, **kw):
-            self.step_shapes = []
-            outputs = super()._run(*args, **kw)
-            if not self.step_shapes or not self.K:
-                return outputs
-            scans = [np.reshape(o, (len(self.step_shapes),) + np.shape(v))
-                     for o, v in zip(outputs[-self.K:], self.step_shapes[0])]
-            return tuple(outputs[:-self.K]) + tuple(scans)
-
         def __init__(self, *args, **kw):
             super().__init__(*args, **kw)
             run_body = self._run_body       # (set per instance, for the body attribute)
 
             def counted(*a, **k):
                 outputs = run_body(*a, **k)
-                self.step_shapes.append(outputs[-self.K:] if self.K else ())
+                self.steps += 1
+                self.scan_shapes = [np.shape(o) for o in outputs[len(outputs) - self.K:]]
                 return outputs
             self._run_body = counted
+
+        def _run(self, *args, **kw):
+            self.steps = 0
+            outputs = super()._run(*args, **kw)
+            if not self.steps or not self.K:
+                return outputs
+            return tuple(outputs[:-self.K]) + tuple(
+                np.reshape(o, (self.steps,) + shape)
+                for o, shape in zip(outputs[-self.K:], self.scan_shapes))
 
     return [GatherElements, MaxPool, BatchNormalization, GridSample, Resize, Loop]
 
