@@ -276,14 +276,14 @@ def test_the_promotion_search_judges_the_grid_as_verify_does():
     assert result["ok"], render(result)
 
 
-def _greedy_decoder(opset=13):
+def _greedy_decoder(opset=13, v=6):
     """x [1, 8] -> a state (MatMul, the layer lowered), then a Loop of 5 greedy steps: the
     token picked last (from 0) embedded and added to the state times a recurrent weight,
-    Tanh, logits over 6 tokens, their ArgMax the next token. Outputs the tokens gathered
+    Tanh, logits over `v` tokens, their ArgMax the next token. Outputs the tokens gathered
     over the steps [5, 1] and the last state. Tokens 0 and 1 have nearly the same output
     weights, so some step's two best logits nearly tie."""
     rng = np.random.default_rng(0)
-    d, h, v, steps = 8, 16, 6, 5
+    d, h, steps = 8, 16, 5
     we = (rng.standard_normal((d, h)) / np.sqrt(d)).astype(np.float32)
     wh = (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
     emb = rng.standard_normal((v, h)).astype(np.float32)
@@ -386,3 +386,32 @@ def test_quant_report_and_the_promotion_search_hold_the_tokens(decoder):
         assert outputs[0]["cosine"] == 1 and outputs[1]["cosine"] > 0.9999
     result = auto_hp(model, table, feeds, 0, until_cosine=0.99, rank="added")
     assert result["reached"] and result["promoted"] == []
+
+
+def test_the_promotion_search_holds_one_samples_step_scores_at_a_time():
+    """A decoder's scores of every step over its vocabulary (200 MB a sample for a formula
+    recogniser's 50000 tokens over 1024 steps) are judged one sample at a time, from files:
+    --hp-until-cosine's memory does not grow with the number of samples."""
+    import gc
+    import tracemalloc
+
+    from paddle_npu.npu.quant.promote import auto_hp
+
+    vocab = 20000
+    model, table, _, _ = _greedy_decoder(v=vocab)
+    per_sample = 5 * vocab * 4          # the float32 scores of one sample's 5 steps
+
+    def peak(count):
+        feeds = {"x": np.random.default_rng(1).standard_normal((count, 8)).astype(np.float32)}
+        gc.collect()        # (what an earlier run left for the collector is not this run's)
+        tracemalloc.start()
+        try:
+            result = auto_hp(model, table, feeds, 0, until_cosine=0.99, rank="added")
+            return tracemalloc.get_traced_memory()[1], result
+        finally:
+            tracemalloc.stop()
+
+    (few, r4), (many, r32) = peak(4), peak(32)
+    assert r4["reached"] and r32["reached"]
+    # 28 samples more: their scores would add 28 x 400 kB held
+    assert many - few < 4 * per_sample, (few, many)

@@ -19,7 +19,7 @@ from .accuracy import (layer_report, metrics, run_tensors, tensors_by_sample, wi
                        worst_layers)
 from .calibrate import load_precision
 from .qlower import quantized_lower, unit_records_of
-from .samples import Samples, open_samples
+from .samples import SampleFiles, Samples, open_samples
 
 SENSITIVITY_SAMPLES = 64      # inputs the per-layer sensitivity runs use (the first ones)
 
@@ -80,37 +80,50 @@ def min_cosine(fouts, qouts, samples=1):
     return worst
 
 
-def _held(proto, feeds):
+def _held(proto, feeds, outputs):
     """(the selections some output hinges on (selection.py), the feeds with the float
-    model's picks of each added, the float model's scores and grids by the names the held
-    quantised model shows them under): the promotion search judges outputs as `verify`
+    model's picks of each added, the float model's `outputs`, scores and grids sample by
+    sample (SampleFiles), the scores and grids by the names the held quantised model shows
+    them under; None without selections): the promotion search judges outputs as `verify`
     does, given the float model's picks and grids (near-tied scores swap picks at any
     precision, and an output computed from other picks differs wholesale), and the scores
-    and grids themselves like outputs."""
+    and grids themselves like outputs. A decoder's scores of every step are hundreds of MB a
+    sample: they wait in files for the sample being judged."""
     selections = find_selections(proto.graph)
     if not selections:
-        return selections, feeds, {}
-    made = run_tensors(steps_exposed(proto, selections).SerializeToString(), feeds,
-                       [n for s in selections for n in (s.picks, s.scores)])
-    ranked = {s.picks + RANKED: made[s.scores] for s in selections}
-    return selections, with_held(feeds, {s.picks: made[s.picks] for s in selections}), ranked
+        return selections, feeds, None
+    names = list(outputs) + [n for s in selections for n in (s.picks, s.scores)]
+    judged, picks = SampleFiles(), {s.picks: [] for s in selections}
+    for _, got in tensors_by_sample(steps_exposed(proto, selections).SerializeToString(),
+                                    feeds, names, range(feeds.count)):
+        for s in selections:
+            picks[s.picks].append(got[s.picks])
+        judged.append({**{n: got[n] for n in outputs if n in got},
+                       **{s.picks + RANKED: got[s.scores] for s in selections}})
+    picks = {name: np.concatenate(parts) for name, parts in picks.items()}
+    return selections, with_held(feeds, picks), judged
 
 
 class Probe:
     """The worst cosine to float (`min_cosine`) of a quantised model's outputs, judged as
     `verify` judges them (given the float model's picks and grids, which `held` then
-    holds), against `judged`, the float model's outputs over `count` samples.
+    holds), against `judged`: the float model's outputs over `count` samples, or for a
+    model with selections each sample's (`_held`).
 
-    `worst(model, bound)`: with a bound, the samples run one at a time, the one that last
-    fell below a bound first, and the run stops at the first sample below it: in a bisection
-    about half the probes fail, each on the sample the one before failed on, so a failing
-    probe costs one run rather than one per sample. Without a bound (or where the outputs
-    hold no sample axis to judge them by) every sample runs and the value is exact."""
+    `worst(model, bound)`: the samples run one at a time (where the outputs have them on
+    their leading axis, or are kept sample by sample), the one that last fell below a bound
+    first; with a bound the run stops at the first sample below it: in a bisection about
+    half the probes fail, each on the sample the one before failed on, so a failing probe
+    costs one run rather than one per sample. Without a bound every sample runs and the
+    value is exact; so it is where the outputs hold no sample axis to judge them by, the
+    samples then run together."""
 
     def __init__(self, held, judged, selections, count):
         self.held, self.judged, self.selections, self.count = held, judged, selections, count
         self.order = list(range(count))
-        self.by_sample = count > 1 and not held.whole and all(
+        self.kept = isinstance(judged, SampleFiles)
+        self.names = list(judged[0]) if self.kept else list(judged)
+        self.by_sample = self.kept or count > 1 and not held.whole and all(
             len(f) == count for f in judged.values())
 
     def worst(self, model, bound=None):
@@ -118,16 +131,17 @@ class Probe:
         if self.selections:
             link_lowered(self.selections, proto.graph, "the quantised model")
             proto = hold(proto, self.selections, lowered=True)
-        if bound is None or not self.by_sample:
+        if not self.by_sample:
             return min_cosine(self.judged, tensors_as_nchw(proto, run_tensors(
-                proto.SerializeToString(), self.held, list(self.judged))), self.count)
+                proto.SerializeToString(), self.held, self.names)), self.count)
         worst = float("inf")
-        for i, got in tensors_by_sample(proto.SerializeToString(), self.held,
-                                        list(self.judged), list(self.order)):
-            cos = min_cosine({k: f[i:i + 1] for k, f in self.judged.items()},
-                             tensors_as_nchw(proto, got))
+        for i, got in tensors_by_sample(proto.SerializeToString(), self.held, self.names,
+                                        list(self.order)):
+            judged = self.judged[i] if self.kept else {
+                k: f[i:i + 1] for k, f in self.judged.items()}
+            cos = min_cosine(judged, tensors_as_nchw(proto, got))
             worst = min(worst, cos)
-            if cos < bound:
+            if bound is not None and cos < bound:
                 self.order.remove(i)
                 self.order.insert(0, i)
                 break
@@ -203,8 +217,8 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         # a probe runs the quantised model's outputs only, against the float outputs of the
         # first report: the layer report (every layer's tensors, both models) is made once
         # more, for the count chosen
-        selections, held, ranked = _held(reference, feeds)
-        probe = Probe(held, {**fouts, **ranked}, selections, count)
+        selections, held, judged = _held(reference, feeds, fouts)
+        probe = Probe(held, judged if selections else fouts, selections, count)
 
         def meets(model):
             if model is m and not selections:       # the first report ran it already
@@ -233,8 +247,8 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     count = 1 if feeds.whole else feeds.count
     shapes = kw.get("input_shape")
     reference = with_input_shapes(proto, shapes) if shapes else proto
-    selections, held, ranked = _held(reference, feeds)
-    judge = Probe(held, {**float_outputs, **ranked}, selections, count)
+    selections, held, judged = _held(reference, feeds, float_outputs)
+    judge = Probe(held, judged if selections else float_outputs, selections, count)
 
     def probe(k, bound=until_cosine):
         m, report, _ = quantized_lower(proto, table, bits, target, plan, precision,

@@ -11,6 +11,7 @@ inputs fix their leading size d (a program exported for batch 1) runs d samples 
 one with an open batch runs BATCH at a time, so memory does not grow with the sample count.
 """
 import os
+import tempfile
 import zipfile
 
 import numpy as np
@@ -43,6 +44,32 @@ class Samples:
     def check_finite(self):
         check_finite(self.batches(BATCH), self.where)
         return self
+
+
+class SampleFiles:
+    """Tensors of a model run sample by sample, each sample's kept in files of a temporary
+    folder (removed with the object): a decoder's scores of every step over its vocabulary
+    reach hundreds of MB a sample, and a search judging the samples one at a time needs
+    only one sample's at once. `append({name: array})` adds the next sample's; `files[i]`
+    reads sample i's back."""
+
+    def __init__(self):
+        self._folder = tempfile.TemporaryDirectory(prefix="paddle_npu_samples_")
+        self._names = []
+
+    def _path(self, i, j):
+        return os.path.join(self._folder.name, f"{i}_{j}.npy")
+
+    def append(self, tensors):
+        for j, value in enumerate(tensors.values()):
+            np.save(self._path(len(self._names), j), value)
+        self._names.append(list(tensors))
+
+    def __len__(self):
+        return len(self._names)
+
+    def __getitem__(self, i):
+        return {name: np.load(self._path(i, j)) for j, name in enumerate(self._names[i])}
 
 
 def from_arrays(feeds, where="the data"):
