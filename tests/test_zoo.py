@@ -253,6 +253,7 @@ def test_selection_check_feeds_paddles_picks(tmp_path):
     assert v["names"] == ["scores", "out_0"]
     wrong = zoo.check_selection(_toy_selecting_model(2.001), tmp_path, feeds, 1e-4)
     assert not wrong["ok"] and wrong["status"] == "MISMATCH" and wrong["k"] == 1
+    assert v["beyond_floor"] == [] and wrong["beyond_floor"] == [1]
 
 
 def test_selection_check_needs_one_topk():
