@@ -440,7 +440,7 @@ def _face_embed():
 # a 2-core CI, again at a small size under NAME_<size>; a few of those are in `ci` (about
 # 45 s each there: three exports, conversions, stage 2).
 def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, selects=False,
-                 images=None, samples=False):
+                 images=None, samples=False, expect_ops=None):
     """Register build(h, w) -> Layer as `name` at deploy (h, w) and, with `small`, as
     name_<h>x<w> (or name_<h> when square) at that size in the CI set. images(h, w), when
     given, makes the Model.gen of its test and calibration batches (else normal noise)."""
@@ -450,7 +450,7 @@ def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, sel
         sizes.append((f"{name}_{tag}", small, ci))
     for reg_name, (h, w), in_ci in sizes:
         _register(reg_name, [("x", (None, 3, h, w))], ci=in_ci, batch=batch, tags=tuple(tags),
-                  selects=selects, samples=samples,
+                  selects=selects, samples=samples, expect_ops=expect_ops,
                   gen=images and images(h, w))(lambda h=h, w=w: build(h, w))
 
 
@@ -1983,6 +1983,174 @@ _image_model("pp_doclayout_l", lambda h, w: _rtdetr_l(h, w, 23), (640, 640), ci=
              selects=True, images=_photo_like,
              tags=("detection", "layout", "rtdetr", "hgnet", "transformer",
                    "deformable_attention", "grid_sample", "topk", "multi_output"))
+
+
+# PP-DocLayoutV2 (PaddleX 3 / PaddleOCR 3 layout with reading order): RT-DETR-L over 25 classes
+# at 800x800 whose 300 detections feed a reading-order pointer network: a LayoutLMv3-style
+# encoder (post-norm layers 512 wide, 8 heads, FFN 2048 gelu; 6 of them) over one token per box
+# between a start and an end token, embedded from the token kind, its position, the box's
+# corners and size on a 0..1000 grid (coordinate tables 171 wide, size tables 170) and its
+# class; its attention biased per head by a 1x1 conv of the sine embedding of each box pair's
+# log offsets and log size ratios; then a global pointer (two 64-wide projections, q.k^T / 8)
+# whose lower triangle is set to -1e4 as `logits[mask] = -1e4`, which Paddle writes as a
+# boolean-mask index_put (the released program has two: that one and the token kinds').
+# Outputs boxes, class logits and the order scores (the sigmoid its post-processing votes on).
+# Two departures keep it judgeable: the released model reads its tables at the truncated
+# integer coordinate, a step that float rounding flips (boxes given Paddle's picks differ by
+# ~1e-4 of 1000), so here each read blends the two neighbouring rows (continuous in the box);
+# and every one of the 300 detections is ordered (the released one orders those above their
+# class threshold, sorted first by an argsort: a second hinge and a second TopK).
+def _pp_doclayout_v2(h, w, classes=25, queries=300, layers=6, d=512, heads=8, ffn=2048,
+                     det_layers=6):
+    import paddle
+    import paddle.nn.functional as F
+    from paddle import nn
+
+    grid, coord, shape, kinds, gp = 1024, 171, 170, 20, 64
+    start_id, pad_id, end_id, pred_id = 0, 1, 2, 3
+    # the map of the detector's classes onto the reading order's categories
+    class_order = np.arange(classes) % kinds
+
+    def masked_set(x, mask, value):
+        """x[mask] = value as Paddle users write it, a boolean-mask index_put; Paddle 3.3's
+        legacy static programs have no index_put (its setitem fails there): a where."""
+        from paddle.framework import in_dynamic_or_pir_mode
+        if in_dynamic_or_pir_mode():
+            x[mask] = value
+            return x
+        return paddle.where(mask, paddle.full_like(x, value), x)
+
+    def lookup(table, v):
+        """table read at float position v (0..grid-1): its two neighbouring rows blended."""
+        low = paddle.floor(v).clip(0, grid - 2)
+        frac = (v - low).unsqueeze(-1)
+        low = low.astype("int64")
+        return table(low) * (1 - frac) + table(low + 1) * frac
+
+    class Layer(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.l1, self.l2 = nn.Linear(d, ffn), nn.Linear(ffn, d)
+
+        def forward(self, x, bias):
+            def split(t):
+                return t.reshape([0, 0, heads, d // heads]).transpose([0, 2, 1, 3])
+            q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+            s = paddle.matmul(q / float(np.sqrt(d // heads)), k, transpose_y=True) + bias
+            # LayoutLMv3's CogView softmax: max subtracted at scores / 32
+            s = s / 32.0
+            p = F.softmax((s - s.max(-1, keepdim=True)) * 32.0, -1)
+            ctx = paddle.matmul(p, v).transpose([0, 2, 1, 3]).reshape([0, 0, d])
+            x = self.n1(x + self.o(ctx))
+            return self.n2(x + self.l2(F.gelu(self.l1(x))))
+
+    class ReadingOrder(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.word, self.token_type = nn.Embedding(4, d), nn.Embedding(1, d)
+            self.position = nn.Embedding(queries + 4, d)
+            self.x_emb, self.y_emb = nn.Embedding(grid, coord), nn.Embedding(grid, coord)
+            self.h_emb, self.w_emb = nn.Embedding(grid, shape), nn.Embedding(grid, shape)
+            self.spatial = nn.Linear(4 * coord + 2 * shape, d)
+            self.label, self.label_proj = nn.Embedding(kinds, d), nn.Linear(d, d)
+            self.norm = nn.LayerNorm(d)
+            self.register_buffer("class_order", paddle.to_tensor(class_order, "int64"))
+            self.register_buffer("inv_freq", paddle.to_tensor(
+                1.0 / 10000 ** (np.arange(0, 16, 2, dtype=np.float32) / 8)))
+            self.rel_proj = nn.Conv2D(16 * 4, heads, 1)
+            self.layers = nn.LayerList([Layer() for _ in range(layers)])
+            self.pointer = nn.Linear(d, 2 * gp)
+
+        def relation(self, xyxy):
+            """[N, heads, S, S]: the attention bias of each pair of boxes."""
+            size = (xyxy[..., 2:] - xyxy[..., :2]).clip(min=1e-3)
+            centre = (xyxy[..., :2] + xyxy[..., 2:]) * 0.5
+            src_c, src_s = centre.unsqueeze(2), size.unsqueeze(2)
+            dst_c, dst_s = centre.unsqueeze(1), size.unsqueeze(1)
+            rel = paddle.concat([paddle.log((src_c - dst_c).abs() / (src_s + 1e-5) + 1.0),
+                                 paddle.log((src_s + 1e-5) / (dst_s + 1e-5))], -1)
+            e = (rel * 100.0).unsqueeze(-1) * self.inv_freq
+            e = paddle.concat([e.sin(), e.cos()], -1).flatten(3)  # [N, S, S, 64]
+            return self.rel_proj(e.transpose([0, 3, 1, 2]))
+
+        def forward(self, boxes, logits):
+            corners = paddle.concat([boxes[..., :2] - 0.5 * boxes[..., 2:],
+                                     boxes[..., :2] + 0.5 * boxes[..., 2:]], -1)
+            corners = (corners * 1000.0).clip(0.0, 1000.0)
+            # (the cast: Layer.to(dtype=float64) casts integer buffers too)
+            labels = paddle.gather(self.class_order.astype("int64"), logits.argmax(-1).flatten())
+            labels = labels.reshape([-1, queries])
+            zero_box = paddle.zeros_like(corners[:, :1])
+            xyxy = paddle.concat([zero_box, corners, zero_box], 1)  # [N, S, 4]
+            # the token kinds: start, one per box, end (pad elsewhere, none here)
+            ids = paddle.zeros_like(xyxy[..., 0]).astype("int64") + pad_id
+            col = paddle.cumsum(paddle.ones_like(ids), 1) - 1
+            ids[:, 0] = start_id
+            ids = masked_set(ids, (col >= 1) & (col <= queries), pred_id)
+            ids[:, queries + 1] = end_id
+            kept = (ids != pad_id).astype("int64")
+            pos = paddle.cumsum(kept, 1) * kept + pad_id
+            x0, y0, x1, y1 = (xyxy[..., i] for i in range(4))
+            spatial = paddle.concat([lookup(self.x_emb, x0), lookup(self.y_emb, y0),
+                                     lookup(self.x_emb, x1), lookup(self.y_emb, y1),
+                                     lookup(self.h_emb, y1 - y0), lookup(self.w_emb, x1 - x0)], -1)
+            emb = (self.word(ids) + self.token_type(paddle.zeros_like(ids))
+                   + self.position(pos) + self.spatial(spatial))
+            lab = self.label_proj(self.label(labels))
+            zero = paddle.zeros_like(lab[:, :1])
+            h = self.norm(emb + paddle.concat([zero, lab, zero], 1))
+            bias = self.relation(xyxy)
+            for layer in self.layers:
+                h = layer(h, bias)
+            qk = self.pointer(h[:, 1:queries + 1]).reshape([0, queries, 2, gp])
+            q, k = qk[:, :, 0], qk[:, :, 1]
+            order = paddle.matmul(q, k, transpose_y=True) / float(np.sqrt(gp))
+            lower = paddle.tril(paddle.ones([queries, queries])).astype("bool")
+            mask = lower.unsqueeze(0) & paddle.ones_like(order).astype("bool")
+            order = masked_set(order, mask, -1e4)
+            return F.sigmoid(order)
+
+    class DocLayoutV2(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.detector = _rtdetr_r18(h, w, classes=classes, layers=det_layers,
+                                        expansion=1.0,
+                                        backbone=lambda: _pp_hgnet_v2_b4(det=True))
+            self.reader = ReadingOrder()
+
+        def select(self, x):
+            return self.detector.select(x)
+
+        def decode(self, top, *state):
+            boxes, logits = self.detector.decode(top, *state)
+            return boxes, logits, self.reader(boxes, logits)
+
+        def forward(self, x):
+            _, top, state = self.select(x)
+            return self.decode(top, *state)
+
+    return DocLayoutV2()
+
+
+# Not in CI: the test suite holds every free-running output within 1e-4 of Paddle's and Paddle's
+# own within 1e-4 of float64; here near-equal anchor scores reorder the picks (294 of 300 at
+# Paddle's rank at 160) and the order scores' floor is 3.8e-2. At 800 with all six decoder layers
+# `check` fails: given Paddle's picks, boxes 9.0e-1 of their scale from Paddle's, whose own move
+# on nudged inputs is 7.4e-1 and float32 distance from float64 6.9e-1 (legacy; pir not run).
+# The 160x160 copy keeps one decoder layer of six and two reader layers of six: RT-DETR-L's
+# decoder at that size is chaotic on random weights (Paddle's own boxes and logits, picks held,
+# moved 9e-2 and 3.1e-1 of their scale on inputs nudged by 1e-7 with all six; 2.5e-4 and 3.8e-4
+# with one). The order scores' floor stays near 3e-2 there: the relation bias is the sine of 100
+# times the log of box offsets over box sizes, and the detector's boxes are tiny and noisy.
+_image_model("pp_doclayout_v2",
+             lambda h, w: _pp_doclayout_v2(h, w) if (h, w) == (800, 800)
+             else _pp_doclayout_v2(h, w, layers=2, det_layers=1), (800, 800),
+             (160, 160), ci=False, selects=True, images=_photo_like,
+             expect_ops={"pir": ("pd_op.index_put",)},
+             tags=("detection", "layout", "reading_order", "rtdetr", "hgnet", "transformer",
+                   "deformable_attention", "grid_sample", "topk", "index_put", "multi_output"))
 
 
 # PP-FormulaNet-S (PaddleOCR 3.x configs/rec/PP-FormuaNet/PP-FormulaNet-S.yaml, PaddleX's
