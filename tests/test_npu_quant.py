@@ -704,6 +704,50 @@ def test_qdq_of_a_detection_head():
     assert cos >= min(_cosine(a, b) for a, b in zip(want, lowered)) - 1e-4
 
 
+def test_qdq_at_opset_21_runs_with_onnxruntimes_optimisations():
+    """A QDQ model that needs opset 21 (a ConvTranspose's blocked weight, an int16 layer)
+    runs in onnxruntime as it loads it. There onnxruntime 1.32 moves an int8 pair through a
+    MaxPool whose output no Quantize reads into a QuantizeLinear it then refuses itself
+    ("output_dtype INT8 does not match y_zero_point type UINT8"), as on PP-OCRv5's server
+    detector: the export puts the pair there itself (exact: a max of values on the grid is
+    on it)."""
+    rng = np.random.default_rng(3)
+    inits = [onnx.numpy_helper.from_array(a.astype(np.float32), k) for k, a in (
+        ("conv.w", rng.standard_normal((8, 3, 3, 3)) * 0.3),
+        ("conv.b", rng.standard_normal(8) * 0.1),
+        ("conv2.w", rng.standard_normal((8, 3, 3, 3)) * 0.3),
+        ("up.w", rng.standard_normal((3, 4, 2, 2)) * 0.3),
+        ("head.w", rng.standard_normal((4, 16, 1, 1)) * 0.3))]
+    # a pooled layer's output joined with another's: no Quantize of ours follows the pool
+    nodes = [helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], name="conv",
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("Conv", ["x", "conv2.w"], ["c2"], name="conv2",
+                              pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Concat", ["p", "c2"], ["j"], name="join", axis=1),
+             helper.make_node("Conv", ["j", "head.w"], ["h"], name="head"),
+             helper.make_node("ConvTranspose", ["x", "up.w"], ["u"], name="up",
+                              strides=[2, 2])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1,
+                                                                         ["n", 3, 8, 8])],
+                              [helper.make_tensor_value_info("h", 1, None),
+                               helper.make_tensor_value_info("u", 1, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = {"x": rng.standard_normal((16, 3, 8, 8)).astype(np.float32)}
+    m, _, records = quantized_lower(model, calibrate(model, x))
+    qdq = export_qdq(model, records)
+    assert qdq.opset_import[0].version == 21
+    got, want = _ort(qdq, x), _ort(model, x)
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unoptimised = ort.InferenceSession(qdq.SerializeToString(), plain).run(None, x)
+    lowered = _ort(ir.serde.serialize_model(m), x)
+    for g, u, w, lo in zip(got, unoptimised, want, lowered):
+        np.testing.assert_allclose(g, u, rtol=1e-5, atol=1e-5)
+        assert _cosine(w, g) >= _cosine(w, lo) - 1e-4
+
+
 def test_paddleslim_older_format_converts_exactly(tmp_path):
     """PaddleSlim's older format (fake_quantize_range_abs_max before each layer, integer-valued
     float weights, fake_channel_wise_dequantize_max_abs after it: tools/ptq_example.py --format

@@ -348,6 +348,48 @@ def export_qdq(model, records, target=None, preprocess=None, marks=None, enable=
     proto = ir.serde.serialize_model(m)
     # int16 QuantizeLinear and blocked DequantizeLinear need opset 21
     if any(r["bits"] == 16 for r in records) or any(op[4] for _, _, op in layers):
-        proto = upgrade_opset(proto, 21)
+        proto = _requantized_after_moves(upgrade_opset(proto, 21))
     onnx.checker.check_model(proto)
+    return proto
+
+
+# ops that move or pick a tensor's values without computing new ones: a quantised tensor
+# through them is still on its grid
+_MOVES = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice",
+          "Gather", "Split")
+
+
+def _requantized_after_moves(proto):
+    """`proto` (opset 21) with a Quantize / Dequantize pair of the same scale after each
+    op of _MOVES that reads a dequantised int8 tensor and whose output no Quantize reads:
+    exact (its values are on that grid already), and onnxruntime 1.32 then has no pair to
+    move through it. Moving an int8 pair itself at opset 21 it writes a QuantizeLinear of a
+    uint8 zero point and output_dtype int8, which it refuses to load."""
+    graph = proto.graph
+    inits = {t.name: t for t in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+    readers = {}
+    for node in graph.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        dq = made.get(node.input[0]) if node.input else None
+        if node.op_type not in _MOVES or dq is None or dq.op_type != "DequantizeLinear" or \
+                len(dq.input) < 3 or dq.input[2] not in inits or \
+                inits[dq.input[2]].data_type != onnx.TensorProto.INT8:
+            continue
+        out = node.output[0]
+        if any(r.op_type == "QuantizeLinear" for r in readers.get(out, ())):
+            continue
+        # (the op's output renamed: its readers and a graph output keep the name)
+        node.output[0] = moved = f"{out}/moved"
+        nodes += [onnx.helper.make_node("QuantizeLinear", [moved, dq.input[1], dq.input[2]],
+                                        [f"{out}/q"], name=f"{out}/q"),
+                  onnx.helper.make_node("DequantizeLinear", [f"{out}/q", dq.input[1],
+                                                             dq.input[2]],
+                                        [out], name=f"{out}/dq")]
+    del graph.node[:]
+    graph.node.extend(nodes)
     return proto
