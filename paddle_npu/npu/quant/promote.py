@@ -84,14 +84,14 @@ def _held(proto, feeds, outputs):
     """(the selections some output hinges on (selection.py), the feeds with the float
     model's picks of each added, the float model's `outputs`, scores and grids sample by
     sample (SampleFiles), the scores and grids by the names the held quantised model shows
-    them under; None without selections): the promotion search judges outputs as `verify`
+    them under; `outputs` as they are without selections): the promotion search judges outputs as `verify`
     does, given the float model's picks and grids (near-tied scores swap picks at any
     precision, and an output computed from other picks differs wholesale), and the scores
     and grids themselves like outputs. A decoder's scores of every step are hundreds of MB a
     sample: they wait in files for the sample being judged."""
     selections = find_selections(proto.graph)
     if not selections:
-        return selections, feeds, None
+        return selections, feeds, outputs
     names = list(outputs) + [n for s in selections for n in (s.picks, s.scores)]
     judged, picks = SampleFiles(), {s.picks: [] for s in selections}
     for _, got in tensors_by_sample(steps_exposed(proto, selections).SerializeToString(),
@@ -122,7 +122,7 @@ class Probe:
         self.held, self.judged, self.selections, self.count = held, judged, selections, count
         self.order = list(range(count))
         self.kept = isinstance(judged, SampleFiles)
-        self.names = list(judged[0]) if self.kept else list(judged)
+        self.names = judged.names if self.kept else list(judged)
         self.by_sample = self.kept or count > 1 and not held.whole and all(
             len(f) == count for f in judged.values())
 
@@ -218,7 +218,7 @@ def auto_hp(model, table, data, n, bits=8, target=None, plan="packed", precision
         # first report: the layer report (every layer's tensors, both models) is made once
         # more, for the count chosen
         selections, held, judged = _held(reference, feeds, fouts)
-        probe = Probe(held, judged if selections else fouts, selections, count)
+        probe = Probe(held, judged, selections, count)
 
         def meets(model):
             if model is m and not selections:       # the first report ran it already
@@ -248,7 +248,7 @@ def raise_adc(model, table, feeds, order, float_outputs, until_cosine, raise_to,
     shapes = kw.get("input_shape")
     reference = with_input_shapes(proto, shapes) if shapes else proto
     selections, held, judged = _held(reference, feeds, float_outputs)
-    judge = Probe(held, judged if selections else float_outputs, selections, count)
+    judge = Probe(held, judged, selections, count)
 
     def probe(k, bound=until_cosine):
         m, report, _ = quantized_lower(proto, table, bits, target, plan, precision,

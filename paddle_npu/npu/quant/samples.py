@@ -68,6 +68,11 @@ class SampleFiles:
     def __len__(self):
         return len(self._names)
 
+    @property
+    def names(self):
+        """The tensors' names (every sample has the same)."""
+        return self._names[0] if self._names else []
+
     def __getitem__(self, i):
         return {name: np.load(self._path(i, j)) for j, name in enumerate(self._names[i])}
 
