@@ -2,6 +2,7 @@
 zoo at a small size, each step run as `paddle-npu` runs for a user (convert at batch 1,
 calibrate on 32 samples, lower at int8 / int8 per-channel / int16 and verify, quant-report,
 --qdq, and --hp-until-cosine where int8 misses 0.99)."""
+import numpy as np
 import pytest
 
 import quant_zoo
@@ -78,3 +79,12 @@ def test_calibration_data_is_not_what_the_zoo_normalised_or_tests_on(tmp_path, n
         others = [normalised_on[key], zoo.test_inputs(name)[key], held[key]]
         assert not any(same(calib[key], o) for o in others), key
         assert not same(held[key], normalised_on[key]), key
+
+
+def test_a_steps_peak_memory_is_its_own_not_the_sweeps(tmp_path):
+    # Linux counts the memory a process had when it forked into its child's peak RSS; the
+    # sweep holds models and onnxruntime sessions, so it must not be the steps' parent
+    held = np.ones(400 * 2 ** 20, np.uint8)  # 400 MiB resident in this process
+    rc, _, mib, text = quant_zoo.run(["--help"], str(tmp_path / "help.log"))
+    assert rc == 0 and "usage" in text and held.sum() == held.size
+    assert mib < 200, mib

@@ -6,7 +6,9 @@ small launcher process of their own: every command is measured from the same ~10
 baseline, whatever the benchmark holds.
 
     start_launcher()                  once, before the first command
-    run_measured(cmd, env=None)       -> Measured(seconds, rss, rc, stderr, cpu)
+    run_measured(cmd, env=None, log=None)
+                                      -> Measured(seconds, rss, rc, stderr, cpu); with log,
+                                         the command's stdout and stderr go to that file
     installed_env(root)               the environment to run this checkout's paddle-npu in
 
 `cpu` (user + system seconds) is what the command costs whatever the machine's load: on a
@@ -29,14 +31,18 @@ import json, os, subprocess, sys, time
 for line in sys.stdin:
     job = json.loads(line)
     start = time.perf_counter()
-    proc = subprocess.Popen(job["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=job["env"])
-    err = proc.stderr.read()
+    log = open(job["log"], "a") if job["log"] else None
+    proc = subprocess.Popen(job["cmd"], stdout=log or subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=job["env"])
+    err = b"" if log else proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     print(json.dumps({"seconds": time.perf_counter() - start, "rss": usage.ru_maxrss * 1024,
                       "rc": os.waitstatus_to_exitcode(status),
                       "cpu": usage.ru_utime + usage.ru_stime,
                       "stderr": err.decode(errors="replace")[-2000:]}), flush=True)
+    if log:
+        log.close()
 """
 _launcher = None
 
@@ -56,10 +62,11 @@ class Measured(NamedTuple):
     cpu: float          # user + system seconds
 
 
-def run_measured(cmd, env=None):
-    """Measured of one command in its own process."""
+def run_measured(cmd, env=None, log=None):
+    """Measured of one command in its own process (its output appended to the file log)."""
     start_launcher()
-    _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ)}) + "\n")
+    _launcher.stdin.write(json.dumps({"cmd": cmd, "env": dict(env or os.environ),
+                                      "log": log}) + "\n")
     _launcher.stdin.flush()
     return Measured(**json.loads(_launcher.stdout.readline()))
 

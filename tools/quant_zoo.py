@@ -29,7 +29,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zoo  # noqa: E402
+from measure import run_measured  # noqa: E402
 
 IMAGENET_MEAN = "123.675,116.28,103.53"
 IMAGENET_STD = "58.395,57.12,57.375"
@@ -59,19 +59,15 @@ def select(spec):
 
 
 def run(argv, log):
-    """Run `paddle-npu ARGV`: (exit status, seconds, peak RSS MiB, output)."""
+    """Run `paddle-npu ARGV`: (exit status, seconds, peak RSS MiB, output). Started by
+    measure's launcher, so the peak is the step's own, not this process's."""
     cmd = [sys.executable, "-m", "paddle_npu"] + [str(a) for a in argv]
-    start = time.perf_counter()
-    with open(log, "w+") as out:
+    with open(log, "w") as out:
         out.write("$ paddle-npu " + " ".join(shlex.quote(str(a)) for a in argv) + "\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
+    m = run_measured(cmd, log=log)
+    with open(log) as out:
         text = out.read()
-    return proc.returncode, time.perf_counter() - start, usage.ru_maxrss / 1024, text
+    return m.rc, m.seconds, m.rss / 2 ** 20, text
 
 
 def error_line(text):
