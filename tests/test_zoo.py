@@ -163,6 +163,21 @@ def test_float64_judgement():
     assert not zoo.as_exact_as_paddle([], [], 1e-4)   # no float64 result: no verdict
 
 
+def test_each_output_may_be_explained_by_its_floor_or_by_float64():
+    """One output within its float-noise floor, the other beyond it but no farther from the
+    float64 result than Paddle's own: both differences are float rounding."""
+    want = [np.float32([1, 2]), np.float32([1, 2])]
+    outs = [np.float32([1, 2.001]), np.float32([1, 2.0008])]
+    noise = [1e-3, 1e-5]
+    v = zoo._verdict(outs, outs, want, noise, [np.float32([1, 2]), np.float32([1, 2.0005])], 1e-4)
+    assert v["ok"] and v["status"] == "ok (float64)" and v["beyond_floor"] == [1]
+    # the output beyond its floor farther from float64 than Paddle's: a conversion error
+    v = zoo._verdict(outs, outs, want, noise, [np.float32([1, 2]), np.float32([1, 2.0001])], 1e-4)
+    assert not v["ok"] and v["status"] == "MISMATCH"
+    # no float64 result: the floor alone
+    assert not zoo._verdict(outs, outs, want, noise, [], 1e-4)["ok"]
+
+
 @pytest.mark.parametrize("name", CI_MODELS)
 def test_float64_result_recorded(zoo_export, name):
     """Each export keeps the layer's outputs computed in float64; they are what Paddle's

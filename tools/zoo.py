@@ -1218,6 +1218,13 @@ def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, la
             self.layers = nn.LayerList([DecoderLayer() for _ in range(layers)])
             self.dec_bbox = nn.LayerList([mlp(hidden, hidden, 4, 3) for _ in range(layers)])
             self.dec_score = nn.Linear(hidden, classes)
+            # RT-DETR starts its box heads' last layers at zero and learns refinements of the
+            # anchors, not jumps: at unit std (what _calibrate gives any Linear) six layers of
+            # jumps collapse 41 % of the boxes below 1 % of the image, and each deformable
+            # sampling then multiplies rounding ~10 times, so that the seeded decoder was
+            # chaotic (Paddle's own logits moved by their whole scale on inputs nudged by 1e-7)
+            for head in [self.enc_bbox, *self.dec_bbox]:
+                head[-1].out_std = 0.1
 
         def encoder(self, feats):
             feats = [p(f) for p, f in zip(self.proj, feats)]
@@ -1271,13 +1278,11 @@ def _rtdetr_r18(h, w, classes=80, queries=300, hidden=256, heads=8, points=4, la
 
 # Not in CI (size). Its outputs hinge on which 300 anchors the top-k picks and in what order
 # (the decoder is equivariant over queries: two near-equal scores swapped permute the rows),
-# so the check also judges it given Paddle's picks (Model.selects). Its decoder amplifies
-# float rounding: each deformable sampling multiplies a location error by the map's width
-# times how much the features change from one pixel to the next. On normal noise they swing
-# by their std from every pixel to the next (1.04 on the 1/8 map at 640), and Paddle's own
-# float32 outputs were 2.5e-2 of their scale from float64. It is tested and calibrated on
-# image-like inputs instead (_photo_like, what deployment feeds it): 0.40 on average there,
-# still a full swing at an object's edge, and Paddle's outputs 5.4e-3 from float64.
+# so the check also judges it given Paddle's picks (Model.selects). Each deformable sampling
+# multiplies a location error by the map's width times how much the features change from one
+# pixel to the next; on normal noise they swing by their std from every pixel to the next, so
+# it is tested and calibrated on image-like inputs instead (_photo_like, what deployment
+# feeds it).
 _image_model("rtdetr_r18vd", _rtdetr_r18, (640, 640), (160, 160), ci=False,
              tags=("detection", "rtdetr", "resnet_vd", "transformer", "deformable_attention",
                    "grid_sample", "topk", "multi_output"), selects=True, images=_photo_like)
@@ -1963,15 +1968,8 @@ _image_model("pp_lcnet_textline_ori", lambda h, w: _pp_lcnet_cls(h, w, 2), (80, 
 # PP-DocLayout (PaddleX 3 layout detection), exported without NMS as the zoo's detectors are:
 # S is PicoDet-S (LCNet x0.75, LC-PAN, PicoHeadV2) over 23 classes at 480x480; L is RT-DETR-L
 # (PP-HGNetV2-L, whose stages are B4's above; CSP expansion 1.0; six decoder layers) over 23
-# classes at 640x640. Judged as rtdetr_r18vd is: given Paddle's 300 picks, whatever order
-# near-equal scores give ours (Model.selects): all 300 picked, 294 at Paddle's rank, 1.5e-4
-# of the scale given them (floor 1.6e-4). plus-L (20 classes at 800x800) is not registered:
-# given Paddle's picks its decoder is float noise. Its anchor scores end 1.9e-4 from Paddle's
-# (floor 1.3e-4) yet as near float64 as Paddle's (1.07e-4 vs 1.13e-4; RMS 1.48e-5 both, at
-# every point from backbone to scores); but each decoder layer multiplies rounding by ~10
-# from its first deformable sampling on (Paddle's own float32 from float64 after layers 1-6:
-# 1.6e-3, 1.0e-2, 0.25, 0.74, 1.0, 0.96 of scale; ours as near), so its boxes end 0.81 of
-# their scale from Paddle's (floor 0.71; 0.68 from float64, Paddle's 0.63).
+# classes at 640x640; plus-L the same over 20 classes at 800x800. Judged as rtdetr_r18vd is:
+# given Paddle's 300 picks, whatever order near-equal scores give ours (Model.selects).
 def _rtdetr_l(h, w, classes):
     return _rtdetr_r18(h, w, classes=classes, layers=6, expansion=1.0,
                        backbone=lambda: _pp_hgnet_v2_b4(det=True))
@@ -1980,6 +1978,10 @@ def _rtdetr_l(h, w, classes):
 _image_model("pp_doclayout_s", lambda h, w: _picodet(h, w, classes=23), (480, 480), ci=False,
              tags=("detection", "layout", "picodet", "lcnet", "pan", "gfl", "multi_output"))
 _image_model("pp_doclayout_l", lambda h, w: _rtdetr_l(h, w, 23), (640, 640), ci=False,
+             selects=True, images=_photo_like,
+             tags=("detection", "layout", "rtdetr", "hgnet", "transformer",
+                   "deformable_attention", "grid_sample", "topk", "multi_output"))
+_image_model("pp_doclayout_plus_l", lambda h, w: _rtdetr_l(h, w, 20), (800, 800), ci=False,
              selects=True, images=_photo_like,
              tags=("detection", "layout", "rtdetr", "hgnet", "transformer",
                    "deformable_attention", "grid_sample", "topk", "multi_output"))
@@ -2941,7 +2943,8 @@ def _randomize(layer, rng):
 
 def _calibrate(layer, feeds: list):
     """Keep activations in a sane range: one eval pass over a calibration
-    batch in which every Conv/Linear output is scaled to unit std (weights and
+    batch in which every Conv/Linear output is scaled to unit std (or to the
+    layer's `out_std`, for heads a trained model keeps small; weights and
     bias scaled with it; a conv marked `folded_bn`, which stands for Conv +
     BatchNorm folded, per channel as BN would) and every BatchNorm's running
     mean/variance is set to the batch statistics of its actual input, in
@@ -2960,7 +2963,7 @@ def _calibrate(layer, feeds: list):
         std = float(out.numpy().std())
         if not np.isfinite(std) or std < 1e-6:
             return None
-        s = 1.0 / std
+        s = getattr(lay, "out_std", 1.0) / std
         for p in (lay.weight, getattr(lay, "bias", None)):
             if p is not None:
                 p.set_value(p.numpy() * s)
@@ -3537,7 +3540,10 @@ def _verdict(outs, plain, want, paddle_noise, exact, tolerance) -> dict:
     has_exact = len(exact) == len(outs)
     paddle_err = [_rel_diff(t, w) for t, w in zip(exact, want)] if has_exact else []
     onnx_err = [_rel_diff(t, o) for t, o in zip(exact, outs)] if has_exact else []
-    ok = within_floor or as_exact_as_paddle(onnx_err, paddle_err, tolerance)
+    # each output's difference must be float rounding by one measure or the other: within
+    # its floor, or ours no farther from the float64 result than Paddle's own
+    ok = within_floor or (has_exact and as_exact_as_paddle(
+        [onnx_err[i] for i in beyond], [paddle_err[i] for i in beyond], tolerance))
     status = ("MISMATCH" if not ok else "ok" if stats[k]["rel_diff"] <= tolerance
               else "ok (floor)" if within_floor else "ok (float64)")
     return {"ok": ok, "status": status, "k": k, "beyond_floor": beyond, "stats": stats,
