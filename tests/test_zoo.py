@@ -178,6 +178,30 @@ def test_each_output_may_be_explained_by_its_floor_or_by_float64():
     assert not zoo._verdict(outs, outs, want, noise, [], 1e-4)["ok"]
 
 
+def test_an_output_beyond_both_measures_is_judged_by_our_float64_run():
+    """Paddle's float32 output 5e-5 from float64, ours 1.5e-4 on the other side: beyond the
+    floor and farther than Paddle's. Our ONNX run in float64 decides: Paddle's function
+    (ok, within FLOAT64_FACTOR), another function (MISMATCH), or no float64 run (MISMATCH)."""
+    want, outs = [np.float32([1, 2.0001])], [np.float32([1, 1.9997])]
+    exact = [np.float64([1, 2])]
+    calls = []
+
+    def run(got):
+        return lambda: calls.append(1) or got
+
+    v = zoo._verdict(outs, outs, want, [1e-5], exact, 1e-4, run([np.float64([1, 2.0000001])]))
+    assert v["ok"] and v["status"] == "ok (float64 run)" and calls == [1]
+    assert not zoo._verdict(outs, outs, want, [1e-5], exact, 1e-4,
+                            run([np.float64([1, 2.001])]))["ok"]
+    assert not zoo._verdict(outs, outs, want, [1e-5], exact, 1e-4, run(None))["ok"]
+    # ours more than FLOAT64_FACTOR times as far from float64 as Paddle's
+    far = [np.float32([1, 2 - 5e-4 * zoo.FLOAT64_FACTOR])]
+    assert not zoo._verdict(far, far, want, [1e-5], exact, 1e-4, run([np.float64([1, 2])]))["ok"]
+    # within the floor: no float64 run
+    calls.clear()
+    assert zoo._verdict(outs, outs, want, [1e-3], exact, 1e-4, run(None))["ok"] and not calls
+
+
 @pytest.mark.parametrize("name", CI_MODELS)
 def test_float64_result_recorded(zoo_export, name):
     """Each export keeps the layer's outputs computed in float64; they are what Paddle's
