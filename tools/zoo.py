@@ -3546,8 +3546,8 @@ def _verdict(outs, plain, want, paddle_noise, exact, tolerance, ours64=None) -> 
     # each output's difference must be float rounding by one measure or another: within its
     # floor, ours no farther from the float64 result than Paddle's own, or the same function
     # in float64 rounded about as much in float32
-    undecided = [i for i in beyond
-                 if not (has_exact and as_exact_as_paddle([onnx_err[i]], [paddle_err[i]], tolerance))]
+    undecided = [i for i in beyond if not (
+        has_exact and as_exact_as_paddle([onnx_err[i]], [paddle_err[i]], tolerance))]
     run_err = []
     if undecided and has_exact and ours64 is not None:
         got64 = ours64()
@@ -3643,6 +3643,7 @@ def _given_paddles(held, fed, export_dir, data, info, first, label, tolerance) -
     want = [data[first]] + [ref[f"out_{i}"] for i in range(n)]
     exact = ([data[f"{first}_f64"]] + [data[f"out_f64_{i}"] for i in range(n)]
              if f"{first}_f64" in data.files else [])
+
     def ours64():
         got = _float64_run(held, fed)
         return None if got is None else got[-1:] + got[:n]
