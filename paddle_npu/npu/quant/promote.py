@@ -84,10 +84,10 @@ def _held(proto, feeds, outputs):
     """(the selections some output hinges on (selection.py), the feeds with the float
     model's picks of each added, the float model's `outputs`, scores and grids sample by
     sample (SampleFiles), the scores and grids by the names the held quantised model shows
-    them under; `outputs` as they are without selections): the promotion search judges outputs as `verify`
-    does, given the float model's picks and grids (near-tied scores swap picks at any
-    precision, and an output computed from other picks differs wholesale), and the scores
-    and grids themselves like outputs. A decoder's scores of every step are hundreds of MB a
+    them under; `outputs` as they are without selections): the promotion search judges
+    outputs as `verify` does, given the float model's picks and grids (near-tied scores swap
+    picks at any precision, and an output computed from other picks differs wholesale), and
+    the scores and grids themselves like outputs. A decoder's scores of every step are hundreds of MB a
     sample: they wait in files for the sample being judged."""
     selections = find_selections(proto.graph)
     if not selections:
