@@ -163,6 +163,61 @@ def test_float_ops_between_integer_layers_are_held_to_the_tolerance(monkeypatch)
     assert not result["ok"] and "(beyond 1e-05: p)" in render(result)
 
 
+def test_a_float_chain_that_amplifies_rounding_is_checked_op_by_op(monkeypatch):
+    """A Softmax scaled by 1e4 into a Sin between two int16 MatMuls (a relation bias made as
+    sin(100 log(...)) is such a chain): an ulp of the Softmax comes out 1e-3 apart in the
+    tensor the second layer reads, so the chain is judged op by op, each op on onnxruntime's
+    inputs: a correct chain agrees, a wrong op in it is named."""
+    from onnx import numpy_helper
+
+    from paddle_npu.npu.ops.lut import Lut
+
+    rng = np.random.default_rng(7)
+    w1, w2 = ((rng.standard_normal((32, 32)) / 3).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"),
+         helper.make_node("Softmax", ["h"], ["s"], axis=-1, name="softmax"),
+         helper.make_node("Mul", ["s", "k"], ["a"], name="scale"),
+         helper.make_node("Sin", ["a"], ["p"], name="sin"),
+         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "relation",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(np.array(1e4, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x[:32]}), 16, "npu256")
+    exact = Lut.reference.__func__
+
+    def off_by(factor):           # the reference's exp, every other value
+        def lut(cls, array, inputs, attrs):
+            (y,) = exact(cls, array, inputs, attrs)
+            y = y.copy()
+            y[..., ::2] *= factor
+            return (y,)
+        return classmethod(lut)
+
+    with monkeypatch.context() as m:
+        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -23)))    # one ulp
+        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+    assert result["ok"], render(result)
+    ((p,),) = [[f for f in result["float_inputs"] if f["name"] == "p"]]
+    assert p["rel_diff"] > 1e-4          # the whole runs, far beyond the tolerance
+    ops = {f["node"]: f for f in result["float_ops"]}
+    assert {"softmax/exp", "scale", "sin"} <= set(ops)
+    assert all(f["ends"] == ["p"] and f["rel_diff"] <= 1e-6 for f in ops.values())
+    assert 0 < ops["softmax/exp"]["rel_diff"]
+    assert "agree one by one on onnxruntime's inputs" in render(result)
+    with monkeypatch.context() as m:
+        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -10)))
+        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+    assert not result["ok"]
+    assert "float op softmax/exp (Lut) 9.8e-04 NOT within 1e-05 on onnxruntime's inputs " \
+        "(beyond 1e-05: p)" in render(result)
+
+
 def test_verify_refuses_a_model_that_was_not_lowered(digits):
     with pytest.raises(ConversionError, match="not a lowered model"):
         verify(digits, digits, "npu256")

@@ -16,6 +16,7 @@ from ..emulation.functions import emulate, emulation_of
 from ..ops import DOMAIN
 from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
+from .float_ops import check_float_ops, float_chain, names_read
 from .reference import Reference
 from .selection import (HELD, RANKED, compare_picks, expose_steps, find_selections, held_as,
                         hold, link_lowered, own_picks)
@@ -143,8 +144,10 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
     when every output's cosine to the original reaches `min_cosine`, every integer tensor
     onnxruntime computes equals the NumPy reference's bit for bit (`integer_mismatches`
     names those that do not), and the float ops after (and between) the integer layers agree
-    within `tolerance` (each output's `ort_vs_reference` and `within`: "bit-exact" or
-    "tolerance"; `float_inputs`: the float tensors integer layers read where the two differ).
+    within `tolerance`: the tensors they end in, or else each op on onnxruntime's inputs
+    (each output's `ort_vs_reference` and `within`: "bit-exact", "tolerance" or "float ops";
+    `float_inputs`: the float tensors integer layers read where the two differ; `float_ops`:
+    each op checked on its own, for those beyond `tolerance`).
     input_shape: the sizes the model was lowered at ({input: [sizes]}), for the seeded
     input and the run before lowering.
 
@@ -211,7 +214,8 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
             entry["bit_exact"] = bool(np.array_equal(np.asarray(o), np.asarray(r)))
             entry["ort_vs_reference"] = rel_diff(o, r)
             entry["within"] = "bit-exact" if entry["bit_exact"] else \
-                "tolerance" if entry["ort_vs_reference"] <= tolerance else None
+                "tolerance" if entry["ort_vs_reference"] <= tolerance else \
+                "float ops" if _chain_agrees(name, check["float_ops"], tolerance) else None
         outputs.append(entry)
     # the scores each selection ranks, judged like the outputs (after them in every list)
     ranked = outputs[len(outputs) - len(selections):] if selections else []
@@ -227,9 +231,11 @@ def verify(original, lowered, target=None, feeds=None, seed=0, tolerance=TOLERAN
         result["integer_tensors"] = check["integer_tensors"]
         result["integer_mismatches"] = check["integer_mismatches"]
         result["float_inputs"] = check["float_inputs"]
+        result["float_ops"] = check["float_ops"]
         result["ok"] = result["worst_cosine"] >= min_cosine and \
             not result["integer_mismatches"] and all(e["within"] for e in outputs) and \
-            all(f["rel_diff"] <= tolerance for f in result["float_inputs"])
+            all(_chain_agrees(f["name"], check["float_ops"], tolerance)
+                for f in result["float_inputs"] if f["rel_diff"] > tolerance)
     else:
         # (after the lowered model's runs: one model's weights in memory at a time)
         try:
@@ -378,15 +384,20 @@ def _integer_runs(lowered, target, feeds, tolerance):
     integer tensor (_integer_tensors) bit for bit. Float ops between integer layers (a
     LayerNorm's float32 body, a Softmax) may round differently in the two, and a
     quantisation of values one ulp apart can then land on two integers; so where the float
-    tensors an integer layer reads differ, they are held to `tolerance` and the reference runs
-    again reading onnxruntime's, so that every integer layer is compared on the same inputs.
-    Returns (the reference's outputs, onnxruntime's, the comparison, the array counts)."""
+    tensors an integer layer reads differ, the reference runs again reading onnxruntime's,
+    so that every integer layer is compared on the same inputs. Those float tensors, and
+    float outputs beyond `tolerance`, may come from a chain of float ops that amplifies
+    rounding: each op of their chains is then run on onnxruntime's inputs and held to
+    `tolerance` (float_ops.py). Returns (the reference's outputs, onnxruntime's, the
+    comparison, the array counts)."""
     ref = Reference(lowered, target)
     every = ref.run(feeds, intermediate=True)
-    got_ref = [every[n] for n in ref.output_names]
+    output_names = ref.output_names
+    got_ref = [every[n] for n in output_names]
     tensors = _integer_tensors(ref.nodes, every)
     computed = {o for *_, outs in ref.nodes for o in outs}     # (not inputs, not weights)
     boundary = [n for n in _float_inputs(ref.nodes, every, tensors) if n in computed]
+    floating = {n for n, v in every.items() if _floating(v)}
     int_ref = {n: every[n] for n in tensors + boundary}
     array = ref.array.as_dict()
     del every, ref
@@ -408,10 +419,44 @@ def _integer_runs(lowered, target, feeds, tolerance):
     # (a tensor only the reference's fused layers name is compared where it is used)
     mismatches = [_mismatch(n, at_ort[n], int_ref[n]) for n in tensors
                   if n in at_ort and not np.array_equal(at_ort[n], int_ref[n])]
+    ends = [f["name"] for f in float_inputs if f["rel_diff"] > tolerance] + \
+        [n for n, o, r in zip(output_names, got_ort, check_outputs)
+         if n in floating and rel_diff(o, r) > tolerance]
     check = {"outputs": check_outputs, "float_inputs": float_inputs,
+             "float_ops": _float_ops(lowered, target, feeds, ends, floating),
              "integer_tensors": sum(n in at_ort for n in tensors),
              "integer_mismatches": mismatches}
     return got_ref, got_ort, check, array
+
+
+def _chain_agrees(name, float_ops, tolerance):
+    """Whether the float ops tensor `name` is computed from agree one by one (_float_ops)."""
+    chain = [f for f in float_ops if name in f["ends"]]
+    return bool(chain) and all(f["rel_diff"] <= tolerance for f in chain)
+
+
+def _float_ops(lowered, target, feeds, ends, floating):
+    """The float ops the tensors `ends` are computed from (back to integer tensors, inputs
+    and weights), each checked on onnxruntime's inputs (float_ops.check_float_ops); each
+    entry also names the ends its output leads to (`ends`)."""
+    if not ends:
+        return []
+    proto = load_proto(lowered)
+    chains = {e: float_chain(proto.graph, [e], floating.__contains__) for e in ends}
+    nodes = float_chain(proto.graph, ends, floating.__contains__)
+    names = {n for node in nodes for n in list(names_read(node)) + list(node.output) if n}
+    _, values = _run_with_tensors(proto, feeds, sorted(names))
+    values.update({n: v for n, v in feeds.items() if n in names})
+    checked = check_float_ops(proto, target, nodes, values)
+    del values
+    for entry in checked:
+        entry["ends"] = [e for e, chain in chains.items()
+                         if any(entry["output"] in n.output for n in chain)]
+    return checked
+
+
+def _floating(value):
+    return np.issubdtype(getattr(value, "dtype", np.int8), np.floating)
 
 
 def _float_inputs(nodes, values, tensors):
@@ -680,10 +725,21 @@ def _render_integer_check(result):
     apart = result["float_inputs"]
     if apart:
         worst = max(f["rel_diff"] for f in apart)
-        beyond = [f["name"] for f in apart if f["rel_diff"] > tol]
         parts.append(f"{len(apart)} float tensor{'s' * (len(apart) > 1)} the integer layers "
-                     f"read round{'s' * (len(apart) == 1)} differently, "
-                     f"up to {worst:.1e} " + (f"(beyond {tol:g}: {', '.join(beyond[:3])})"
-                                              if beyond else f"(within {tol:g}; the integer "
-                                              "layers compared on onnxruntime's)"))
+                     f"read round{'s' * (len(apart) == 1)} differently, up to {worst:.1e}"
+                     + (f" (within {tol:g}; the integer layers compared on onnxruntime's)"
+                        if worst <= tol else ""))
+    ops = result["float_ops"]
+    if ops:
+        wrong = [f for f in ops if f["rel_diff"] > tol]
+        if wrong:
+            parts.append("float op " + ", ".join(f"{f['node'] or f['output']} ({f['op']}) "
+                                                  f"{f['rel_diff']:.1e}" for f in wrong[:3])
+                         + f" NOT within {tol:g} on onnxruntime's inputs (beyond {tol:g}: "
+                         + ", ".join(dict.fromkeys(e for f in wrong for e in f["ends"]))
+                         + ")")
+        else:
+            parts.append(f"the {len(ops)} float ops they come from agree one by one on "
+                         f"onnxruntime's inputs, up to "
+                         f"{max(f['rel_diff'] for f in ops):.1e} (within {tol:g})")
     return "; ".join(parts)
