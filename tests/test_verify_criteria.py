@@ -118,48 +118,57 @@ def test_an_integer_tensor_that_differs_disagrees_naming_it(matmul_softmax, monk
     assert "integer tensor proj/requantize NOT bit-exact" in render(result)
 
 
-def test_float_ops_between_integer_layers_are_held_to_the_tolerance(monkeypatch):
-    """A Softmax between two int16 MatMuls: where the reference's float values there are a
-    few ulps off onnxruntime's (some of them then quantise to the next integer), the second
-    layer is compared on onnxruntime's values and agrees; a float op that is wrong is named."""
+def _between_two_layers(middle, weights=()):
+    """`middle` (nodes from "h" to "p") between two MatMuls, lowered as an int16 plan, and
+    held-out feeds."""
     from onnx import numpy_helper
-
-    from paddle_npu.npu.ops.lut import Lut
 
     rng = np.random.default_rng(7)
     w1, w2 = ((rng.standard_normal((32, 32)) / 3).astype(np.float32) for _ in range(2))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"),
-         helper.make_node("Softmax", ["h"], ["p"], axis=-1, name="softmax"),
-         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "attend",
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"), *middle,
+         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "between",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), *weights])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     model = model.SerializeToString()
     x = rng.standard_normal((64, 32)).astype(np.float32)
     lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x[:32]}), 16, "npu256")
+    return model, lowered, {"x": x[32:]}
+
+
+def _exp_off_by(factor):
+    """The reference's lookup tables (a Softmax's exp) times `factor`, every other value."""
+    from paddle_npu.npu.ops.lut import Lut
+
     exact = Lut.reference.__func__
 
-    def off_by(factor):           # the reference's exp, every other value
-        def lut(cls, array, inputs, attrs):
-            (y,) = exact(cls, array, inputs, attrs)
-            y = y.copy()
-            y[..., ::2] *= factor
-            return (y,)
-        return classmethod(lut)
+    def lut(cls, array, inputs, attrs):
+        (y,) = exact(cls, array, inputs, attrs)
+        y = y.copy()
+        y[..., ::2] *= factor
+        return (y,)
+    return Lut, "reference", classmethod(lut)
 
+
+def test_float_ops_between_integer_layers_are_held_to_the_tolerance(monkeypatch):
+    """A Softmax between two int16 MatMuls: where the reference's float values there are a
+    few ulps off onnxruntime's (some of them then quantise to the next integer), the second
+    layer is compared on onnxruntime's values and agrees; a float op that is wrong is named."""
+    model, lowered, feeds = _between_two_layers(
+        [helper.make_node("Softmax", ["h"], ["p"], axis=-1, name="softmax")])
     with monkeypatch.context() as m:
-        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -20)))    # 8 ulps
-        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+        m.setattr(*_exp_off_by(np.float32(1 + 2 ** -20)))      # 8 ulps
+        result = verify(model, lowered, "npu256", feeds=feeds)
     assert result["ok"], render(result)
     assert [f["name"] for f in result["float_inputs"]] == ["p"]
     assert 0 < result["float_inputs"][0]["rel_diff"] <= 2e-6
     assert not result["integer_mismatches"]
     with monkeypatch.context() as m:
-        m.setattr(Lut, "reference", off_by(np.float32(1.01)))
-        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+        m.setattr(*_exp_off_by(np.float32(1.01)))
+        result = verify(model, lowered, "npu256", feeds=feeds)
     assert not result["ok"] and "(beyond 1e-05: p)" in render(result)
 
 
@@ -170,38 +179,14 @@ def test_a_float_chain_that_amplifies_rounding_is_checked_op_by_op(monkeypatch):
     inputs: a correct chain agrees, a wrong op in it is named."""
     from onnx import numpy_helper
 
-    from paddle_npu.npu.ops.lut import Lut
-
-    rng = np.random.default_rng(7)
-    w1, w2 = ((rng.standard_normal((32, 32)) / 3).astype(np.float32) for _ in range(2))
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"),
-         helper.make_node("Softmax", ["h"], ["s"], axis=-1, name="softmax"),
+    model, lowered, feeds = _between_two_layers(
+        [helper.make_node("Softmax", ["h"], ["s"], axis=-1, name="softmax"),
          helper.make_node("Mul", ["s", "k"], ["a"], name="scale"),
-         helper.make_node("Sin", ["a"], ["p"], name="sin"),
-         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "relation",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
-         numpy_helper.from_array(np.array(1e4, np.float32), "k")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    model = model.SerializeToString()
-    x = rng.standard_normal((64, 32)).astype(np.float32)
-    lowered, _, _ = quantized_lower(model, calibrate(model, {"x": x[:32]}), 16, "npu256")
-    exact = Lut.reference.__func__
-
-    def off_by(factor):           # the reference's exp, every other value
-        def lut(cls, array, inputs, attrs):
-            (y,) = exact(cls, array, inputs, attrs)
-            y = y.copy()
-            y[..., ::2] *= factor
-            return (y,)
-        return classmethod(lut)
-
+         helper.make_node("Sin", ["a"], ["p"], name="sin")],
+        [numpy_helper.from_array(np.array(1e4, np.float32), "k")])
     with monkeypatch.context() as m:
-        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -23)))    # one ulp
-        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+        m.setattr(*_exp_off_by(np.float32(1 + 2 ** -23)))      # one ulp
+        result = verify(model, lowered, "npu256", feeds=feeds)
     assert result["ok"], render(result)
     ((p,),) = [[f for f in result["float_inputs"] if f["name"] == "p"]]
     assert p["rel_diff"] > 1e-4          # the whole runs, far beyond the tolerance
@@ -211,8 +196,8 @@ def test_a_float_chain_that_amplifies_rounding_is_checked_op_by_op(monkeypatch):
     assert 0 < ops["softmax/exp"]["rel_diff"]
     assert "agree one by one on onnxruntime's inputs" in render(result)
     with monkeypatch.context() as m:
-        m.setattr(Lut, "reference", off_by(np.float32(1 + 2 ** -10)))
-        result = verify(model, lowered, "npu256", feeds={"x": x[32:]})
+        m.setattr(*_exp_off_by(np.float32(1 + 2 ** -10)))
+        result = verify(model, lowered, "npu256", feeds=feeds)
     assert not result["ok"]
     assert "float op softmax/exp (Lut) 9.8e-04 NOT within 1e-05 on onnxruntime's inputs " \
         "(beyond 1e-05: p)" in render(result)
