@@ -2,6 +2,8 @@
 zoo at a small size, each step run as `paddle-npu` runs for a user (convert at batch 1,
 calibrate on 32 samples, lower at int8 / int8 per-channel / int16 and verify, quant-report,
 --qdq, and --hp-until-cosine where int8 misses 0.99)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -48,6 +50,28 @@ def test_the_integer_flow_runs_clean(zoo_dir, tmp_path, name):
     assert quant_zoo.failures(row) == [], quant_zoo.render([row])
     assert row["int16_cosine"] >= MIN_COSINE
     assert max(row["int8_cosine"], row.get("hp_cosine") or 0) >= MIN_COSINE
+
+
+@pytest.mark.parametrize("name,mean,std", [
+    ("uvdoc_176x120", "0,0,0", "255,255,255"),          # pixels / 255, as PaddleX feeds it
+    ("rtdetr_r18vd_160", "123.675,116.28,103.53", "58.395,57.12,57.375")])
+def test_images_are_made_as_the_model_preprocesses_them(tmp_path, name, mean, std):
+    """The sweep calibrates an image model on a folder of pictures, telling `calibrate` the
+    model's own preprocessing (Model.pixels), and verifies it on pictures made the same way:
+    UVDoc's inputs are pixels in 0..1 (ImageNet's normalisation made its grid leave the
+    image, and its output all padding)."""
+    from PIL import Image
+
+    model = zoo.MODELS[name]
+    calib, tune, _, one = quant_zoo.make_data(model, str(tmp_path), 4)
+    assert calib[calib.index("--mean") + 1] == mean and calib[calib.index("--std") + 1] == std
+    folder = calib[calib.index("--data") + 1]
+    m, s = (np.array([float(c) for c in v.split(",")]).reshape(1, 3, 1, 1) for v in (mean, std))
+    pictures = np.stack([np.asarray(Image.open(os.path.join(folder, f)))
+                         for f in sorted(os.listdir(folder))]).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(np.load(tune)["x"], (pictures - m) / s, atol=1e-5)
+    pixels = np.load(one)["in_x"] * s / 255 + m / 255
+    assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6 and pixels.std() > 0.1
 
 
 def test_a_skipped_plan_is_shown_skipped_not_failed():

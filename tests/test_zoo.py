@@ -369,7 +369,7 @@ def test_photo_like_inputs():
     assert step < 0.1, step
     noise = np.random.default_rng(7).standard_normal(a.shape)
     assert np.abs(np.diff(noise, axis=3)).mean() / noise.std() > 1
-    raw = zoo._photo_like(96, 128, normalise=False)(np.random.default_rng(7), 2)["x"]
+    raw = zoo._photo_like(96, 128, zoo.UNIT_PIXELS)(np.random.default_rng(7), 2)["x"]
     np.testing.assert_allclose(raw, pixels, atol=1e-6)    # UVDoc's pixels / 255: no ImageNet
     rtdetr = zoo.test_inputs("rtdetr_r18vd_160")["x"]
     np.testing.assert_array_equal(rtdetr, zoo._photo_like(160, 160)(

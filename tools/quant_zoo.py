@@ -40,8 +40,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 from measure import run_measured  # noqa: E402
 
-IMAGENET_MEAN = "123.675,116.28,103.53"
-IMAGENET_STD = "58.395,57.12,57.375"
 STEPS = ("convert", "calibrate", "int8", "int8pc", "int16", "report", "qdq", "hp")
 
 
@@ -89,18 +87,20 @@ def image_input(model):
 
 def photo_pixels(h, w, seed, count):
     """`count` photo-like RGB images [count, h, w, 3] uint8 (the zoo's _photo_like scenes)."""
-    mean = np.reshape(zoo.IMAGENET_MEAN, (1, 3, 1, 1))
-    std = np.reshape(zoo.IMAGENET_STD, (1, 3, 1, 1))
-    x = zoo._photo_like(h, w)(np.random.default_rng(seed), count)["x"]
-    pixels = np.clip((x * std + mean) * 255 + 0.5, 0, 255).astype(np.uint8)
-    return pixels.transpose(0, 2, 3, 1)
+    x = zoo._photo_like(h, w, zoo.UNIT_PIXELS)(np.random.default_rng(seed), count)["x"]
+    return np.clip(x * 255 + 0.5, 0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
 
 
-def normalised(pixels):
-    """Images [N, H, W, 3] uint8 as the model's input with ImageNet's mean and std."""
-    mean = np.array([float(v) for v in IMAGENET_MEAN.split(",")]).reshape(1, 3, 1, 1)
-    std = np.array([float(v) for v in IMAGENET_STD.split(",")]).reshape(1, 3, 1, 1)
-    return ((pixels.transpose(0, 3, 1, 2) - mean) / std).astype(np.float32)
+def normalised(pixels, model):
+    """Images [N, H, W, 3] uint8 as the model's input, by its preprocessing (Model.pixels)."""
+    mean, std = (np.reshape(v, (1, 3, 1, 1)) for v in model.pixels)
+    return ((pixels.transpose(0, 3, 1, 2) / 255 - mean) / std).astype(np.float32)
+
+
+def pixel_args(model):
+    """`calibrate`'s --mean and --std for the model's preprocessing, in pixel values 0..255."""
+    return [a for flag, v in zip(("--mean", "--std"), model.pixels)
+            for a in (flag, ",".join(f"{255 * c:g}" for c in v))]
 
 
 # The zoo sets BatchNorm statistics on its inputs of seed + 1 and tests on seed + 0; the
@@ -130,9 +130,9 @@ def make_data(model, work, samples):
         pixels = photo_pixels(h, w, model.seed + CALIBRATION_SEED, samples)
         for i, px in enumerate(pixels):
             Image.fromarray(px).save(os.path.join(folder, f"{i:03d}.png"))
-        calib = ["--data", folder, "--mean", IMAGENET_MEAN, "--std", IMAGENET_STD]
-        np.savez(tune, **{name: normalised(pixels)})
-        x = normalised(photo_pixels(h, w, model.seed + EVALUATION_SEED, 4))
+        calib = ["--data", folder, *pixel_args(model)]
+        np.savez(tune, **{name: normalised(pixels, model)})
+        x = normalised(photo_pixels(h, w, model.seed + EVALUATION_SEED, 4), model)
         np.savez(evaluation, **{name: x})
         np.savez(one, **{f"in_{name}": x[:1]})
         return calib, tune, evaluation, one

@@ -112,6 +112,12 @@ class ExportError(RuntimeError):
 # --------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# How a model's image input is made from pixels in 0..1: (pixels - mean) / std per channel.
+IMAGENET = (IMAGENET_MEAN, IMAGENET_STD)
+UNIT_PIXELS = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))      # pixels / 255 and nothing else
+
+
 @dataclass(frozen=True)
 class Input:
     name: str
@@ -139,6 +145,8 @@ class Model:
     # a greedy decoder: the sublayer (a path in named_sublayers) whose output, once per
     # step of the loop, the next token is the arg-max of (_decoding_probe)
     decodes: Optional[str] = None
+    # an image model's preprocessing, (mean, std) of pixels in 0..1 (IMAGENET, UNIT_PIXELS)
+    pixels: Tuple[Tuple[float, ...], Tuple[float, ...]] = IMAGENET
 
     @property
     def seed(self) -> int:
@@ -149,11 +157,11 @@ MODELS: Dict[str, Model] = {}
 
 
 def _register(name, inputs, *, ci, tags, batch=1, gen=None, expect_ops=None, selects=False,
-              samples=False, decodes=None):
+              samples=False, decodes=None, pixels=IMAGENET):
     def deco(build):
         MODELS[name] = Model(name, build, tuple(Input(*i) for i in inputs), ci,
                              tuple(tags), batch, gen, expect_ops or {}, selects, samples,
-                             decodes)
+                             decodes, pixels)
         return build
     return deco
 
@@ -440,28 +448,28 @@ def _face_embed():
 # a 2-core CI, again at a small size under NAME_<size>; a few of those are in `ci` (about
 # 45 s each there: three exports, conversions, stage 2).
 def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, selects=False,
-                 images=None, samples=False, expect_ops=None):
+                 images=None, samples=False, expect_ops=None, pixels=IMAGENET):
     """Register build(h, w) -> Layer as `name` at deploy (h, w) and, with `small`, as
-    name_<h>x<w> (or name_<h> when square) at that size in the CI set. images(h, w), when
-    given, makes the Model.gen of its test and calibration batches (else normal noise)."""
+    name_<h>x<w> (or name_<h> when square) at that size in the CI set. images(h, w, pixels),
+    when given, makes the Model.gen of its test and calibration batches (else normal noise);
+    pixels: the model's preprocessing (Model.pixels)."""
     sizes = [(name, deploy, ci and small is None)]
     if small is not None:
         tag = f"{small[0]}" if small[0] == small[1] else f"{small[0]}x{small[1]}"
         sizes.append((f"{name}_{tag}", small, ci))
     for reg_name, (h, w), in_ci in sizes:
         _register(reg_name, [("x", (None, 3, h, w))], ci=in_ci, batch=batch, tags=tuple(tags),
-                  selects=selects, samples=samples, expect_ops=expect_ops,
-                  gen=images and images(h, w))(lambda h=h, w=w: build(h, w))
+                  selects=selects, samples=samples, expect_ops=expect_ops, pixels=pixels,
+                  gen=images and images(h, w, pixels))(lambda h=h, w=w: build(h, w))
 
 
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def _photo_like(h, w, normalise=True):
+def _photo_like(h, w, pixels=IMAGENET):
     """Model.gen of image-like batches [N, 3, h, w]: a smooth background (a few low-frequency
     waves) under 4-8 flat-coloured ellipses and rectangles with a slight shading, pixels in
-    0..1, normalised with ImageNet's mean and std as the detectors' preprocessing does (not
-    with normalise=False: pixels / 255 is all document unwarping does). For
+    0..1, normalised by `pixels` (Model.pixels: ImageNet's mean and std as the detectors'
+    preprocessing does; UNIT_PIXELS, pixels / 255, is all document unwarping does). For
     models whose outputs are ill-conditioned on normal noise in a way no deployed input is
     (RT-DETR: deformable sampling multiplies a location error by how fast the features
     change from pixel to pixel, which on noise is a full swing per pixel)."""
@@ -483,9 +491,7 @@ def _photo_like(h, w, normalise=True):
                     inside = (np.abs(yy - cy) < ry) & (np.abs(xx - cx) < rx)
                 img = np.where(inside, colour + 0.1 * (yy - cy), img)
             out[b] = np.clip(img, 0, 1)
-        if not normalise:
-            return {"x": out.astype(np.float32)}
-        mean, std = (np.reshape(v, (1, 3, 1, 1)) for v in (IMAGENET_MEAN, IMAGENET_STD))
+        mean, std = (np.reshape(v, (1, 3, 1, 1)) for v in pixels)
         return {"x": ((out - mean) / std).astype(np.float32)}
     return gen
 
@@ -2452,7 +2458,7 @@ def _uvdoc(h, w, filters=32, k=5):
 # float32 8.0e-3 from float64), the grid 2.5e-5; at 176x120 8.9e-4 and 1.0e-5.
 _image_model("uvdoc", _uvdoc, (712, 488), (176, 120),
              tags=("ocr", "unwarping", "uvdoc", "dilated", "reflect_pad", "prelu", "interpolate",
-                   "grid_sample"), images=lambda h, w: _photo_like(h, w, normalise=False),
+                   "grid_sample"), images=_photo_like, pixels=UNIT_PIXELS,
              samples=True)
 
 
