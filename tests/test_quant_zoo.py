@@ -13,14 +13,21 @@ import zoo
 FAMILIES = ["lenet", "mobilenet_v3_small", "transformer_encoder", "lstm", "gru", "tiny_bert",
             "ocr_head", "det_head", "ppocrv4_det_mobile_160", "picodet_s_160",
             "pp_liteseg_t_128", "segformer_b0_128", "svtr_tiny", "crnn", "vit_tiny_64",
-            "gpt_decoder"]
+            "gpt_decoder", "control_flow", "swin_narrow", "slanet_plus_128",
+            "ppocrv5_rec_mobile_48x96", "uvdoc_176x120", "pp_formulanet_s_96",
+            "pp_doclayout_v2_160"]
+# The per-channel plan (one input channel per array) makes programs of tens of thousands of
+# nodes on these, which onnxruntime takes minutes to load; the other families run it.
+NO_PER_CHANNEL = {"slanet_plus_128", "pp_formulanet_s_96", "pp_doclayout_v2_160"}
 MIN_COSINE = 0.99
 
 
 def test_the_families_are_zoo_models_at_small_sizes():
     for name in FAMILIES:
         assert name in zoo.MODELS
-        assert all(d is None or d <= 160 for i in zoo.MODELS[name].inputs for d in i.shape), name
+        # an image of at most 224x224 pixels (the least a Swin's 7x7 windows at 1/32 take)
+        for i in zoo.MODELS[name].inputs:
+            assert np.prod([d or 1 for d in i.shape[2:]]) <= 224 * 224, name
 
 
 def test_deploy_set_drops_the_small_copies():
@@ -46,7 +53,7 @@ def test_a_failed_step_and_a_disagreement_are_failures():
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_integer_flow_runs_clean(zoo_dir, tmp_path, name):
     row = quant_zoo.sweep_model(name, zoo_dir, str(tmp_path), 32, {8, 16}, MIN_COSINE,
-                                "npu256")
+                                "npu256", skip={"int8pc"} if name in NO_PER_CHANNEL else ())
     assert quant_zoo.failures(row) == [], quant_zoo.render([row])
     assert row["int16_cosine"] >= MIN_COSINE
     assert max(row["int8_cosine"], row.get("hp_cosine") or 0) >= MIN_COSINE
