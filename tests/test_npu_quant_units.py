@@ -166,13 +166,21 @@ def test_lookup_tables_are_layers_of_the_report_and_promotion_candidates():
     ("sigmoid", -8.0, 8.0, 8, False),
     ("exp", -10.0, 2.0, 8, False),
     ("gelu", -10.0, 10.0, 8, False),
+    # a relation bias's log of box ratios, multiplied by 100 into a sine: a 16-bit input step
+    # near its low end moves the log by 1/50 of its range, 1/8 at 8 bits
+    ("log", 0.0194, 54.3, 16, True),
+    ("log", 0.0194, 54.3, 8, True),
+    ("sigmoid", -8.0, 8.0, 16, False),
+    ("exp", -10.0, 2.0, 16, False),
+    ("gelu", -10.0, 10.0, 16, False),
+    ("log", 0.5, 4.0, 16, False),
 ])
 def test_coarse_step_finds_where_a_table_cannot_stand_for_the_function(function, lo, hi,
                                                                         bits, coarse):
     """The input step is the calibrated range's on the grid; where f moves by more than
-    COARSE_SHARE of the output grid's range within one step, the table is refused. Checked
+    coarse_share(bits) of the output grid's range within one step, the table is refused. Checked
     against the function evaluated densely: the largest change within one input step."""
-    from paddle_npu.npu.ops.lut import COARSE_SHARE, coarse_step
+    from paddle_npu.npu.ops.lut import coarse_share, coarse_step
     from paddle_npu.npu.ops.quant import qrange
 
     qhi = qrange(bits)[1]
@@ -188,7 +196,7 @@ def test_coarse_step_finds_where_a_table_cannot_stand_for_the_function(function,
         b = min(at + s_x, hi)
         with np.errstate(divide="ignore"):
             assert abs(f(np.float64(b), 0.2, 0.5) - f(np.float64(at), 0.2, 0.5)) > \
-                COARSE_SHARE * s_y * qhi
+                coarse_share(bits) * s_y * qhi
 
 
 def _inverse_sigmoid():

@@ -5,7 +5,7 @@ calibrated inputs (else the float Lut; ops/lut.coarse_step)."""
 import onnx_ir as ir
 
 from ..chip.plan import UnitPlan, tensor_scale, unit_bits
-from ..ops.lut import COARSE_SHARE, coarse_step, lut_table
+from ..ops.lut import coarse_share, coarse_step, lut_table
 from ..ops.quant import qrange
 from ..registry import onnx_op
 
@@ -51,7 +51,7 @@ class Activation:
         at = coarse_step(function, lo, hi, float(s_x), float(s_y), bits, **_extra(node))
         why = None if at is None else \
             f"one {bits}-bit input step from {at:.3g} moves {function} by more than " \
-            f"{COARSE_SHARE:.1%} of its output range (inputs calibrated to [{lo:.3g}, {hi:.3g}])"
+            f"{coarse_share(bits):.2%} of its output range (inputs calibrated to [{lo:.3g}, {hi:.3g}])"
         return UnitPlan(node.name, "Lut", bits, x.name, y.name, s_x, s_y, function=function,
                         float_why=why)
 

@@ -76,13 +76,18 @@ def lut_table(function, s_x, s_y, bits, alpha=0.2, beta=0.5):
     return np.clip(np.rint(y), lo, hi).astype(np.int8 if bits == 8 else np.int16)
 
 
-COARSE_SHARE = 0.125    # one input step may move f by at most this share of its output range
+def coarse_share(bits):
+    """The share of its output range f may move by within one input step of a `bits`-bit
+    table: 1/8 at 8 bits, 1/128 at 16, so that half the table's bits survive its input's
+    quantisation (a 16-bit table a step of which moves f by 1/8 holds f to 3 bits, worse than
+    the 8-bit one: a relation bias sin(100 log(...)) then comes out noise)."""
+    return 2.0 ** -(bits // 2 - 1)
 
 
 def coarse_step(function, lo, hi, s_x, s_y, bits, alpha=0.2, beta=0.5):
     """Where a `bits`-bit table cannot stand for f on the calibrated inputs [lo, hi]: the
     input (a cell's low end) at which f changes within one input step s_x by more than
-    COARSE_SHARE of the range the output grid s_y covers, else None. Log or Reciprocal of a
+    coarse_share(bits) of the range the output grid s_y covers, else None. Log or Reciprocal of a
     ratio spanning decades (an inverse sigmoid's x / (1 - x)) is such a case: all its small
     values fall into the first cells, one entry each for outputs far apart."""
     qlo, qhi = qrange(bits)
@@ -97,7 +102,7 @@ def coarse_step(function, lo, hi, s_x, s_y, bits, alpha=0.2, beta=0.5):
         change = np.abs(f(b, alpha, beta) - f(a, alpha, beta))
     change = np.where(b <= a, 0.0, np.nan_to_num(change, nan=np.inf))  # (log(0): no bound)
     worst = int(np.argmax(change))
-    return float(a[worst]) if change[worst] > COARSE_SHARE * s_y * qhi else None
+    return float(a[worst]) if change[worst] > coarse_share(bits) * s_y * qhi else None
 
 
 @primitive
