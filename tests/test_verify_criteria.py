@@ -118,19 +118,20 @@ def test_an_integer_tensor_that_differs_disagrees_naming_it(matmul_softmax, monk
     assert "integer tensor proj/requantize NOT bit-exact" in render(result)
 
 
-def _between_two_layers(middle, weights=()):
-    """`middle` (nodes from "h" to "p") between two MatMuls, lowered as an int16 plan, and
-    held-out feeds."""
+def _between_two_layers(middle, weights=(), last=True):
+    """`middle` (nodes from "h" to "p") between two MatMuls (last=False: after one, "p" the
+    output), lowered as an int16 plan, and held-out feeds."""
     from onnx import numpy_helper
 
     rng = np.random.default_rng(7)
     w1, w2 = ((rng.standard_normal((32, 32)) / 3).astype(np.float32) for _ in range(2))
+    out = [helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")] if last else []
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"), *middle,
-         helper.make_node("MatMul", ["p", "w2"], ["y"], name="out")], "between",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), *weights])
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="proj"), *middle, *out],
+        "between", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])],
+        [helper.make_tensor_value_info("y" if last else "p", TensorProto.FLOAT, ["n", 32])],
+        [numpy_helper.from_array(w1, "w1"), *weights] +
+        ([numpy_helper.from_array(w2, "w2")] if last else []))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     model = model.SerializeToString()
@@ -201,6 +202,30 @@ def test_a_float_chain_that_amplifies_rounding_is_checked_op_by_op(monkeypatch):
     assert not result["ok"]
     assert "float op softmax/exp (Lut) 9.8e-04 NOT within 1e-05 on onnxruntime's inputs " \
         "(beyond 1e-05: p)" in render(result)
+
+
+def test_a_float_output_that_amplifies_rounding_is_checked_op_by_op(monkeypatch):
+    """The same chain after the last integer layer, ending in the model's output."""
+    from onnx import numpy_helper
+
+    model, lowered, feeds = _between_two_layers(
+        [helper.make_node("Softmax", ["h"], ["s"], axis=-1, name="softmax"),
+         helper.make_node("Mul", ["s", "k"], ["a"], name="scale"),
+         helper.make_node("Sin", ["a"], ["p"], name="sin")],
+        [numpy_helper.from_array(np.array(1e4, np.float32), "k")], last=False)
+    with monkeypatch.context() as m:
+        m.setattr(*_exp_off_by(np.float32(1 + 2 ** -23)))      # one ulp
+        result = verify(model, lowered, "npu256", feeds=feeds)
+    assert result["ok"], render(result)
+    (out,) = result["outputs"]
+    assert out["ort_vs_reference"] > 1e-4 and out["within"] == "float ops"
+    assert {"softmax/exp", "scale", "sin"} <= {f["node"] for f in result["float_ops"]}
+    assert "(their float ops agree one by one)" in render(result)
+    with monkeypatch.context() as m:
+        m.setattr(*_exp_off_by(np.float32(1 + 2 ** -10)))
+        result = verify(model, lowered, "npu256", feeds=feeds)
+    assert not result["ok"] and result["outputs"][0]["within"] is None
+    assert "float op softmax/exp (Lut)" in render(result)
 
 
 def test_verify_refuses_a_model_that_was_not_lowered(digits):

@@ -719,7 +719,8 @@ def _render_integer_check(result):
         beyond = [o["name"] for o in floats if o["within"] is None]
         parts.append(f"float outputs after them {worst['ort_vs_reference']:.1e} apart "
                      + (f"(beyond {tol:g}: {', '.join(beyond)})" if beyond else
-                        f"(within {tol:g})"))
+                        f"(within {tol:g})" if worst["within"] == "tolerance" else
+                        "(their float ops agree one by one)"))
     else:
         parts.append("outputs bit-exact")
     apart = result["float_inputs"]
