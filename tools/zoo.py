@@ -463,8 +463,6 @@ def _image_model(name, build, deploy, small=None, *, tags, ci=True, batch=1, sel
                   gen=images and images(h, w, pixels))(lambda h=h, w=w: build(h, w))
 
 
-
-
 def _photo_like(h, w, pixels=IMAGENET):
     """Model.gen of image-like batches [N, 3, h, w]: a smooth background (a few low-frequency
     waves) under 4-8 flat-coloured ellipses and rectangles with a slight shading, pixels in

@@ -51,7 +51,8 @@ class Activation:
         at = coarse_step(function, lo, hi, float(s_x), float(s_y), bits, **_extra(node))
         why = None if at is None else \
             f"one {bits}-bit input step from {at:.3g} moves {function} by more than " \
-            f"{coarse_share(bits):.2%} of its output range (inputs calibrated to [{lo:.3g}, {hi:.3g}])"
+            f"{coarse_share(bits):.2%} of its output range " \
+            f"(inputs calibrated to [{lo:.3g}, {hi:.3g}])"
         return UnitPlan(node.name, "Lut", bits, x.name, y.name, s_x, s_y, function=function,
                         float_why=why)
 

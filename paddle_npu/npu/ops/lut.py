@@ -87,9 +87,9 @@ def coarse_share(bits):
 def coarse_step(function, lo, hi, s_x, s_y, bits, alpha=0.2, beta=0.5):
     """Where a `bits`-bit table cannot stand for f on the calibrated inputs [lo, hi]: the
     input (a cell's low end) at which f changes within one input step s_x by more than
-    coarse_share(bits) of the range the output grid s_y covers, else None. Log or Reciprocal of a
-    ratio spanning decades (an inverse sigmoid's x / (1 - x)) is such a case: all its small
-    values fall into the first cells, one entry each for outputs far apart."""
+    coarse_share(bits) of the range the output grid s_y covers, else None. Log or Reciprocal
+    of a ratio spanning decades (an inverse sigmoid's x / (1 - x)) is such a case: all its
+    small values fall into the first cells, one entry each for outputs far apart."""
     qlo, qhi = qrange(bits)
     q = np.arange(max(qlo, int(np.floor(lo / s_x))), min(qhi, int(np.ceil(hi / s_x))) + 1,
                   dtype=np.float64)
