@@ -61,7 +61,7 @@ def check_float_ops(lowered, target, nodes, values):
     graph = helper.make_graph(
         run, "float_ops", [onnx.ValueInfoProto(name=n) for n in reads],
         [onnx.ValueInfoProto(name=o + LOCAL) for o in outputs],
-        [weights[n] for node in nodes for n in names_read(node)
+        [weights[n] for n in dict.fromkeys(n for node in nodes for n in names_read(node))
          if n in weights and n not in values])
     model = helper.make_model(graph, opset_imports=list(proto.opset_import),
                               functions=list(proto.functions), ir_version=proto.ir_version)
