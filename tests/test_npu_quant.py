@@ -374,11 +374,38 @@ def test_pp_liteseg_t_conv2d_134_after_a_wider_window_runs_on_both_plans(plan, b
 def test_windows_on_two_channel_counts_run_bit_true(window, groups, bits, plan):
     """Two layers of one window on nhwc images of one size and 8 and 4 channels, over kernels,
     strides, dilations, pads and groups: onnxruntime runs the lowered model and equals the
-    reference. Every Im2Col of the per-channel plan at integers gathers channel by channel
-    (channel_block 0), as do the packed plan's strided 1x1 and grouped layers, at float too:
-    all shared one body across channel counts before their overloads named them."""
+    reference. The packed plan's strided 1x1 and grouped layers gather channel by channel
+    (channel_block 0), the per-channel plan's stacks a channel per block: all shared one
+    body across channel counts before their overloads named them."""
     m, feeds = _two_windows(window, groups, wide=8, thin=4, outs=2, size=6)
     _lowered_windows_equal_the_reference(m, feeds, plan, bits)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_a_per_channel_integer_layer_is_one_stack_of_its_tiles(bits):
+    """The per-channel plan cuts a 3x3 layer on 40 channels into 40 tiles, a channel's nine
+    rows each: one QVMM of the stack W [40, 9, 24] on 40 arrays, instead of a QVMM per tile
+    (tens of thousands on a deep CNN, which onnxruntime took minutes to load). Its integers
+    are exact whatever the tiling: bit for bit the packed plan's, onnxruntime's and the
+    reference's."""
+    rng = np.random.default_rng(bits)
+    w = (rng.standard_normal((24, 40, 3, 3)) / 20).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
+    m = serialized(model([conv], [("x", [None, 40, 6, 6])], [("y", [None, 24, 6, 6])],
+                         [("w", w), ("b", b)]))
+    table = calibrate(m, {"x": rng.standard_normal((4, 40, 6, 6)).astype(np.float32)})
+    x = {"x": rng.standard_normal((2, 40, 6, 6)).astype(np.float32)}
+    outs = {}
+    for plan in ("packed", "per-channel"):
+        lowered, _, _ = quantized_lower(m, table, bits, "npu256", plan=plan,
+                                        input_shape={"x": [2, 40, 6, 6]})
+        proto = ir.serde.serialize_model(lowered)
+        outs[plan] = _ort(proto, x)[0]
+        assert outs[plan].tobytes() == Reference(proto, "npu256").run(x)[0].tobytes()
+    qvmms = [n for n in lowered.graph if n.op_type == "QVMM"]
+    assert [list(n.inputs[1].shape) for n in qvmms] == [[40, 9, 24]]
+    assert outs["per-channel"].tobytes() == outs["packed"].tobytes()
 
 
 @pytest.mark.parametrize("op, inputs, attrs", [

@@ -94,8 +94,9 @@ def test_integer_conv_layers_equal_tile_by_tile(c, m, k, size, stride, group, bi
     ref = Reference(serialized(lowered), "npu256")
     ref.run({"x": x})
     ((_, prepared),) = next(iter(ref.layers.values())).prepared.values()
-    if group > 1:     # block-diagonal tiles: multiplied group by group, not as one matrix
-        assert prepared.stacks and prepared.products is None
+    if group > 1:     # a depthwise layer's alike tiles, read tap by tap: one stack
+        (qvmm,) = [n for n in lowered.graph if n.op_type == "QVMM"]
+        assert len(qvmm.inputs[1].shape) == 3 and prepared is None
     elif bits == 16:  # int16 sums pass 2^24: float64 products of weights held as integers
         assert prepared.dtype == np.float64
         assert all(m.dtype.kind == "i" for _, _, m in prepared.products)
@@ -298,19 +299,20 @@ def test_a_batch_the_model_was_not_made_for_is_refused_by_name():
 
 @pytest.mark.parametrize("bits", [8, 16])
 def test_many_tiles_sum_in_a_chain_of_add_in_tiles(bits):
-    """A per-channel plan of a 1x1 layer on 80 channels has 80 one-row tiles: AddInTile adds
-    at most MAX_PARTIALS of them, the rest in links that add the running sum (the last
-    input). Fused, node by node and in onnxruntime: the same integers, the same counts."""
+    """A Gemm on 10,240 inputs has 40 row tiles of 256 rows: AddInTile adds at most
+    MAX_PARTIALS of them, the rest in a link that adds the running sum (the last input).
+    Fused, node by node and in onnxruntime: the same integers, the same counts."""
     rng = np.random.default_rng(bits)
-    onnx_bytes = serialized(_conv_model(rng, 80, 24, 1, 5))
-    calib = {"x": rng.standard_normal((4, 80, 5, 5)).astype(np.float32)}
+    k = 40 * 256
+    onnx_bytes = serialized(_gemm_model(rng, k, 24))
+    calib = {"x": rng.standard_normal((4, k)).astype(np.float32)}
     lowered, _, _ = quantized_lower(onnx_bytes, calibrate(onnx_bytes, calib), bits, "npu256",
-                                    plan="per-channel", input_shape={"x": [2, 80, 5, 5]})
+                                    input_shape={"x": [2, k]})
     sums = [n for n in load_proto(serialized(lowered)).graph.node if n.op_type == "AddInTile"]
-    assert [len(n.input) for n in sums] == [1 + MAX_PARTIALS, 1 + MAX_PARTIALS, 1 + 18]
-    assert [bool(n.input[0]) for n in sums] == [True, False, False]      # the bias once
-    assert all(n.input[-1] == prev.output[0] for prev, n in zip(sums, sums[1:]))
-    x = rng.standard_normal((2, 80, 5, 5)).astype(np.float32)
+    assert [len(n.input) for n in sums] == [1 + MAX_PARTIALS, 1 + 8 + 1]
+    assert [bool(n.input[0]) for n in sums] == [True, False]      # the bias once
+    assert sums[1].input[-1] == sums[0].output[0]
+    x = rng.standard_normal((2, k)).astype(np.float32)
     assert _assert_same_as_tile_by_tile(serialized(lowered), {"x": x}) == 1
     (got,) = Reference(serialized(lowered), "npu256").run({"x": x})
     _, (ort,) = run_onnx(serialized(lowered), {"x": x})

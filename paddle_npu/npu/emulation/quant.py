@@ -58,11 +58,14 @@ class Dequantize(Emulated):
 @emulates("QVMM")
 class QVMM(Emulated):
     """The rows times W in float64, which holds every such sum exactly (|sum| < 2^53), cast
-    to the accumulator's type."""
+    to the accumulator's type; a stack's, one batched MatMul."""
 
     @classmethod
     def overload(cls, attrs, in_shapes):
         a = cls.attrs_of(attrs)
+        if len(in_shapes[1]) == 3:
+            cls.primitive.infer(in_shapes, attrs)
+            return f"acc{a['acc_bits']}_stack"
         tag = f"acc{a['acc_bits']}_o{a['row_offset']}"
         r = readout.of_attrs(a)
         if r.ideal:
@@ -74,6 +77,10 @@ class QVMM(Emulated):
     @classmethod
     def body(cls, b, attrs, in_shapes):
         a = cls.attrs_of(attrs)
+        if len(in_shapes[1]) == 3:
+            y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+            b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
+            return
         start = b.const([a["row_offset"]])      # specialised: no attribute references
         r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))
         x = b.op("Slice", "X", start, b.op("Add", start, r), b.const([-1]))

@@ -11,12 +11,12 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
     plan's kernel matrix, one VMM per band of tiles, + bias: the accumulator [..., width],
     as floats. `stack`: each band reads its own block of the image's channels, tap by tap,
     the bands in the channels' order (a depthwise layer's packed tiles; the per-channel
-    plan's, a channel each): a float plan's bands, when alike, run as one stack
-    (`_emit_stack`).
+    plan's, a channel each): the bands, when alike, run as one stack (`_emit_stack`; an
+    integer plan's when its arrays read out exactly).
     An integer plan quantises x (before Im2Col, which then moves integers), sums integers
     and dequantises the result; a ReLU folded into it is taken over by the layer's output."""
     s = plan.scales
-    if s is None and stack and _stackable(plan, im2col):
+    if stack and plan.readout is None and _stackable(plan, im2col):
         return _emit_stack(ctx, plan, x, im2col)
     if s is None:
         rows = ctx.npu.Im2Col(x, **im2col, _name="im2col") if im2col else x
@@ -116,24 +116,38 @@ def _stackable(plan, im2col):
 
 
 def _emit_stack(ctx, plan, x, im2col):
-    """The bands as one stack: Im2Col's blocks first (n channels per band), one VMM of W
-    [T, R, M] (ops/vmm.py), AddInTile placing (or summing) the T results + bias. A last
-    band of fewer groups (tiling: evenly filled) has its weights put where its channels'
-    are in a full one (rows tap by tap, tap i of channel j at row i*n + j), the rest zero:
-    AddInTile keeps none of the columns that leaves empty."""
+    """The bands as one stack: Im2Col's blocks first (n channels per band), one VMM (an
+    integer plan's QVMM, on x quantised) of W [T, R, M] (ops/vmm.py), AddInTile placing (or
+    summing) the T results + bias. A last band of fewer groups (tiling: evenly filled) has
+    its weights put where its channels' are in a full one (rows tap by tap, tap i of
+    channel j at row i*n + j), the rest zero: AddInTile keeps none of the columns that
+    leaves empty."""
+    s = plan.scales
     first = plan.bands[0]
     taps = _taps(im2col)
     n = first.rows // taps
     per_channel = first.cols // n
-    stack = np.zeros((len(plan.bands), first.rows, first.cols), dtype=plan.weights[0].dtype)
-    for tile, w, held in zip(plan.bands, plan.weights, stack):
+    weights = plan.weights if s is None else s.weights_q
+    stack = np.zeros((len(plan.bands), first.rows, first.cols), dtype=weights[0].dtype)
+    for tile, w, held in zip(plan.bands, weights, stack):
         k = tile.rows // taps
         held.reshape(taps, n, -1)[:, :k, :k * per_channel] = w.reshape(taps, k, -1)
-    rows = ctx.npu.Im2Col(x, **dict(im2col, channel_block=n), blocks_first=1, _name="im2col")
-    y = ctx.npu.VMM(rows, ctx.initializer(stack, "w_stack"), _name="vmm_stack")
-    bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
-    return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width, stacked=[1],
-                             _name="add_in_tile")
+    block = dict(im2col, channel_block=n)
+    if s is None:
+        rows = ctx.npu.Im2Col(x, **block, blocks_first=1, _name="im2col")
+        y = ctx.npu.VMM(rows, ctx.initializer(stack, "w_stack"), _name="vmm_stack")
+        bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
+        return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width,
+                                 stacked=[1], _name="add_in_tile")
+    acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
+    rows = ctx.npu.Im2Col(quantize_rows(ctx, plan, x), **block, blocks_first=1,
+                          _name="im2col")
+    y = ctx.npu.QVMM(rows, ctx.initializer(stack, "wq_stack"), acc_bits=plan.acc_bits,
+                     _name="qvmm_stack", _dtype=acc_type)
+    bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
+    acc = ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width, stacked=[1],
+                            _name="add_in_tile", _dtype=acc_type)
+    return read_out(ctx, plan, acc)
 
 
 def _tag(tile):

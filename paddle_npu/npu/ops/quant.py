@@ -17,6 +17,7 @@ import numpy as np
 
 from .base import Arg, Attr, Primitive, primitive
 from .readout import of_attrs, sliced_product
+from .vmm import VMM
 
 _INT_OF_BITS = {8: np.int8, 16: np.int16}
 _ACC_OF_BITS = {32: np.int32, 64: np.int64}
@@ -111,13 +112,18 @@ def _exact_type(x, w, r):
 class QVMM(Primitive):
     """Y[..., k, :] = X[..., k, row_offset : row_offset + R] @ W on integers: int8 (or int16)
     rows times the int8 (int16) matrix held by the array, summed exactly into an
-    `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones)."""
+    `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones).
+
+    A stack of T alike tiles W [T, R, M] on T arrays reads X [..., T, K, R] as VMM's stack
+    does (ops/vmm.py), each tile its own rows; read out exactly."""
     placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
-    inputs = (Arg("X", "integer rows [..., K, R_total]"),
-              Arg("W", "constant integer weight tile [R, M]"))
-    outputs = (Arg("Y", "[..., K, M], int32 / int64"),)
-    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0", 0),
+    inputs = (Arg("X", "integer rows [..., K, R_total]; for a stack [..., T, K, R]"),
+              Arg("W", "constant integer weight tile [R, M], or a stack of T tiles "
+                       "[T, R, M]"))
+    outputs = (Arg("Y", "[..., K, M] ([..., T, K, M] for a stack), int32 / int64"),)
+    attributes = (Attr("row_offset", "int", "first column of X fed to the array's row 0 "
+                                            "(0 for a stack)", 0),
                   Attr("acc_bits", "int", "accumulator width: 32 or 64", 32),
                   # the analog read-out (ops/readout.py); all 0: an exact product
                   Attr("cell_bits", "int", "bits per cell (0: a weight in one cell)", 0),
@@ -128,14 +134,27 @@ class QVMM(Primitive):
                   Attr("adc_shifts", "ints", "the ADC's step 2^e per pair of input and "
                                              "weight slices", []))
 
+    check_stack = classmethod(VMM.check_stack.__func__)
+
     @classmethod
     def infer(cls, in_shapes, attrs):
-        return [list(in_shapes[0][:-1]) + [in_shapes[1][1]]]
+        x, w = in_shapes[0], in_shapes[1]
+        if len(w) == 3:
+            cls.check_stack(attrs, x, w)
+            if not of_attrs(cls.attrs_of(attrs)).ideal:
+                raise ValueError("QVMM: a stack is read out exactly (its tiles' analog "
+                                 "read-outs are set tile by tile)")
+        return [list(x[:-1]) + [w[-1]]]
 
     @classmethod
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         a = cls.attrs_of(attrs)
+        if w.ndim == 3:
+            cls.infer([x.shape, w.shape], attrs)
+            y = array.vmm_stack(attrs.get("_arrays", attrs.get("_node")), x, w,
+                                _exact_type(x, w, w.shape[1]))
+            return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
         off, r = a["row_offset"], w.shape[0]
         if x.shape[-1] < off + r:
             raise ValueError(f"QVMM: X has {x.shape[-1]} columns, row_offset {off} + "
