@@ -183,6 +183,26 @@ def test_a_lowered_model_in_two_groups_computes_the_same(tmp_path):
     assert c1["latency_ns"] >= c1["bound_ns"]
 
 
+def test_a_per_channel_integer_layer_reads_its_arrays_at_once():
+    """The per-channel plan's integer layer is one stack of its tiles (a channel each), all
+    read at the same time on their own arrays: each layer takes as long as under the packed
+    plan, the same row vectors read once on every array (not once per tile in turn, which
+    made conv2's 16 tiles 16 times as slow)."""
+    from paddle_npu.npu.quant.calibrate import calibrate
+    from paddle_npu.npu.quant.qlower import quantized_lower
+
+    model = _two_convs().SerializeToString()
+    x = np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32)
+    table = calibrate(model, {"x": x})
+    busy = {}
+    for plan in ("packed", "per-channel"):
+        lowered, report, _ = quantized_lower(model, table, 8, "npu256", plan=plan)
+        busy[plan] = report.as_dict()["chip"]["busy_ns"]
+    assert [n.op_type for n in lowered.graph].count("QVMM") == 2     # a stack per layer
+    assert busy["per-channel"] == busy["packed"]
+    assert busy["packed"]["layer:conv2"] == 16 * 16 * 100     # 256 row vectors of 100 ns
+
+
 def test_twice_the_arrays_give_copies_and_throughput(tmp_path):
     model = _two_convs()
     fast = {"transfer_latency_ns": 100}      # (else the hand-overs set the pace)

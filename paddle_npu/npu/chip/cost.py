@@ -180,7 +180,7 @@ def node_ns(node, where, target):
     x, w = dims(node.inputs[0]), dims(node.inputs[1])
     if x is None or w is None:
         return "arrays", 0.0
-    stack = w[0] if node.op_type == "VMM" and len(w) == 3 else 1   # tiles, own rows each
+    stack = w[0] if node.op_type in ("VMM", "QVMM") and len(w) == 3 else 1   # tiles, own rows each
     vectors = count(x[:-1]) // stack
     r, m = (d if isinstance(d, int) else 1 for d in w[-2:])
     tiles = stack * -(-r // target.rows) * -(-m // target.cols)   # a VMM node: a band of tiles

@@ -123,7 +123,8 @@ def build_tasks(model, segments, target, array_layers):
             t = tasks[i]
             if is_array_node(node):
                 x, w = dims(node.inputs[0]), dims(node.inputs[1])
-                stack = w[0] if w is not None and node.op_type == "VMM" and len(w) == 3 else 1
+                stacked = w is not None and node.op_type in ("VMM", "QVMM") and len(w) == 3
+                stack = w[0] if stacked else 1
                 vectors = (count(x[:-1]) or 1) // stack if x else 1
                 t.vectors = max(t.vectors, vectors)
                 t.reads = max(t.reads, vectors * vector_read_ns(node, target))  # tiles at once
