@@ -57,7 +57,7 @@ def check_float_ops(lowered, target, nodes, values):
         copy.output.extend(o + LOCAL if o else "" for o in node.output)
         run.append(copy)
         reads += [n for n in names_read(node) if n in values and n not in reads]
-        outputs += [o for o in node.output if o and _floating(values.get(o))]
+        outputs += [o for o in node.output if o and is_float(values.get(o))]
     graph = helper.make_graph(
         run, "float_ops", [onnx.ValueInfoProto(name=n) for n in reads],
         [onnx.ValueInfoProto(name=o + LOCAL) for o in outputs],
@@ -71,5 +71,6 @@ def check_float_ops(lowered, target, nodes, values):
              "rel_diff": agreement(g, values[o])["rel_diff"]} for o, g in zip(outputs, got)]
 
 
-def _floating(value):
+def is_float(value):
+    """Whether `value` is an array of floats (None, an integer array: not)."""
     return value is not None and np.issubdtype(np.asarray(value).dtype, np.floating)

@@ -16,7 +16,7 @@ from ..emulation.functions import emulate, emulation_of
 from ..ops import DOMAIN
 from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
-from .float_ops import check_float_ops, float_chain, names_read
+from .float_ops import check_float_ops, float_chain, is_float, names_read
 from .reference import Reference
 from .selection import (HELD, RANKED, compare_picks, expose_steps, find_selections, held_as,
                         hold, link_lowered, own_picks)
@@ -397,7 +397,7 @@ def _integer_runs(lowered, target, feeds, tolerance):
     tensors = _integer_tensors(ref.nodes, every)
     computed = {o for *_, outs in ref.nodes for o in outs}     # (not inputs, not weights)
     boundary = [n for n in _float_inputs(ref.nodes, every, tensors) if n in computed]
-    floating = {n for n, v in every.items() if _floating(v)}
+    floating = {n for n, v in every.items() if is_float(v)}
     int_ref = {n: every[n] for n in tensors + boundary}
     array = ref.array.as_dict()
     del every, ref
@@ -453,10 +453,6 @@ def _float_ops(lowered, target, feeds, ends, floating):
         entry["ends"] = [e for e, chain in chains.items()
                          if any(entry["output"] in n.output for n in chain)]
     return checked
-
-
-def _floating(value):
-    return np.issubdtype(getattr(value, "dtype", np.int8), np.floating)
 
 
 def _float_inputs(nodes, values, tensors):
