@@ -319,8 +319,7 @@ def main(argv=None):
                     os.path.join(tempfile.gettempdir(), "paddle_npu_zoo"))
     ap.add_argument("--skip", default="", help="steps not to run: hp (the promotion search, "
                     "a quantised run of the calibration set per probe), int8pc (the "
-                    "per-channel plan: tens of thousands of nodes for onnxruntime to load on "
-                    "a deep CNN), int16")
+                    "per-channel plan), int16")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     bits = {int(b) for b in args.bits.split(",")}
