@@ -382,12 +382,13 @@ def test_windows_on_two_channel_counts_run_bit_true(window, groups, bits, plan):
 
 
 @pytest.mark.parametrize("bits", [8, 16])
-def test_a_per_channel_integer_layer_is_one_stack_of_its_tiles(bits):
+def test_a_per_channel_integer_layer_is_a_chain_of_stacks(bits):
     """The per-channel plan cuts a 3x3 layer on 40 channels into 40 tiles, a channel's nine
-    rows each: one QVMM of the stack W [40, 9, 24] on 40 arrays, instead of a QVMM per tile
-    (tens of thousands on a deep CNN, which onnxruntime took minutes to load). Its integers
-    are exact whatever the tiling: bit for bit the packed plan's, onnxruntime's and the
-    reference's."""
+    rows each: two QVMM stacks, W [32, 9, 24] and [8, 9, 24] on 40 arrays reading the
+    channels from 0 and 32, summed by a chain of two AddInTiles, instead of a QVMM per tile
+    (tens of thousands on a deep CNN, which onnxruntime took minutes to load; one stack of
+    every channel's partials took it GBs). Its integers are exact whatever the tiling: bit
+    for bit the packed plan's, onnxruntime's and the reference's."""
     rng = np.random.default_rng(bits)
     w = (rng.standard_normal((24, 40, 3, 3)) / 20).astype(np.float32)
     b = rng.standard_normal(24).astype(np.float32)
@@ -404,7 +405,10 @@ def test_a_per_channel_integer_layer_is_one_stack_of_its_tiles(bits):
         outs[plan] = _ort(proto, x)[0]
         assert outs[plan].tobytes() == Reference(proto, "npu256").run(x)[0].tobytes()
     qvmms = [n for n in lowered.graph if n.op_type == "QVMM"]
-    assert [list(n.inputs[1].shape) for n in qvmms] == [[40, 9, 24]]
+    assert [list(n.inputs[1].shape) for n in qvmms] == [[32, 9, 24], [8, 9, 24]]
+    assert [n.attributes["block_offset"].value for n in qvmms] == [0, 32]
+    sums = [n for n in lowered.graph if n.op_type == "AddInTile"]
+    assert [n.inputs[-1].producer() for n in sums[1:]] == sums[:1]     # the running sum
     assert outs["per-channel"].tobytes() == outs["packed"].tobytes()
 
 

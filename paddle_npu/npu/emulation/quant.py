@@ -65,7 +65,7 @@ class QVMM(Emulated):
         a = cls.attrs_of(attrs)
         if len(in_shapes[1]) == 3:
             cls.primitive.infer(in_shapes, attrs)
-            return f"acc{a['acc_bits']}_stack"
+            return f"acc{a['acc_bits']}_stack{in_shapes[1][0]}_b{a['block_offset']}"
         tag = f"acc{a['acc_bits']}_o{a['row_offset']}"
         r = readout.of_attrs(a)
         if r.ideal:
@@ -78,7 +78,9 @@ class QVMM(Emulated):
     def body(cls, b, attrs, in_shapes):
         a = cls.attrs_of(attrs)
         if len(in_shapes[1]) == 3:
-            y = b.op("MatMul", b.op("Cast", "X", to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
+            first, count = a["block_offset"], in_shapes[1][0]
+            x = b.op("Slice", "X", b.const([first]), b.const([first + count]), b.const([-3]))
+            y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
             b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
             return
         start = b.const([a["row_offset"]])      # specialised: no attribute references

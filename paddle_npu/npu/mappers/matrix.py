@@ -116,12 +116,12 @@ def _stackable(plan, im2col):
 
 
 def _emit_stack(ctx, plan, x, im2col):
-    """The bands as one stack: Im2Col's blocks first (n channels per band), one VMM (an
-    integer plan's QVMM, on x quantised) of W [T, R, M] (ops/vmm.py), AddInTile placing (or
-    summing) the T results + bias. A last band of fewer groups (tiling: evenly filled) has
-    its weights put where its channels' are in a full one (rows tap by tap, tap i of
-    channel j at row i*n + j), the rest zero: AddInTile keeps none of the columns that
-    leaves empty."""
+    """The bands as one stack: Im2Col's blocks first (n channels per band), one VMM of W
+    [T, R, M] (ops/vmm.py), AddInTile placing (or summing) the T results + bias; an integer
+    plan's, on x quantised, QVMM stacks of at most MAX_PARTIALS tiles summed in a chain. A
+    last band of fewer groups (tiling: evenly filled) has its weights put where its
+    channels' are in a full one (rows tap by tap, tap i of channel j at row i*n + j), the
+    rest zero: AddInTile keeps none of the columns that leaves empty."""
     s = plan.scales
     first = plan.bands[0]
     taps = _taps(im2col)
@@ -139,15 +139,26 @@ def _emit_stack(ctx, plan, x, im2col):
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
         return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width,
                                  stacked=[1], _name="add_in_tile")
+    # a chain as _sum_partials makes, each link a stack: onnxruntime then holds one
+    # stack's partials at a time, not one per input channel of the layer
     acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
     rows = ctx.npu.Im2Col(quantize_rows(ctx, plan, x), **block, blocks_first=1,
                           _name="im2col")
-    y = ctx.npu.QVMM(rows, ctx.initializer(stack, "wq_stack"), acc_bits=plan.acc_bits,
-                     _name="qvmm_stack", _dtype=acc_type)
-    bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
-    acc = ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width, stacked=[1],
-                            _name="add_in_tile", _dtype=acc_type)
-    return read_out(ctx, plan, acc)
+    total = None
+    for start in range(0, len(stack), MAX_PARTIALS):
+        end = min(start + MAX_PARTIALS, len(stack))
+        y = ctx.npu.QVMM(rows, ctx.initializer(stack[start:end], f"wq_stack_{start}"),
+                         acc_bits=plan.acc_bits, block_offset=start,
+                         _name=f"qvmm_stack_{start}", _dtype=acc_type)
+        running = [] if total is None else [total]
+        bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None and not running \
+            else None
+        total = ctx.npu.AddInTile(bias, y, *running,
+                                  offsets=plan.offsets[start:end] + [0] * len(running),
+                                  width=plan.width, stacked=[1] + [0] * len(running),
+                                  _name="add_in_tile" if end == len(stack)
+                                  else f"add_in_tile_{start}", _dtype=acc_type)
+    return read_out(ctx, plan, total)
 
 
 def _tag(tile):

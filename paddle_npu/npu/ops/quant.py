@@ -17,7 +17,6 @@ import numpy as np
 
 from .base import Arg, Attr, Primitive, primitive
 from .readout import of_attrs, sliced_product
-from .vmm import VMM
 
 _INT_OF_BITS = {8: np.int8, 16: np.int16}
 _ACC_OF_BITS = {32: np.int32, 64: np.int64}
@@ -114,11 +113,13 @@ class QVMM(Primitive):
     rows times the int8 (int16) matrix held by the array, summed exactly into an
     `acc_bits`-bit accumulator (32 for int8 layers, 64 for int16 ones).
 
-    A stack of T alike tiles W [T, R, M] on T arrays reads X [..., T, K, R] as VMM's stack
-    does (ops/vmm.py), each tile its own rows; read out exactly."""
+    A stack of T alike tiles W [T, R, M] on T arrays reads T of X's blocks [..., B, K, R]
+    from `block_offset` as VMM's stack reads its X (ops/vmm.py), each tile its own rows;
+    read out exactly. A layer of many such tiles is cut into stacks whose partials AddInTile
+    sums link by link (mappers/matrix.py)."""
     placed_as = "VMM"     # a part of an integer matrix layer: runs with its arrays
 
-    inputs = (Arg("X", "integer rows [..., K, R_total]; for a stack [..., T, K, R]"),
+    inputs = (Arg("X", "integer rows [..., K, R_total]; for a stack [..., B, K, R]"),
               Arg("W", "constant integer weight tile [R, M], or a stack of T tiles "
                        "[T, R, M]"))
     outputs = (Arg("Y", "[..., K, M] ([..., T, K, M] for a stack), int32 / int64"),)
@@ -132,27 +133,43 @@ class QVMM(Primitive):
                   Attr("weight_scheme", "string", '"differential" (w+ - w-, two columns) or '
                                                   '"offset" (w + 2^(B-1))', "differential"),
                   Attr("adc_shifts", "ints", "the ADC's step 2^e per pair of input and "
-                                             "weight slices", []))
-
-    check_stack = classmethod(VMM.check_stack.__func__)
+                                             "weight slices", []),
+                  Attr("block_offset", "int", "a stack: the first of X's blocks (its axis "
+                                              "-3) fed to tile 0", 0))
 
     @classmethod
     def infer(cls, in_shapes, attrs):
         x, w = in_shapes[0], in_shapes[1]
         if len(w) == 3:
             cls.check_stack(attrs, x, w)
-            if not of_attrs(cls.attrs_of(attrs)).ideal:
-                raise ValueError("QVMM: a stack is read out exactly (its tiles' analog "
-                                 "read-outs are set tile by tile)")
+            return [list(x[:-3]) + [w[0]] + list(x[-2:-1]) + [w[-1]]]
         return [list(x[:-1]) + [w[-1]]]
+
+    @classmethod
+    def check_stack(cls, attrs, x, w):
+        """Raises unless X [..., B, K, R] holds the T blocks a stack W [T, R, M] reads from
+        block_offset, with row_offset 0 and an exact read-out."""
+        t, r, m = w
+        a = cls.attrs_of(attrs)
+        first = a["block_offset"]
+        if len(x) < 3 or not (isinstance(x[-3], int) and 0 <= first and
+                              first + t <= x[-3]) or x[-1] != r or a["row_offset"]:
+            raise ValueError(f"QVMM: a stack of {t} tiles [{r}, {m}] reads blocks [..., "
+                             f"{first}:{first + t}, K, {r}] with row_offset 0 (got "
+                             f"{list(x)}, row_offset {a['row_offset']})")
+        if not of_attrs(a).ideal:
+            raise ValueError("QVMM: a stack is read out exactly (its tiles' analog "
+                             "read-outs are set tile by tile)")
 
     @classmethod
     def reference(cls, array, inputs, attrs):
         x, w = inputs
         a = cls.attrs_of(attrs)
         if w.ndim == 3:
-            cls.infer([x.shape, w.shape], attrs)
-            y = array.vmm_stack(attrs.get("_arrays", attrs.get("_node")), x, w,
+            cls.check_stack(attrs, x.shape, w.shape)
+            first = a["block_offset"]
+            rows = x[..., first:first + w.shape[0], :, :]
+            y = array.vmm_stack(attrs.get("_arrays", attrs.get("_node")), rows, w,
                                 _exact_type(x, w, w.shape[1]))
             return [in_accumulator(y, a["acc_bits"], "QVMM", attrs.get("_node"))]
         off, r = a["row_offset"], w.shape[0]

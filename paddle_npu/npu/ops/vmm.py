@@ -38,9 +38,8 @@ class VMM(Primitive):
         t, r, m = w
         offset = cls.attrs_of(attrs)["row_offset"]
         if len(x) < 3 or x[-3] != t or x[-1] != r or offset:
-            raise ValueError(f"{cls.__name__}: a stack of {t} tiles [{r}, {m}] reads rows "
-                             f"[..., {t}, K, {r}] from row_offset 0 (got {list(x)}, "
-                             f"row_offset {offset})")
+            raise ValueError(f"VMM: a stack of {t} tiles [{r}, {m}] reads rows [..., {t}, K, "
+                             f"{r}] from row_offset 0 (got {list(x)}, row_offset {offset})")
 
     @classmethod
     def reference(cls, array, inputs, attrs):

@@ -52,7 +52,8 @@ class LayerPlan:
     arrays: list                 # ... and their weights' names (the arrays they run on)
     tile_attrs: list             # each tile node's own attributes
     sum_attrs: dict              # the AddInTile's (a chain's: all its tiles' offsets)
-    links: list = None           # a chain of AddInTiles: each link's tile count
+    links: list                  # each AddInTile's tile count (nodes; more than one: a chain)
+    link_attrs: list             # ... and its own attributes
     prepared: dict = field(default_factory=dict)     # weights' ids -> prepared weights
 
     @cached_property
@@ -106,7 +107,7 @@ def fuse_matrix_layers(graph):
         rows, bias, sum_attrs = tiles[0].input[0], node.input[0], _attrs(node)
         plan = LayerPlan(kind=tiles[0].op_type, names=[t.name for t in tiles],
                          arrays=[t.input[1] for t in tiles], tile_attrs=tile_attrs,
-                         sum_attrs=sum_attrs, links=[len(tiles)])
+                         sum_attrs=sum_attrs, links=[len(tiles)], link_attrs=[sum_attrs])
         if chained is not None:
             before, before_name, before_rows, bias = chained
             first = plans[before_name]
@@ -120,7 +121,8 @@ def fuse_matrix_layers(graph):
                              arrays=first.arrays + plan.arrays,
                              tile_attrs=first.tile_attrs + tile_attrs,
                              sum_attrs={**sum_attrs, "offsets": offsets},
-                             links=first.links + plan.links)
+                             links=first.links + plan.links,
+                             link_attrs=first.link_attrs + plan.link_attrs)
         name = f"{node.name or node.output[0]}/matrix_layer"
         plans[name] = plan
         links[node.output[0]] = (node, name, rows, bias)
@@ -191,20 +193,16 @@ def run_layer(array, plan, x, bias, weights):
 
 
 def tile_by_tile(array, plan, x, bias, weights):
-    """The layer as its nodes run one by one: each tile's reference, then AddInTile's."""
-    vmm = get_primitive(plan.kind)
-    parts = []
-    for name, arrays, attrs, w in zip(plan.names, plan.arrays, plan.tile_attrs, weights):
-        parts.extend(vmm.reference(array, [x, w], {**attrs, "_node": name, "_arrays": arrays}))
-    add = get_primitive("AddInTile")
-    if not plan.links or len(plan.links) == 1:
-        return add.reference(array, [bias] + parts, plan.sum_attrs)[0]
+    """The layer as its nodes run one by one: each tile's reference, then AddInTile's; a
+    chain link by link, each link's tiles just before it (a few partials held at a time)."""
+    vmm, add = get_primitive(plan.kind), get_primitive("AddInTile")
+    tiles = list(zip(plan.names, plan.arrays, plan.tile_attrs, weights))
     total, first = None, 0
-    for n in plan.links:                          # a chain: link by link
+    for n, attrs in zip(plan.links, plan.link_attrs):
+        parts = [vmm.reference(array, [x, w], {**a, "_node": name, "_arrays": arrays})[0]
+                 for name, arrays, a, w in tiles[first:first + n]]
         running = [] if total is None else [total]
-        attrs = {**plan.sum_attrs, "offsets": plan.offsets[first:first + n] + [0] * len(running)}
-        total = add.reference(array, [None if running else bias] + parts[first:first + n]
-                              + running, attrs)[0]
+        total = add.reference(array, [None if running else bias] + parts + running, attrs)[0]
         first += n
     return total
 
@@ -275,7 +273,7 @@ def _additions_count(plan, spans):
     columns; in a chain, each link after the first also adds the running sum (its last
     partial, every column) to its tiles'."""
     adds, first = 0, 0
-    for k, n in enumerate(plan.links or [len(spans)]):
+    for k, n in enumerate(plan.links):
         written = np.zeros(plan.width, dtype=bool)
         for o, m in spans[first:first + n] + ([(0, plan.width)] if k else []):
             if written[o:o + m].any():
