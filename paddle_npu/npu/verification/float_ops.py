@@ -72,5 +72,5 @@ def check_float_ops(lowered, target, nodes, values):
 
 
 def is_float(value):
-    """Whether `value` is an array of floats (None, an integer array: not)."""
-    return value is not None and np.issubdtype(np.asarray(value).dtype, np.floating)
+    """Whether `value` is an array of floats (None, an integer array, a sequence: not)."""
+    return np.issubdtype(getattr(value, "dtype", np.int8), np.floating)
