@@ -139,8 +139,8 @@ def _emit_stack(ctx, plan, x, im2col):
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
         return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width,
                                  stacked=[1], _name="add_in_tile")
-    # a chain as _sum_partials makes, each link a stack: onnxruntime then holds one
-    # stack's partials at a time, not one per input channel of the layer
+    # one AddInTile adds at most MAX_PARTIALS partials: a layer of more tiles is a chain as
+    # _sum_partials makes, each link one stack of that many tiles
     acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
     rows = ctx.npu.Im2Col(quantize_rows(ctx, plan, x), **block, blocks_first=1,
                           _name="im2col")
