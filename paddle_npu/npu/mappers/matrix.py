@@ -2,7 +2,7 @@
 import numpy as np
 import onnx_ir as ir
 
-# the most partial results one AddInTile adds (a longer sum is a chain: _sum_partials)
+# the most partial results one AddInTile adds (a longer sum is a chain: _chain)
 MAX_PARTIALS = 32
 
 
@@ -28,38 +28,49 @@ def emit_matrix(ctx, plan, x, im2col=None, stack=False):
         return ctx.npu.AddInTile(bias, *partials, offsets=plan.offsets, width=plan.width,
                                  _name="add_in_tile")
 
-    acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
     rows = quantize_rows(ctx, plan, x)
     if im2col:
         rows = ctx.npu.Im2Col(rows, **im2col, _name="im2col")
     partials = [ctx.npu.QVMM(rows, w, row_offset=t.row_start, acc_bits=plan.acc_bits,
-                             **plan.qvmm_attrs(i), _name=f"qvmm_{_tag(t)}", _dtype=acc_type)
+                             **plan.qvmm_attrs(i), _name=f"qvmm_{_tag(t)}",
+                             _dtype=_acc_type(plan))
                 for i, (t, w) in enumerate(zip(plan.bands, _band_weights(ctx, plan)))]
     if not plan.sums_tiles:
         acc = partials[0]
     else:
         bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
-        acc = _sum_partials(ctx, plan, bias, partials, acc_type)
+        acc = _sum_partials(ctx, plan, bias, partials)
     return read_out(ctx, plan, acc)
 
 
-def _sum_partials(ctx, plan, bias, partials, acc_type):
-    """The integer partials + bias summed by AddInTile, at most MAX_PARTIALS at a time: a
-    layer of more tiles (a per-channel plan's, one per input channel) sums them in a chain,
-    each link adding its tiles' partials to the running sum (exact in integers, so the
-    grouping changes no result). The running sum is a link's last input: onnxruntime then
-    computes each link's tiles just before it, holding a few partials at a time instead of
-    all of them."""
-    total, first = None, 0
-    while first < len(partials):
-        end = min(first + MAX_PARTIALS - (total is not None), len(partials))
+def _sum_partials(ctx, plan, bias, partials):
+    """The integer partials (one per tile) + bias summed by AddInTile, at most MAX_PARTIALS
+    at a time: a layer of more tiles (a per-channel plan's, one per input channel) sums them
+    in a chain (`_chain`)."""
+    def links():
+        first = 0
+        while first < len(partials):
+            end = min(first + MAX_PARTIALS - (first > 0), len(partials))
+            yield first, partials[first:end], plan.offsets[first:end], [0] * (end - first)
+            first = end
+    return _chain(ctx, plan, bias, links())
+
+
+def _chain(ctx, plan, bias, links):
+    """The sum of `links` (start tile, partials, their offsets, their stacked flags), one
+    AddInTile each adding its partials to the running sum, bias on the first (exact in
+    integers, so the grouping changes no result). The running sum is a link's last input
+    and `links` may make each link's partials as it is asked for: onnxruntime then computes
+    each link's tiles just before it, holding a few partials at a time instead of all."""
+    total, last = None, len(plan.offsets)
+    for start, parts, offsets, stacked in links:
         running = [] if total is None else [total]
-        total = ctx.npu.AddInTile(None if running else bias, *partials[first:end], *running,
-                                  offsets=plan.offsets[first:end] + [0] * len(running),
-                                  width=plan.width, _dtype=acc_type,
-                                  _name="add_in_tile" if end == len(partials)
-                                  else f"add_in_tile_{first}")
-        first = end
+        flags = {"stacked": stacked + [0] * len(running)} if any(stacked) else {}
+        total = ctx.npu.AddInTile(None if running else bias, *parts, *running,
+                                  offsets=offsets + [0] * len(running), width=plan.width,
+                                  **flags, _dtype=_acc_type(plan),
+                                  _name="add_in_tile" if start + len(offsets) == last
+                                  else f"add_in_tile_{start}")
     return total
 
 
@@ -70,6 +81,10 @@ def _band_weights(ctx, plan):
     held, prefix = (plan.weights, "w") if plan.scales is None else (plan.scales.weights_q, "wq")
     return [ctx.tile_initializer(a, f"{prefix}_{_tag(t)}", key, w)
             for t, a, w, key in zip(plan.bands, held, plan.weights, plan.tile_keys())]
+
+
+def _acc_type(plan):
+    return ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
 
 
 def quantize_rows(ctx, plan, x):
@@ -139,26 +154,20 @@ def _emit_stack(ctx, plan, x, im2col):
         bias = ctx.initializer(plan.bias, "bias") if plan.bias is not None else None
         return ctx.npu.AddInTile(bias, y, offsets=plan.offsets, width=plan.width,
                                  stacked=[1], _name="add_in_tile")
-    # one AddInTile adds at most MAX_PARTIALS partials: a layer of more tiles is a chain as
-    # _sum_partials makes, each link one stack of that many tiles
-    acc_type = ir.DataType.INT32 if plan.acc_bits == 32 else ir.DataType.INT64
+    # one AddInTile adds at most MAX_PARTIALS partials: a layer of more tiles is a chain,
+    # each link one stack of that many tiles
     rows = ctx.npu.Im2Col(quantize_rows(ctx, plan, x), **block, blocks_first=1,
                           _name="im2col")
-    total = None
-    for start in range(0, len(stack), MAX_PARTIALS):
-        end = min(start + MAX_PARTIALS, len(stack))
-        y = ctx.npu.QVMM(rows, ctx.initializer(stack[start:end], f"wq_stack_{start}"),
-                         acc_bits=plan.acc_bits, block_offset=start,
-                         _name=f"qvmm_stack_{start}", _dtype=acc_type)
-        running = [] if total is None else [total]
-        bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None and not running \
-            else None
-        total = ctx.npu.AddInTile(bias, y, *running,
-                                  offsets=plan.offsets[start:end] + [0] * len(running),
-                                  width=plan.width, stacked=[1] + [0] * len(running),
-                                  _name="add_in_tile" if end == len(stack)
-                                  else f"add_in_tile_{start}", _dtype=acc_type)
-    return read_out(ctx, plan, total)
+
+    def links():
+        for start in range(0, len(stack), MAX_PARTIALS):
+            end = min(start + MAX_PARTIALS, len(stack))
+            y = ctx.npu.QVMM(rows, ctx.initializer(stack[start:end], f"wq_stack_{start}"),
+                             acc_bits=plan.acc_bits, block_offset=start,
+                             _name=f"qvmm_stack_{start}", _dtype=_acc_type(plan))
+            yield start, [y], plan.offsets[start:end], [1]
+    bias = ctx.initializer(s.bias_q, "bias_q") if s.bias_q is not None else None
+    return read_out(ctx, plan, _chain(ctx, plan, bias, links()))
 
 
 def _tag(tile):
