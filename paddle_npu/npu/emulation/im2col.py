@@ -105,8 +105,13 @@ class Im2Col(Emulated):
         oh, ow = rows.shape[0], cols.shape[1]
         table = (rows, cols)
         if attrs.get("blocks_first"):       # (the pixels' channels filled up: _channel_fill)
+            # whole pixels by the table of the windows' taps, then the blocks moved first: a
+            # table of every block's rows would be 4 bytes per row entry (a block of one
+            # channel: 4 GB for one 3x3 layer of 128 channels on a 960x960 image)
             count = -(-channels // block)
-            g = cls.gather_blocks(b, pixels, table, count, block, blocks_first=True)
+            g = cls.gather_blocks(b, pixels, table, 1)          # [N, OH*OW, KH*KW, C]
+            g = b.op("Reshape", g, b.const([0, oh * ow, kh * kw, count, block]))
+            g = b.op("Transpose", g, perm=[0, 3, 1, 2, 4])
             b.op("Reshape", g, b.const([0, count, oh * ow, -1]), out="Y")
             return
         if not block:
@@ -131,19 +136,13 @@ class Im2Col(Emulated):
                  axis=-1, out="Y")
 
     @staticmethod
-    def gather_blocks(b, pixels, table, count, size=None, blocks_first=False):
+    def gather_blocks(b, pixels, table, count, size=None):
         """Gather(pixels, the table) of whole pixels [N, OH*OW, KH*KW, C], or of `count`
-        blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]
-        (blocks_first: [N, count*OH*OW*KH*KW, size], the blocks one after another)."""
+        blocks of `size` channels a pixel, block by block: [N, OH*OW, count*KH*KW, size]."""
         rows, cols = table
         oh, ow = rows.shape[0], cols.shape[1]
         shape = [oh * ow, -1]
-        if blocks_first:    # a block axis before the window's: [count, OH, OW, KH, KW]
-            rows, cols = rows[None] * count, cols[None] * count
-            cols = cols + np.arange(count).reshape(-1, 1, 1, 1, 1)
-            pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
-            shape = [-1]
-        elif count > 1:     # a block axis after the window's: [OH, OW, count, KH, KW]
+        if count > 1:       # a block axis after the window's: [OH, OW, count, KH, KW]
             rows, cols = rows[:, :, None] * count, cols[:, :, None] * count
             cols = cols + np.arange(count).reshape(1, 1, -1, 1, 1)
             pixels = b.op("Reshape", pixels, b.const([0, -1, size]))
