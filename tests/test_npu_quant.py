@@ -412,6 +412,51 @@ def test_a_per_channel_integer_layer_is_a_chain_of_stacks(bits):
     assert outs["per-channel"].tobytes() == outs["packed"].tobytes()
 
 
+@pytest.mark.parametrize("bits", [8, 16])
+def test_a_per_channel_integer_layer_runs_in_integers_a_piece_at_a_time(bits, monkeypatch):
+    """A stack's products are [T, K, M], T times the layer's output (7.5 GB for a link of
+    32 channels on a 960x960 image): onnxruntime multiplies and sums them in the
+    accumulator's type (one copy; a float64 product and its cast held three), and the
+    reference runs the rows a piece at a time. The integers and the counters stay the
+    whole run's."""
+    from paddle_npu.npu.verification import reference_layers
+
+    rng = np.random.default_rng(bits)
+    w = (rng.standard_normal((24, 40, 3, 3)) / 20).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
+    m = serialized(model([conv], [("x", [None, 40, 6, 6])], [("y", [None, 24, 6, 6])],
+                         [("w", w)]))
+    table = calibrate(m, {"x": rng.standard_normal((4, 40, 6, 6)).astype(np.float32)})
+    x = {"x": rng.standard_normal((2, 40, 6, 6)).astype(np.float32)}
+    lowered, _, _ = quantized_lower(m, table, bits, "npu256", plan="per-channel",
+                                    input_shape={"x": [2, 40, 6, 6]})
+    proto = ir.serde.serialize_model(lowered)
+    acc = onnx.TensorProto.INT32 if bits == 8 else onnx.TensorProto.INT64
+    for fn in proto.functions:
+        if fn.name in ("QVMM", "AddInTile"):
+            casts = {a.i for n in fn.node if n.op_type == "Cast" for a in n.attribute}
+            assert casts <= {acc}, (fn.name, fn.overload, casts)
+    got = _ort(proto, x)[0]
+
+    def run(piece_bytes):
+        monkeypatch.setattr(reference_layers, "PIECE_BYTES", piece_bytes)
+        pieces = []
+        whole = reference_layers._tiles_then_sums
+        monkeypatch.setattr(reference_layers, "_tiles_then_sums",
+                            lambda array, plan, x, *a: pieces.append(x.shape[-2]) or
+                            whole(array, plan, x, *a))
+        ref = Reference(proto, "npu256")
+        y = ref.run(x)[0]
+        a = ref.array
+        return y, pieces, (a.vmm_invocations, a.macs, a.add_elements, len(a.tile_ids))
+
+    y, pieces, counts = run(1 << 28)
+    assert pieces == [36] and y.tobytes() == got.tobytes()
+    # 2 images x 32 tiles x 24 columns x 8 bytes a row: 5 rows of 36 at a time
+    y5, pieces, counts5 = run(5 * 2 * 32 * 24 * 8)
+    assert pieces == [5] * 7 + [1] and y5.tobytes() == got.tobytes() and counts5 == counts
+
+
 @pytest.mark.parametrize("op, inputs, attrs", [
     ("QVMM", [np.full((1, 2, 9), 32767, np.int16), np.full((9, 3), 32767, np.int16)], {}),
     ("QDepthwiseConv", [np.full((1, 2, 3, 3), 32767, np.int16),

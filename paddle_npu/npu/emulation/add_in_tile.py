@@ -8,9 +8,17 @@ from .body import DOUBLE, Emulated, add_up, config_tag, emulates
 
 @emulates("AddInTile")
 class AddInTile(Emulated):
-    """The exact body sums in float64 and rounds once to the partials' type where more than
-    two addends meet (two are summed exactly in their own type); the float32 body adds
-    float32 partials in float32."""
+    """The exact body sums float partials in float64 and rounds once to their type where
+    more than two addends meet (two are summed exactly in their own type); integer partials
+    (an integer plan's accumulators) are summed in their own type, exact as the accumulator
+    holds the sum. The float32 body adds float32 partials in float32."""
+
+    @classmethod
+    def input_attrs(cls, inputs, images=()):
+        """{"_integer": True} when the partials are integers."""
+        p = inputs[1] if len(inputs) > 1 else None
+        return {"_integer": True} if p is not None and p.dtype is not None and \
+            p.dtype.is_integer() else {}
 
     @classmethod
     def overload(cls, attrs, in_shapes):
@@ -19,7 +27,7 @@ class AddInTile(Emulated):
         stacks = tile_counts(attrs, in_shapes)
         tag = config_tag(layout, width, bias) if not any(stacked_flags(attrs, len(stacks))) else \
             config_tag(layout, width, bias, stacks, [len(s) for s in in_shapes[1:]])
-        return f"{'b' if bias else ''}n{len(layout)}_{tag}"
+        return f"{'i' if attrs.get('_integer') else ''}{'b' if bias else ''}n{len(layout)}_{tag}"
 
     @classmethod
     def body(cls, b, attrs, in_shapes, float32=False):
@@ -31,7 +39,8 @@ class AddInTile(Emulated):
         for o, w in layout:
             for c in range(o, min(o + w, width)):
                 terms[c] += 1
-        native = float32 or max(terms, default=0) + (in_shapes[0] is not None) <= 2
+        native = float32 or attrs.get("_integer") or \
+            max(terms, default=0) + (in_shapes[0] is not None) <= 2
 
         def wide(v):
             return v if native else b.op("Cast", v, to=DOUBLE)

@@ -58,7 +58,10 @@ class Dequantize(Emulated):
 @emulates("QVMM")
 class QVMM(Emulated):
     """The rows times W in float64, which holds every such sum exactly (|sum| < 2^53), cast
-    to the accumulator's type; a stack's, one batched MatMul."""
+    to the accumulator's type. A stack's, one batched MatMul in the accumulator's type: its
+    products [T, K, M] are T times a layer's output, and an integer MatMul holds them once
+    where a float64 one and its cast hold them three times (a per-channel plan's stack on a
+    960x960 image: tens of GB); exact, as each tile's sum fits the accumulator."""
 
     @classmethod
     def overload(cls, attrs, in_shapes):
@@ -80,8 +83,8 @@ class QVMM(Emulated):
         if len(in_shapes[1]) == 3:
             first, count = a["block_offset"], in_shapes[1][0]
             x = b.op("Slice", "X", b.const([first]), b.const([first + count]), b.const([-3]))
-            y = b.op("MatMul", b.op("Cast", x, to=DOUBLE), b.op("Cast", "W", to=DOUBLE))
-            b.op("Cast", y, to=acc_type(a["acc_bits"]), out="Y")
+            acc = acc_type(a["acc_bits"])
+            b.op("MatMul", b.op("Cast", x, to=acc), b.op("Cast", "W", to=acc), out="Y")
             return
         start = b.const([a["row_offset"]])      # specialised: no attribute references
         r = b.op("Slice", b.op("Shape", "W"), b.const([0]), b.const([1]))

@@ -192,9 +192,28 @@ def run_layer(array, plan, x, bias, weights):
     return y.astype(out_type, copy=False).reshape(lead + (plan.width,))
 
 
+PIECE_BYTES = 1 << 28      # an integer layer's partials of one link held at a time, at most
+
+
 def tile_by_tile(array, plan, x, bias, weights):
     """The layer as its nodes run one by one: each tile's reference, then AddInTile's; a
-    chain link by link, each link's tiles just before it (a few partials held at a time)."""
+    chain link by link, each link's tiles just before it (a few partials held at a time).
+    An integer layer runs a piece of its rows at a time (the integers do not depend on
+    it): a link's partials are its tiles' columns for every row (a per-channel plan's 32
+    tiles on a 960x960 image: 7.5 GB), a piece's at most PIECE_BYTES."""
+    if plan.kind == "QVMM":
+        columns = max(sum(w.size // w.shape[-2] for w in weights[first:first + n])
+                      for first, n in zip(np.cumsum([0] + plan.links), plan.links))
+        batch = int(np.prod(x.shape[:-3 if weights[0].ndim == 3 else -2]))
+        rows = max(1, PIECE_BYTES // (8 * columns * batch))
+        if rows < x.shape[-2]:
+            return np.concatenate([_tiles_then_sums(array, plan, x[..., a:a + r, :], bias,
+                                                    weights)
+                                   for a, r in chunks(x.shape[-2], rows)], axis=-2)
+    return _tiles_then_sums(array, plan, x, bias, weights)
+
+
+def _tiles_then_sums(array, plan, x, bias, weights):
     vmm, add = get_primitive(plan.kind), get_primitive("AddInTile")
     tiles = list(zip(plan.names, plan.arrays, plan.tile_attrs, weights))
     total, first = None, 0
