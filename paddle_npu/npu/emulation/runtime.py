@@ -2,10 +2,12 @@
 import onnx
 
 
-def session(model, outputs=()):
+def session(model, outputs=(), arena=True):
     """An onnxruntime session (CPU, warnings off) of `model` (a path, serialized bytes or a
     ModelProto) computing, besides the model's outputs, the tensors `outputs` (names of
-    tensors inside the graph)."""
+    tensors inside the graph). arena=False: without onnxruntime's memory arena, for runs
+    returning many large tensors (every layer's): the arena keeps a run's peak for the
+    session's life, on top of the copies returned."""
     if outputs:
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load(model) if isinstance(model, str) else \
@@ -24,4 +26,5 @@ def session(model, outputs=()):
         model = model.SerializeToString()
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    opts.enable_cpu_mem_arena = arena
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])

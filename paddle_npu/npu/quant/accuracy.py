@@ -138,8 +138,10 @@ def layer_report(float_model, quant_model, feeds, records=None):
         fproto = expose_steps(own_proto(float_model, fproto), selections)
     # both models batch by batch, in step: every tensor's agreement summed as it comes, the
     # outputs kept (the callers judge them sample by sample)
-    sessions = [_session_for(fproto, names + [s.picks for s in selections]),
-                _session_for(qproto, names)]
+    # (every layer's tensors returned a batch at a time: no arena holding a run's peak
+    # once more for the sessions' life)
+    sessions = [_session_for(fproto, names + [s.picks for s in selections], arena=False),
+                _session_for(qproto, names, arena=False)]
     agreements, kept = {}, ({}, {})
     for given, fpart in run_batches(sessions[0][0], feeds):
         fvals = _named(fpart, given, sessions[0][1])
@@ -154,6 +156,8 @@ def layer_report(float_model, quant_model, feeds, records=None):
             for name in outputs:
                 if name in vals:
                     keep.setdefault(name, []).append(np.asarray(vals[name]))
+        # (this batch's tensors go before the next batch runs, not after it)
+        del fpart, qpart, fvals, qvals, vals
     measured = {name: a.result() for name, a in agreements.items()}
 
     def sq(name):
@@ -200,12 +204,12 @@ def _held_at(fproto, qproto, names):
     return held
 
 
-def _session_for(proto, names):
+def _session_for(proto, names, arena=True):
     """(an onnxruntime session computing those of `names` the model has, those names)."""
     inputs = {i.name for i in proto.graph.input}
     present = {v for n in proto.graph.node for v in n.output} | inputs
     names = [n for n in dict.fromkeys(names) if n in present]
-    return session(proto, [n for n in names if n not in inputs]), names
+    return session(proto, [n for n in names if n not in inputs], arena), names
 
 
 def _named(part, given, names):
