@@ -214,6 +214,7 @@ def tile_by_tile(array, plan, x, bias, weights):
 
 
 def _tiles_then_sums(array, plan, x, bias, weights):
+    """tile_by_tile on the rows x (all of them, or a piece)."""
     vmm, add = get_primitive(plan.kind), get_primitive("AddInTile")
     tiles = list(zip(plan.names, plan.arrays, plan.tile_attrs, weights))
     total, first = None, 0
