@@ -437,24 +437,24 @@ def test_a_per_channel_integer_layer_runs_in_integers_a_piece_at_a_time(bits, mo
             casts = {a.i for n in fn.node if n.op_type == "Cast" for a in n.attribute}
             assert casts <= {acc}, (fn.name, fn.overload, casts)
     got = _ort(proto, x)[0]
+    whole, pieces = reference_layers._tiles_then_sums, []
+    monkeypatch.setattr(reference_layers, "_tiles_then_sums",
+                        lambda array, plan, x, *a: pieces.append(x.shape[-2]) or
+                        whole(array, plan, x, *a))
 
     def run(piece_bytes):
         monkeypatch.setattr(reference_layers, "PIECE_BYTES", piece_bytes)
-        pieces = []
-        whole = reference_layers._tiles_then_sums
-        monkeypatch.setattr(reference_layers, "_tiles_then_sums",
-                            lambda array, plan, x, *a: pieces.append(x.shape[-2]) or
-                            whole(array, plan, x, *a))
+        pieces.clear()
         ref = Reference(proto, "npu256")
         y = ref.run(x)[0]
         a = ref.array
-        return y, pieces, (a.vmm_invocations, a.macs, a.add_elements, len(a.tile_ids))
+        return y, list(pieces), (a.vmm_invocations, a.macs, a.add_elements, len(a.tile_ids))
 
-    y, pieces, counts = run(1 << 28)
-    assert pieces == [36] and y.tobytes() == got.tobytes()
+    y, cut, counts = run(1 << 28)
+    assert cut == [36] and y.tobytes() == got.tobytes()
     # 2 images x 32 tiles x 24 columns x 8 bytes a row: 5 rows of 36 at a time
-    y5, pieces, counts5 = run(5 * 2 * 32 * 24 * 8)
-    assert pieces == [5] * 7 + [1] and y5.tobytes() == got.tobytes() and counts5 == counts
+    y5, cut, counts5 = run(5 * 2 * 32 * 24 * 8)
+    assert cut == [5] * 7 + [1] and y5.tobytes() == got.tobytes() and counts5 == counts
 
 
 @pytest.mark.parametrize("op, inputs, attrs", [
