@@ -88,6 +88,18 @@ def graph_inputs(graph):
             for i in graph.input if i.name not in inits]
 
 
+def names_read(node):
+    """The tensors a node reads: its inputs and what its subgraphs take from outside them."""
+    names = [n for n in node.input if n]
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            inside = {i.name for i in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                names += [x for x in names_read(n) if x not in inside and x not in names]
+                inside.update(n.output)
+    return names
+
+
 def to_proto(model):
     """The ModelProto of an ir.Model (or of anything load_proto reads)."""
     return load_proto(model)

@@ -10,7 +10,7 @@ import onnx
 from onnx import helper
 
 from ...compare import agreement
-from ...onnx_io import load_proto
+from ...onnx_io import load_proto, names_read
 from .reference import Reference
 
 LOCAL = "::given_onnxruntime"        # (the reference's outputs, beside onnxruntime's names)
@@ -29,18 +29,6 @@ def float_chain(graph, ends, is_float):
         seen.add(i)
         todo += [n for n in names_read(graph.node[i]) if n in producer and is_float(n)]
     return [graph.node[i] for i in sorted(seen)]
-
-
-def names_read(node):
-    """The tensors a node reads: its inputs and what its subgraphs take from outside them."""
-    names = [n for n in node.input if n]
-    for attr in node.attribute:
-        for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-            inside = {i.name for i in g.input} | {t.name for t in g.initializer}
-            for n in g.node:
-                names += [x for x in names_read(n) if x not in inside and x not in names]
-                inside.update(n.output)
-    return names
 
 
 def check_float_ops(lowered, target, nodes, values):

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ...onnx_io import graph_inputs, load_proto
+from ...onnx_io import graph_inputs, load_proto, names_read
 from ..chip.target import load_target
 from ..ops import DOMAIN, ArrayModel, all_primitives
 from ..ops.im2col import kernel_taps
@@ -222,6 +222,7 @@ class Reference:
         # is one node: its tiles' partial sums are not among the tensors it computes)
         self.nodes = [(n.domain, n.op_type, list(n.input), list(n.output))
                       for n in stripped.graph.node]
+        self._let_go = _last_readers(stripped.graph, set(self.output_names))
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         from onnx.reference import ReferenceEvaluator      # (see _op_class)
@@ -230,17 +231,50 @@ class Reference:
                                for p in all_primitives().values()]
             + [layer_op_class(self.layers, self.array)] + _standard_overrides())
 
-    def run(self, feeds, intermediate=False):
+    def run(self, feeds, keep=None):
         """The outputs for `feeds` ({input name: array}); a batch runs as one (each layer's
-        weights read once), when the model's batch size is left open or fixed to it.
-        intermediate: {name: array} of every tensor instead (inputs, initializers and what
-        each node of `.nodes` computed), for comparing inside the model."""
+        weights read once), when the model's batch size is left open or fixed to it. A tensor
+        is let go after the last node that reads it: a run holds what is still to be read.
+        keep: a function of a node ((domain, op, inputs, outputs) as in `.nodes`) and
+        {tensor name: dtype (None: not an array)} of the tensors so far, naming those of the
+        node's inputs and outputs to hold to the end; run then returns (the outputs,
+        {name: array} of those held, {name: dtype} of every tensor)."""
         for name, sizes in self.input_sizes.items():
             if name in feeds:
                 _check_sizes(name, np.shape(feeds[name]), sizes)
         self.array.reset()
+        values = {"": None, **self._ev.rt_inits_, **feeds}
+        dtypes = {n: getattr(v, "dtype", None) for n, v in values.items()} if keep else {}
+        held = {}
         with _one_blas_thread():
-            return self._ev.run(None, feeds, intermediate=intermediate)
+            for node, info, gone in zip(self._ev.rt_nodes_, self.nodes, self._let_go):
+                inputs = [values[n] for n in node.input]
+                # (If, Loop and Scan read what their subgraphs take from outside them here)
+                got = node.run(*inputs, context=values) if node.need_context() else \
+                    node.run(*inputs)
+                values.update(zip(node.output, got))
+                if keep:
+                    dtypes.update((n, getattr(v, "dtype", None))
+                                  for n, v in zip(node.output, got))
+                    held.update((n, values[n]) for n in keep(info, dtypes))
+                for name in gone:
+                    values.pop(name, None)
+        outputs = [values[n] for n in self.output_names]
+        return (outputs, held, dtypes) if keep else outputs
+
+
+def _last_readers(graph, outputs):
+    """Per node of `graph`, the tensors no later node reads (inputs, weights and what nodes
+    compute, subgraphs' reads from outside them included), but for the names `outputs`."""
+    last = {}
+    for k, node in enumerate(graph.node):
+        for name in list(names_read(node)) + list(node.output):
+            last[name] = k
+    gone = [[] for _ in graph.node]
+    for name, k in last.items():
+        if name and name not in outputs:
+            gone[k].append(name)
+    return gone
 
 
 def _input_sizes(graph):

@@ -9,14 +9,14 @@ import onnx_ir as ir
 
 from ...compare import agreement, run_onnx, run_onnx_on
 from ...errors import ConversionError
-from ...onnx_io import graph_inputs, load_header, load_proto, own_proto
+from ...onnx_io import graph_inputs, load_header, load_proto, names_read, own_proto
 from ..emulation import EMULATIONS
 from ..emulation import KEY as EMULATION_KEY
 from ..emulation.functions import emulate, emulation_of
 from ..ops import DOMAIN
 from ..passes.common import with_input_shapes
 from .float64 import float64_outputs
-from .float_ops import check_float_ops, float_chain, is_float, names_read
+from .float_ops import check_float_ops, float_chain
 from .reference import Reference
 from .selection import (HELD, RANKED, compare_picks, expose_steps, find_selections, held_as,
                         hold, link_lowered, own_picks)
@@ -39,7 +39,7 @@ NUDGE = 1e-7
 # (float ops after the integer layers, Softmax, LayerNorm, ..., may round differently in the
 # two from the same integers).
 MIN_COSINE = 0.99
-LAYER_INSIDES = {"Im2Col", "QVMM"}     # (see _integer_tensors)
+LAYER_INSIDES = {"Im2Col", "QVMM"}     # (see _integer_outputs)
 INTEGER_PRIMITIVES = {"Quantize", "QVMM", "Requantize", "Dequantize", "QLut", "QRuntimeVMM",
                       "QDepthwiseConv"}
 
@@ -381,7 +381,7 @@ def _selection_report(selections, ranked, picks, free, outputs, want, held_score
 
 def _integer_runs(lowered, target, feeds, tolerance):
     """The NumPy reference and onnxruntime on an integer plan, compared inside: every
-    integer tensor (_integer_tensors) bit for bit. Float ops between integer layers (a
+    integer tensor (_integer_outputs) bit for bit. Float ops between integer layers (a
     LayerNorm's float32 body, a Softmax) may round differently in the two, and a
     quantisation of values one ulp apart can then land on two integers; so where the float
     tensors an integer layer reads differ, the reference runs again reading onnxruntime's,
@@ -391,16 +391,15 @@ def _integer_runs(lowered, target, feeds, tolerance):
     `tolerance` (float_ops.py). Returns (the reference's outputs, onnxruntime's, the
     comparison, the array counts)."""
     ref = Reference(lowered, target)
-    every = ref.run(feeds, intermediate=True)
+    got_ref, held, dtypes = ref.run(feeds, keep=_compared)
     output_names = ref.output_names
-    got_ref = [every[n] for n in output_names]
-    tensors = _integer_tensors(ref.nodes, every)
+    tensors = [n for node in ref.nodes for n in _integer_outputs(node, dtypes)]
     computed = {o for *_, outs in ref.nodes for o in outs}     # (not inputs, not weights)
-    boundary = [n for n in _float_inputs(ref.nodes, every, tensors) if n in computed]
-    floating = {n for n, v in every.items() if is_float(v)}
-    int_ref = {n: every[n] for n in tensors + boundary}
+    boundary = [n for n in held if n in computed and _kind(dtypes[n], np.floating)]
+    floating = {n for n, d in dtypes.items() if _kind(d, np.floating)}
+    int_ref = {n: held[n] for n in tensors + boundary}
     array = ref.array.as_dict()
-    del every, ref
+    del held, ref
     gc.collect()        # the evaluator's reference cycles hold its copy of the weights
     got_ort, at_ort = _run_with_tensors(lowered, feeds, list(int_ref))
     apart = {n: at_ort[n] for n in boundary
@@ -409,10 +408,9 @@ def _integer_runs(lowered, target, feeds, tolerance):
     if apart:
         ref = Reference(lowered, target)
         ref.given.update(apart)
-        every = ref.run(feeds, intermediate=True)
-        check_outputs = [every[n] for n in ref.output_names]
-        int_ref = {n: every[n] for n in int_ref}
-        del every, ref
+        check_outputs, held, _ = ref.run(feeds, keep=_compared)
+        int_ref = {n: held[n] for n in int_ref}
+        del held, ref
         gc.collect()
     float_inputs = [{"name": n, "rel_diff": rel_diff(at_ort[n], int_ref[n])}
                     for n in boundary if n in apart]
@@ -455,36 +453,34 @@ def _float_ops(lowered, target, feeds, ends, floating):
     return checked
 
 
-def _float_inputs(nodes, values, tensors):
-    """The float tensors the integer tensors are made from (a Quantize's input, ...)."""
-    made = set(tensors)
-    names = []
-    for _, _, inputs, outputs in nodes:
-        if made.intersection(outputs):
-            names += [i for i in inputs if i and i not in names and
-                      np.issubdtype(getattr(values.get(i), "dtype", np.int8), np.floating)]
-    return names
+def _compared(node, dtypes):
+    """The tensors verify compares among a reference node's ((domain, op, inputs, outputs))
+    inputs and outputs, given {name: dtype} of the tensors so far: its integer outputs
+    (_integer_outputs) and the float tensors it makes them from (a Quantize's input, ...)."""
+    made = _integer_outputs(node, dtypes)
+    return made + [i for i in node[2] if i and _kind(dtypes.get(i), np.floating)] if made else []
 
 
-def _integer_tensors(nodes, values):
-    """The integer tensors an integer plan computes, in graph order: the integer-typed
-    outputs of the integer primitives and of every node reading integer tensors only (moves,
-    matrix layers, tables). An index or a cast that a plain op makes from floats (TopK,
-    ArgMax) is not among them: it follows the float values it is made from. Nor are a
+def _integer_outputs(node, dtypes):
+    """The integer tensors a node of the reference computes in an integer plan: the
+    integer-typed outputs of the integer primitives and of every node reading integer tensors
+    only (moves, matrix layers, tables). An index or a cast that a plain op makes from floats
+    (TopK, ArgMax) is not among them: it follows the float values it is made from. Nor are a
     layer's rows and tile products (Im2Col, QVMM): its summed accumulator (AddInTile) reads
     them all and is compared, and holding them (a 3x3 layer's rows are nine times its image,
     a per-channel plan has a product per channel) would take tens of GB on a large image."""
-    def integral(name):
-        return np.issubdtype(getattr(values.get(name), "dtype", np.float32), np.integer)
+    domain, op, inputs, outputs = node
+    if domain == DOMAIN and op in LAYER_INSIDES:
+        return []
+    if (domain == DOMAIN and op in INTEGER_PRIMITIVES) or \
+            all(_kind(dtypes.get(i), np.integer) for i in inputs if i):
+        return [o for o in outputs if o and _kind(dtypes.get(o), np.integer)]
+    return []
 
-    names = []
-    for domain, op, inputs, outputs in nodes:
-        if domain == DOMAIN and op in LAYER_INSIDES:
-            continue
-        if (domain == DOMAIN and op in INTEGER_PRIMITIVES) or \
-                all(integral(i) for i in inputs if i):
-            names += [o for o in outputs if o and integral(o)]
-    return names
+
+def _kind(dtype, kind):
+    """Whether `dtype` (None: not an array) is of `kind` (np.integer, np.floating)."""
+    return dtype is not None and np.issubdtype(dtype, kind)
 
 
 def _run_with_tensors(lowered, feeds, tensors):
