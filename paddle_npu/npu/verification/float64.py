@@ -17,7 +17,7 @@ from ...compare import run_onnx
 from ...errors import ConversionError
 from ...onnx_io import load_proto
 from ..ops.im2col import kernel_taps
-from .reference import _standard_overrides
+from .reference import _standard_overrides, run_node_by_node
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 
@@ -122,8 +122,7 @@ def _first_line(e):
 def _evaluate(proto, feeds):
     """onnx's reference evaluator on the model (its weights still float32: made float64 as
     arrays, one at a time, not as a second set of protobuf tensors), each tensor let go after
-    its last use (the evaluator's own run keeps every one: a float64 copy of all of a big
-    model's activations)."""
+    its last use (run_node_by_node)."""
     from onnx.reference import ReferenceEvaluator   # (~40 ms: only when a model is run)
 
     ev = ReferenceEvaluator(proto, new_ops=_standard_overrides() + _window_ops())
@@ -133,35 +132,7 @@ def _evaluate(proto, feeds):
     for name, value in ev.rt_inits_.items():
         if isinstance(value, np.ndarray) and value.dtype == np.float32:
             ev.rt_inits_[name] = value.astype(np.float64)
-    outputs = [o.name for o in proto.graph.output]
-    last = {}
-    for k, node in enumerate(proto.graph.node):
-        for name in list(node.input) + _captured(node):
-            last[name] = k
-    values = {"": None, **ev.rt_inits_, **feeds}
-    keep = set(outputs)
-    for k, node in enumerate(ev.rt_nodes_):
-        inputs = [values[i] for i in node.input]
-        if getattr(node, "need_context", lambda: False)():
-            got = node.run(*inputs, context=values)
-        else:
-            got = node.run(*inputs)
-        values.update(zip(node.output, got))
-        for name in set(proto.graph.node[k].input) | set(_captured(proto.graph.node[k])):
-            if last.get(name) == k and name not in keep and name in values and name:
-                del values[name]
-    return [values[n] for n in outputs]
-
-
-def _captured(node):
-    """The names a node's subgraphs read (outer-scope values among them)."""
-    names = []
-    for a in node.attribute:
-        for g in ([a.g] if a.type == AttributeProto.GRAPH else
-                  list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
-            for n in g.node:
-                names += list(n.input) + _captured(n)
-    return names
+    return run_node_by_node(ev, feeds)
 
 
 def _window_ops():

@@ -222,7 +222,6 @@ class Reference:
         # is one node: its tiles' partial sums are not among the tensors it computes)
         self.nodes = [(n.domain, n.op_type, list(n.input), list(n.output))
                       for n in stripped.graph.node]
-        self._let_go = _last_readers(stripped.graph, set(self.output_names))
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         from onnx.reference import ReferenceEvaluator      # (see _op_class)
@@ -233,34 +232,42 @@ class Reference:
 
     def run(self, feeds, keep=None):
         """The outputs for `feeds` ({input name: array}); a batch runs as one (each layer's
-        weights read once), when the model's batch size is left open or fixed to it. A tensor
-        is let go after the last node that reads it: a run holds what is still to be read.
-        keep: a function of a node ((domain, op, inputs, outputs) as in `.nodes`) and
-        {tensor name: dtype (None: not an array)} of the tensors so far, naming those of the
-        node's inputs and outputs to hold to the end; run then returns (the outputs,
-        {name: array} of those held, {name: dtype} of every tensor)."""
+        weights read once), when the model's batch size is left open or fixed to it.
+        keep: see run_node_by_node (each tensor is let go after its last reader)."""
         for name, sizes in self.input_sizes.items():
             if name in feeds:
                 _check_sizes(name, np.shape(feeds[name]), sizes)
         self.array.reset()
-        values = {"": None, **self._ev.rt_inits_, **feeds}
-        dtypes = {n: getattr(v, "dtype", None) for n, v in values.items()} if keep else {}
-        held = {}
         with _one_blas_thread():
-            for node, info, gone in zip(self._ev.rt_nodes_, self.nodes, self._let_go):
-                inputs = [values[n] for n in node.input]
-                # (If, Loop and Scan read what their subgraphs take from outside them here)
-                got = node.run(*inputs, context=values) if node.need_context() else \
-                    node.run(*inputs)
-                values.update(zip(node.output, got))
-                if keep:
-                    dtypes.update((n, getattr(v, "dtype", None))
-                                  for n, v in zip(node.output, got))
-                    held.update((n, values[n]) for n in keep(info, dtypes))
-                for name in gone:
-                    values.pop(name, None)
-        outputs = [values[n] for n in self.output_names]
-        return (outputs, held, dtypes) if keep else outputs
+            return run_node_by_node(self._ev, feeds, keep)
+
+
+def run_node_by_node(ev, feeds, keep=None):
+    """Runs onnx's ReferenceEvaluator `ev` (one runner per node of its graph) on `feeds`,
+    letting each tensor go after the last node reading it: the evaluator's own run holds
+    every one to its end, all of a big model's activations at once. Returns the graph's
+    outputs; given keep, a function of a node ((domain, op, inputs, outputs)) and
+    {tensor name: dtype (None: not an array)} of the tensors so far that names those of the
+    node's inputs and outputs to hold to the end: (the outputs, {name: array} of those held,
+    {name: dtype} of every tensor)."""
+    graph = ev.onnx_graph_
+    outputs = [o.name for o in graph.output]
+    values = {"": None, **ev.rt_inits_, **feeds}
+    dtypes = {n: getattr(v, "dtype", None) for n, v in values.items()} if keep else {}
+    held = {}
+    for node, proto, gone in zip(ev.rt_nodes_, graph.node, _last_readers(graph, outputs)):
+        inputs = [values[n] for n in node.input]
+        # (If, Loop and Scan read what their subgraphs take from outside them here)
+        got = node.run(*inputs, context=values) if node.need_context() else node.run(*inputs)
+        values.update(zip(node.output, got))
+        if keep:
+            dtypes.update((n, getattr(v, "dtype", None)) for n, v in zip(node.output, got))
+            info = (proto.domain, proto.op_type, list(proto.input), list(proto.output))
+            held.update((n, values[n]) for n in keep(info, dtypes))
+        for name in gone:
+            values.pop(name, None)
+    outputs = [values[n] for n in outputs]
+    return (outputs, held, dtypes) if keep else outputs
 
 
 def _last_readers(graph, outputs):
