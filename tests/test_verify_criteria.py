@@ -80,6 +80,25 @@ def test_an_integer_plan_with_a_float_tail_is_judged_by_its_integer_tensors(matm
     assert "2 integer tensors bit-exact; float outputs after them" in render(result)
 
 
+def test_verify_keeps_a_digest_of_each_integer_tensor_not_the_tensor(matmul_softmax):
+    """The reference's run holds digests of the tensors verify compares (onnxruntime's are
+    compared with them), arrays only of the float tensors it is asked to hold."""
+    from paddle_npu.npu.verification.verifier import _digest, _run_with_tensors, _Seen
+
+    model, lowered, feeds = matmul_softmax
+    seen = _Seen()
+    _, held = Reference(lowered, "npu256").run(feeds, keep=seen)
+    assert held == {} and seen.floats == {} and len(seen.digests) == 2
+    at_ort = _run_with_tensors(lowered, feeds, list(seen.digests))[1]
+    assert {n: _digest(v) for n, v in at_ort.items()} == seen.digests
+    one_off = at_ort["proj/requantize"].copy()
+    one_off.flat[5] += 1
+    assert _digest(one_off) != seen.digests["proj/requantize"]
+    assert "y" in seen.floating and "proj/requantize" not in seen.floating
+    zeros = np.zeros(3, np.float32)
+    assert _digest(zeros) == _digest(-zeros) and _digest(zeros) != _digest(zeros + 1e-45)
+
+
 def test_an_integer_tensor_that_differs_disagrees_naming_it(matmul_softmax, monkeypatch):
     from onnx import numpy_helper
 

@@ -246,14 +246,12 @@ def run_node_by_node(ev, feeds, keep=None):
     """Runs onnx's ReferenceEvaluator `ev` (one runner per node of its graph) on `feeds`,
     letting each tensor go after the last node reading it: the evaluator's own run holds
     every one to its end, all of a big model's activations at once. Returns the graph's
-    outputs; given keep, a function of a node ((domain, op, inputs, outputs)) and
-    {tensor name: dtype (None: not an array)} of the tensors so far that names those of the
-    node's inputs and outputs to hold to the end: (the outputs, {name: array} of those held,
-    {name: dtype} of every tensor)."""
+    outputs; given keep, a function of each node ((domain, op, inputs, outputs)) and
+    {name: array} of the tensors so far (its inputs and outputs among them) that names
+    those to hold to the end: (the outputs, {name: array} of those held)."""
     graph = ev.onnx_graph_
     outputs = [o.name for o in graph.output]
     values = {"": None, **ev.rt_inits_, **feeds}
-    dtypes = {n: getattr(v, "dtype", None) for n, v in values.items()} if keep else {}
     held = {}
     for node, proto, gone in zip(ev.rt_nodes_, graph.node, _last_readers(graph, outputs)):
         inputs = [values[n] for n in node.input]
@@ -261,13 +259,12 @@ def run_node_by_node(ev, feeds, keep=None):
         got = node.run(*inputs, context=values) if node.need_context() else node.run(*inputs)
         values.update(zip(node.output, got))
         if keep:
-            dtypes.update((n, getattr(v, "dtype", None)) for n, v in zip(node.output, got))
             info = (proto.domain, proto.op_type, list(proto.input), list(proto.output))
-            held.update((n, values[n]) for n in keep(info, dtypes))
+            held.update((n, values[n]) for n in keep(info, values))
         for name in gone:
             values.pop(name, None)
     outputs = [values[n] for n in outputs]
-    return (outputs, held, dtypes) if keep else outputs
+    return (outputs, held) if keep else outputs
 
 
 def _last_readers(graph, outputs):

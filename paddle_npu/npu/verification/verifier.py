@@ -1,6 +1,7 @@
 """Stage-2 verification: onnxruntime on the model before lowering, onnxruntime on the lowered
 model (its emulation: function bodies), and the NumPy reference, on the same seeded input."""
 import gc
+import hashlib
 import os
 
 import numpy as np
@@ -390,39 +391,26 @@ def _integer_runs(lowered, target, feeds, tolerance):
     rounding: each op of their chains is then run on onnxruntime's inputs and held to
     `tolerance` (float_ops.py). Returns (the reference's outputs, onnxruntime's, the
     comparison, the array counts)."""
-    ref = Reference(lowered, target)
-    got_ref, held, dtypes = ref.run(feeds, keep=_compared)
-    output_names = ref.output_names
-    tensors = [n for node in ref.nodes for n in _integer_outputs(node, dtypes)]
-    computed = {o for *_, outs in ref.nodes for o in outs}     # (not inputs, not weights)
-    boundary = [n for n in held if n in computed and _kind(dtypes[n], np.floating)]
-    floating = {n for n, d in dtypes.items() if _kind(d, np.floating)}
-    int_ref = {n: held[n] for n in tensors + boundary}
-    array = ref.array.as_dict()
-    del held, ref
-    gc.collect()        # the evaluator's reference cycles hold its copy of the weights
-    got_ort, at_ort = _run_with_tensors(lowered, feeds, list(int_ref))
-    apart = {n: at_ort[n] for n in boundary
-             if n in at_ort and not np.array_equal(at_ort[n], int_ref[n])}
+    output_names, got_ref, seen, array = _reference_run(lowered, target, feeds)
+    tensors, boundary = list(seen.digests), list(seen.float_digests)
+    got_ort, at_ort = _run_with_tensors(lowered, feeds, tensors + boundary)
+    ort_digests = {n: _digest(at_ort.pop(n)) for n in tensors if n in at_ort}
+    apart = {n: v for n, v in at_ort.items() if _digest(v) != seen.float_digests[n]}
+    del at_ort
     check_outputs = got_ref
     if apart:
-        ref = Reference(lowered, target)
-        ref.given.update(apart)
-        check_outputs, held, _ = ref.run(feeds, keep=_compared)
-        int_ref = {n: held[n] for n in int_ref}
-        del held, ref
-        gc.collect()
-    float_inputs = [{"name": n, "rel_diff": rel_diff(at_ort[n], int_ref[n])}
+        _, check_outputs, seen, _ = _reference_run(lowered, target, feeds, apart)
+    float_inputs = [{"name": n, "rel_diff": rel_diff(apart[n], seen.floats[n])}
                     for n in boundary if n in apart]
     # (a tensor only the reference's fused layers name is compared where it is used)
-    mismatches = [_mismatch(n, at_ort[n], int_ref[n]) for n in tensors
-                  if n in at_ort and not np.array_equal(at_ort[n], int_ref[n])]
+    differ = [n for n in tensors if n in ort_digests and ort_digests[n] != seen.digests[n]]
+    mismatches = _mismatches(lowered, target, feeds, apart, differ)
     ends = [f["name"] for f in float_inputs if f["rel_diff"] > tolerance] + \
         [n for n, o, r in zip(output_names, got_ort, check_outputs)
-         if n in floating and rel_diff(o, r) > tolerance]
+         if n in seen.floating and rel_diff(o, r) > tolerance]
     check = {"outputs": check_outputs, "float_inputs": float_inputs,
-             "float_ops": _float_ops(lowered, target, feeds, ends, floating),
-             "integer_tensors": sum(n in at_ort for n in tensors),
+             "float_ops": _float_ops(lowered, target, feeds, ends, seen.floating),
+             "integer_tensors": len(ort_digests),
              "integer_mismatches": mismatches}
     return got_ref, got_ort, check, array
 
@@ -453,15 +441,69 @@ def _float_ops(lowered, target, feeds, ends, floating):
     return checked
 
 
-def _compared(node, dtypes):
-    """The tensors verify compares among a reference node's ((domain, op, inputs, outputs))
-    inputs and outputs, given {name: dtype} of the tensors so far: its integer outputs
-    (_integer_outputs) and the float tensors it makes them from (a Quantize's input, ...)."""
-    made = _integer_outputs(node, dtypes)
-    return made + [i for i in node[2] if i and _kind(dtypes.get(i), np.floating)] if made else []
+class _Seen:
+    """What verify takes of the reference's run of an integer plan, node by node (its `keep`):
+    `digests`: {integer tensor (_integer_outputs): its digest}, in graph order, and
+    `float_digests`: the same of the float tensors integer ones are made from (a Quantize's
+    input, ...): holding the tensors themselves would hold all of a model's activations at
+    once; `floats`: {name: array} of those float tensors named in `hold`; `floating`: the
+    names of the float tensors the nodes compute."""
+
+    def __init__(self, hold=()):
+        self.hold, self.floats, self.floating = set(hold), {}, set()
+        self.digests, self.float_digests = {}, {}
+
+    def __call__(self, node, values):
+        def dtype_of(name):
+            return getattr(values.get(name), "dtype", None)
+        _, _, inputs, outputs = node
+        self.floating.update(o for o in outputs if _kind(dtype_of(o), np.floating))
+        made = _integer_outputs(node, dtype_of)
+        self.digests.update((o, _digest(values[o])) for o in made)
+        for i in inputs if made else ():
+            if i in self.floating and i not in self.float_digests:
+                self.float_digests[i] = _digest(values[i])
+                if i in self.hold:
+                    self.floats[i] = values[i]
+        return []
 
 
-def _integer_outputs(node, dtypes):
+def _reference_run(lowered, target, feeds, given=None):
+    """The NumPy reference's run of an integer plan (reading `given` {name: array} in place
+    of its own tensors, and holding its own of those): (the output names, its outputs, what
+    verify takes of it (_Seen), the array counts)."""
+    ref = Reference(lowered, target)
+    ref.given.update(given or {})
+    seen = _Seen(given or ())
+    outputs = ref.run(feeds, keep=seen)[0]
+    names, array = ref.output_names, ref.array.as_dict()
+    del ref
+    gc.collect()        # the evaluator's reference cycles hold its copy of the weights
+    return names, outputs, seen, array
+
+
+def _digest(value):
+    """A tensor's shape, type and a hash of its bytes: equal when the tensors are (a float
+    zero's sign aside: both are made +0, as np.array_equal sees them)."""
+    value = np.ascontiguousarray(value)
+    if value.dtype.kind == "f":
+        value = value + value.dtype.type(0)         # -0.0 + 0.0 is +0.0
+    return value.shape, value.dtype.str, hashlib.blake2b(memoryview(value).cast("B")).digest()
+
+
+def _mismatches(lowered, target, feeds, given, names):
+    """How the integer tensors `names` differ between onnxruntime and the reference (reading
+    `given`), both run again for them: only their digests were kept."""
+    if not names:
+        return []
+    ref = Reference(lowered, target)
+    ref.given.update(given)
+    held = ref.run(feeds, keep=lambda node, values: [o for o in node[3] if o in names])[1]
+    at_ort = _run_with_tensors(lowered, feeds, names)[1]
+    return [_mismatch(n, at_ort[n], held[n]) for n in names]
+
+
+def _integer_outputs(node, dtype_of):
     """The integer tensors a node of the reference computes in an integer plan: the
     integer-typed outputs of the integer primitives and of every node reading integer tensors
     only (moves, matrix layers, tables). An index or a cast that a plain op makes from floats
@@ -473,8 +515,8 @@ def _integer_outputs(node, dtypes):
     if domain == DOMAIN and op in LAYER_INSIDES:
         return []
     if (domain == DOMAIN and op in INTEGER_PRIMITIVES) or \
-            all(_kind(dtypes.get(i), np.integer) for i in inputs if i):
-        return [o for o in outputs if o and _kind(dtypes.get(o), np.integer)]
+            all(_kind(dtype_of(i), np.integer) for i in inputs if i):
+        return [o for o in outputs if o and _kind(dtype_of(o), np.integer)]
     return []
 
 
