@@ -218,10 +218,6 @@ class Reference:
         self.output_names = [o.name for o in stripped.graph.output]
         self.input_sizes = _input_sizes(stripped.graph)
         self.layers = fuse_matrix_layers(stripped.graph) if fuse_layers else {}
-        # (domain, op_type, inputs, outputs) of the nodes the reference runs (a fused layer
-        # is one node: its tiles' partial sums are not among the tensors it computes)
-        self.nodes = [(n.domain, n.op_type, list(n.input), list(n.output))
-                      for n in stripped.graph.node]
         if self.layers:
             stripped.opset_import.add(domain=LAYER_DOMAIN, version=1)
         from onnx.reference import ReferenceEvaluator      # (see _op_class)
@@ -246,8 +242,9 @@ def run_node_by_node(ev, feeds, keep=None):
     """Runs onnx's ReferenceEvaluator `ev` (one runner per node of its graph) on `feeds`,
     letting each tensor go after the last node reading it: the evaluator's own run holds
     every one to its end, all of a big model's activations at once. Returns the graph's
-    outputs; given keep, a function of each node ((domain, op, inputs, outputs)) and
-    {name: array} of the tensors so far (its inputs and outputs among them) that names
+    outputs; given keep, a function of each node ((domain, op, inputs, outputs); a matrix
+    layer the reference fuses is one node, its tiles' partial sums not among its tensors)
+    and {name: array} of the tensors so far (its inputs and outputs among them) that names
     those to hold to the end: (the outputs, {name: array} of those held)."""
     graph = ev.onnx_graph_
     outputs = [o.name for o in graph.output]

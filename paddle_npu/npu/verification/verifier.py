@@ -460,11 +460,12 @@ class _Seen:
         self.floating.update(o for o in outputs if _kind(dtype_of(o), np.floating))
         made = _integer_outputs(node, dtype_of)
         self.digests.update((o, _digest(values[o])) for o in made)
-        for i in inputs if made else ():
-            if i in self.floating and i not in self.float_digests:
-                self.float_digests[i] = _digest(values[i])
-                if i in self.hold:
-                    self.floats[i] = values[i]
+        if made:
+            for i in inputs:
+                if i in self.floating and i not in self.float_digests:
+                    self.float_digests[i] = _digest(values[i])
+                    if i in self.hold:
+                        self.floats[i] = values[i]
         return []
 
 
@@ -498,7 +499,8 @@ def _mismatches(lowered, target, feeds, given, names):
         return []
     ref = Reference(lowered, target)
     ref.given.update(given)
-    held = ref.run(feeds, keep=lambda node, values: [o for o in node[3] if o in names])[1]
+    wanted = set(names)
+    held = ref.run(feeds, keep=lambda node, values: [o for o in node[3] if o in wanted])[1]
     at_ort = _run_with_tensors(lowered, feeds, names)[1]
     return [_mismatch(n, at_ort[n], held[n]) for n in names]
 
