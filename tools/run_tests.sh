@@ -14,7 +14,7 @@ echo "== resolved versions (pip freeze) =="
 echo "=="
 # The import promise: converting never imports paddle.
 "$VENV/bin/python" -c "import paddle_npu, paddle_npu.cli, paddle_npu.frontend, sys; assert 'paddle' not in sys.modules"
-df -h . "${TMPDIR:-/tmp}" | sed "s/^/run_tests: /"  # the suite writes about 1.5 GB of exports
+df -h . "${TMPDIR:-/tmp}" | sed "s/^/run_tests: /"  # the suite needs about 3.5 GB free in TMPDIR
 set +e
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" tests
 rc=$?
