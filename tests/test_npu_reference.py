@@ -50,9 +50,9 @@ def test_grid_sample_matches_onnxruntime(opset, mode, padding, corners):
 
 
 def _chain_model(steps, size):
-    """x -> Relu -> Add(.., x) -> Relu -> ... : `steps` tensors of `size` floats, each read
-    by the next node only (x by every Add); then an If whose branches read the last one,
-    `t`, from outside them."""
+    """x -> Neg -> Add(.., x) -> Relu -> Add(.., x) ... : 2 x `steps` tensors of `size`
+    floats, each read by the next node only (x by every Add); then an If whose branches read
+    the last one, `t`, from outside them."""
     nodes, last = [], "x"
     for k in range(steps):
         nodes.append(helper.make_node("Relu" if k % 2 else "Neg", [last], [f"r{k}"]))
