@@ -20,7 +20,7 @@ from onnx import helper
 
 from ... import shape_inference
 from ...errors import ConversionError
-from ...onnx_io import save_proto, to_proto
+from ...onnx_io import names_read, save_proto, to_proto
 from ...outputs import write_text
 from ..emulation.runtime import session
 from ..graph import proto_precision, proto_segment
@@ -57,21 +57,6 @@ def _used_functions(nodes, functions):
     return [f for f in functions if (f.domain, f.name, getattr(f, "overload", "")) in seen]
 
 
-def _names_read(nodes):
-    """Every tensor name the nodes read, including inside sub-graphs."""
-    out = set()
-    todo = list(nodes)
-    while todo:
-        n = todo.pop()
-        out.update(i for i in n.input if i)
-        for a in n.attribute:
-            if a.HasField("g"):
-                todo.extend(a.g.node)
-            for g in a.graphs:
-                todo.extend(g.node)
-    return out
-
-
 def split_model(lowered, segments):
     """One ModelProto per segment of a lowered model (ir.Model or ModelProto)."""
     proto = to_proto(lowered)
@@ -95,7 +80,7 @@ def split_model(lowered, segments):
             if vi is None or not vi.type.HasField("tensor_type"):
                 raise ConversionError(f"segment {s.index}: the type of '{name}' is not known")
             return vi
-        read = _names_read(nodes)
+        read = {n for node in nodes for n in names_read(node)}
         graph = helper.make_graph(
             nodes, f"{proto.graph.name or 'model'}_segment{s.index}",
             [info(n) for n in s.inputs], [info(n) for n in s.outputs],
